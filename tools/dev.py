@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""One entry point for a newcomer and for CI: bootstrap the locked environment, then run a job.
+
+    python3 tools/dev.py demo     # the main job
+    python3 tools/dev.py check    # every check: lint, format, types, layering, codegen drift, tests
+    python3 tools/dev.py bench    # the benchmarks (prints figures)
+    python3 tools/dev.py gen      # regenerate the gRPC code from proto/
+
+It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
+the committed lock (never re-resolving it), and is safe to run again and again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def _say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def _run(*argv: str | Path, env: dict[str, str] | None = None) -> None:
+    command = [str(a) for a in argv]
+    _say(" ".join(command))
+    completed = subprocess.run(command, cwd=ROOT, env=env, check=False)
+    if completed.returncode != 0:
+        sys.exit(f"failed ({completed.returncode}): {' '.join(command)}")
+
+
+def _uv() -> str:
+    found = shutil.which("uv")
+    if found:
+        return found
+    _say("uv is missing: installing it with pip")
+    _run(sys.executable, "-m", "pip", "install", "--quiet", "uv")
+    found = shutil.which("uv")
+    if found:
+        return found
+    # pip may have put it in a scripts folder that is not on PATH (a --user install).
+    for candidate in (Path(sys.executable).parent / "uv", Path.home() / ".local" / "bin" / "uv"):
+        if candidate.exists():
+            return str(candidate)
+    sys.exit("uv was installed but cannot be found on PATH")
+
+
+def bootstrap() -> None:
+    """Create .venv from the lock; a no-op when it is already in sync."""
+    _run(_uv(), "sync", "--locked", "--all-packages", "--quiet")
+
+
+def _tool(name: str) -> Path:
+    return VENV_BIN / name
+
+
+def check() -> None:
+    _run(_tool("ruff"), "check", ".")
+    _run(_tool("ruff"), "format", "--check", ".")
+    _run(_tool("mypy"), "packages", "tests", "tools")
+    _run(_tool("lint-imports"))
+    gen_check = ROOT / "tools" / "gen_proto.py"
+    if gen_check.exists():
+        _run(_tool("python"), gen_check, "--check")
+    _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:])
+
+
+def demo() -> None:
+    sidecar = _tool("execpods-sidecar")
+    if sidecar.exists():
+        _run(sidecar, "demo", *sys.argv[2:])
+    else:
+        _run(_tool("python"), "-m", "execpods.core.demo", *sys.argv[2:])
+
+
+def bench() -> None:
+    _run(_tool("python"), ROOT / "tools" / "bench.py", *sys.argv[2:])
+
+
+def gen() -> None:
+    _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
+
+
+JOBS = {"check": check, "demo": demo, "bench": bench, "gen": gen}
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in JOBS:
+        sys.exit(f"usage: python3 tools/dev.py {{{'|'.join(JOBS)}}} [args...]")
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    bootstrap()
+    JOBS[sys.argv[1]]()
+
+
+if __name__ == "__main__":
+    main()
