@@ -1,1 +1,99 @@
-"""Placeholder; filled in by its issue."""
+"""execpods.core: the pure, typed heart of execpods.
+
+Pod states, immutable snapshots, the snapshot store, the allocator and lifecycle reconcilers, and
+the Protocols (pod operations, pod builder, driver view, clock, scheduler) they need. No I/O, no
+client libraries, and no threads until a `ThreadScheduler` is given work.
+"""
+
+from execpods.core.clock import Clock, ManualClock, SystemClock
+from execpods.core.errors import (
+    ApiThrottled,
+    ApiUnavailable,
+    ExecpodsError,
+    PodAdmissionRejected,
+    PodConflict,
+    PodForbidden,
+    PodInvalid,
+    PodNotFound,
+    PodOperationError,
+    SettingsError,
+)
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.pods import (
+    ContainerRunning,
+    ContainerState,
+    ContainerStatus,
+    ContainerTerminated,
+    ContainerWaiting,
+    ExecutorPod,
+    PodManifest,
+)
+from execpods.core.ports import (
+    DEFAULT_RESOURCE_PROFILE_ID,
+    UNKNOWN_EXIT_CODE,
+    DriverView,
+    ExecutorExited,
+    ExecutorPodBuilder,
+    PodOperations,
+    PodSelector,
+    SnapshotSource,
+)
+from execpods.core.scheduling import (
+    Cancellable,
+    DeterministicScheduler,
+    Scheduler,
+    ThreadScheduler,
+)
+from execpods.core.settings import CoreSettings, SettingsBase, parse_duration, unknown_keys
+from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import ExecutorPodState, PodState, classify
+from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
+
+__all__ = [
+    "DEFAULT_RESOURCE_PROFILE_ID",
+    "SPARK_LABELS",
+    "UNKNOWN_EXIT_CODE",
+    "ApiThrottled",
+    "ApiUnavailable",
+    "Cancellable",
+    "Clock",
+    "ContainerRunning",
+    "ContainerState",
+    "ContainerStatus",
+    "ContainerTerminated",
+    "ContainerWaiting",
+    "CoreSettings",
+    "DeterministicScheduler",
+    "DriverView",
+    "ExecpodsError",
+    "ExecutorExited",
+    "ExecutorLabels",
+    "ExecutorPod",
+    "ExecutorPodBuilder",
+    "ExecutorPodState",
+    "ExecutorPodsSnapshot",
+    "ManualClock",
+    "PodAdmissionRejected",
+    "PodConflict",
+    "PodForbidden",
+    "PodInvalid",
+    "PodManifest",
+    "PodNotFound",
+    "PodOperationError",
+    "PodOperations",
+    "PodSelector",
+    "PodState",
+    "Scheduler",
+    "SettingsBase",
+    "SettingsError",
+    "SnapshotSource",
+    "SnapshotsCallback",
+    "SnapshotsStore",
+    "SnapshotsStoreImpl",
+    "Subscription",
+    "SystemClock",
+    "ThreadScheduler",
+    "classify",
+    "parse_duration",
+    "unknown_keys",
+]

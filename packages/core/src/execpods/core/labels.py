@@ -1,0 +1,65 @@
+"""Which labels mark a pod as an executor of an application.
+
+The defaults are Spark's, so `kubectl get pods -l spark-app-selector=...` and every existing Spark
+tool keep working on pods execpods creates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorLabels:
+    """The label keys (and the executor role value) that identify an application's executors."""
+
+    app_id: str = "spark-app-selector"
+    role: str = "spark-role"
+    executor_role: str = "executor"
+    executor_id: str = "spark-exec-id"
+    resource_profile_id: str = "spark-exec-resourceprofile-id"
+
+    def for_app(self, app_id: str) -> dict[str, str]:
+        """The equality labels every executor pod of `app_id` carries."""
+        return {self.app_id: app_id, self.role: self.executor_role}
+
+    def for_executor(self, app_id: str, executor_id: int) -> dict[str, str]:
+        labels = self.for_app(app_id)
+        labels[self.executor_id] = str(executor_id)
+        return labels
+
+    def selector_for_app(self, app_id: str) -> str:
+        """A label selector string for all executor pods of `app_id`."""
+        return ",".join(f"{key}={value}" for key, value in self.for_app(app_id).items())
+
+    def selector_for_executors(self, app_id: str, executor_ids: Iterable[int]) -> str:
+        """A selector for the given executors of `app_id` (`spark-exec-id in (...)`)."""
+        ids = ",".join(str(i) for i in sorted(set(executor_ids)))
+        return f"{self.selector_for_app(app_id)},{self.executor_id} in ({ids})"
+
+    def executor_id_of(self, name: str, labels: Mapping[str, str]) -> int | None:
+        """The executor id a pod carries, or None (with a warning) when it is missing or invalid.
+
+        A pod someone labelled by hand must never take a reconciler down, so this never raises.
+        """
+        raw = labels.get(self.executor_id)
+        if raw is None:
+            logger.warning("Skipping pod %s: it has no %s label.", name, self.executor_id)
+            return None
+        if not (raw.isascii() and raw.isdigit()):
+            logger.warning(
+                "Skipping pod %s: its %s label %r is not a non-negative integer.",
+                name,
+                self.executor_id,
+                raw,
+            )
+            return None
+        return int(raw)
+
+
+SPARK_LABELS = ExecutorLabels()
+"""Spark's label keys: the default everywhere."""

@@ -1,0 +1,119 @@
+"""The pod model the reconcilers read: a core-owned, immutable value.
+
+Core never sees a client library's objects. The adapter converts whatever the API returned (raw
+JSON, ideally) into these values, so the reconcilers stay pure and cheap to test, and a malformed
+pod is rejected once at the edge instead of surprising a reconciler later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+PodManifest: TypeAlias = dict[str, Any]
+"""A pod as the Kubernetes API spells it in JSON (what a builder makes and `create` sends)."""
+
+_EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerWaiting:
+    """The container has not started yet (for example `ContainerCreating`, `ErrImagePull`)."""
+
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerRunning:
+    """The container is running."""
+
+    started_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerTerminated:
+    """The container has exited; `exit_code` is what the driver is told the executor died of."""
+
+    exit_code: int
+    reason: str | None = None
+    message: str | None = None
+    signal: int | None = None
+
+
+ContainerState: TypeAlias = ContainerWaiting | ContainerRunning | ContainerTerminated
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerStatus:
+    """One entry of `status.containerStatuses`."""
+
+    name: str
+    state: ContainerState | None = None
+    ready: bool = False
+    restart_count: int = 0
+    image: str | None = None
+
+    def describe(self) -> str:
+        """A stable, human-readable rendering used in exit messages (the seed used toString)."""
+        parts = [f"name={self.name}"]
+        if self.image is not None:
+            parts.append(f"image={self.image}")
+        match self.state:
+            case ContainerTerminated(exit_code=code, reason=reason, message=message):
+                parts.append(
+                    f"state=terminated(exitCode={code}, reason={reason}, message={message})"
+                )
+            case ContainerWaiting(reason=reason, message=message):
+                parts.append(f"state=waiting(reason={reason}, message={message})")
+            case ContainerRunning():
+                parts.append("state=running")
+            case None:
+                parts.append("state=unknown")
+        parts.append(f"ready={str(self.ready).lower()}")
+        parts.append(f"restartCount={self.restart_count}")
+        return "ContainerStatus(" + ", ".join(parts) + ")"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorPod:
+    """The fields of a pod that the allocator and lifecycle manager read.
+
+    `labels` is stored as a read-only mapping; equality compares every field, so two snapshots
+    built from the same API state compare equal.
+    """
+
+    name: str
+    namespace: str = "default"
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
+    uid: str | None = None
+    phase: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    container_statuses: tuple[ContainerStatus, ...] = ()
+    node_name: str | None = None
+    pod_ip: str | None = None
+    resource_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.labels, MappingProxyType):
+            object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+    @property
+    def is_deleted(self) -> bool:
+        """A pod with a deletion timestamp is on its way out, whatever its phase says."""
+        return self.deletion_timestamp is not None
+
+    def terminated_exit_code(self, container_name: str | None = None) -> int | None:
+        """The exit code of the named container, or of the first terminated one when unnamed."""
+        for status in self.container_statuses:
+            if container_name is not None and status.name != container_name:
+                continue
+            if isinstance(status.state, ContainerTerminated):
+                return status.state.exit_code
+        return None

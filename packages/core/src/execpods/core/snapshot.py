@@ -1,0 +1,119 @@
+"""Immutable snapshots of an application's executor pods.
+
+A snapshot maps executor id to state. The watch makes a new snapshot from the previous one with
+`with_update`; a full list makes one from scratch. Snapshots are shared by reference between the
+store and every subscriber, so they must never change, and `with_update` must stay cheap at any
+scale: the map is a persistent HAMT (`immutables.Map`), so an update costs O(log n) and shares the
+rest of the structure with its parent.
+
+Each snapshot also records which executors differ from the snapshot it was derived from
+(`changed_ids`, with `parent_serial` naming that parent). That is bookkeeping, not identity: it is
+left out of equality. It lets a consumer that already holds the parent work on what changed
+instead of re-walking every executor (the lifecycle manager and the sidecar's delta stream do).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import immutables
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.pods import ExecutorPod
+from execpods.core.states import ExecutorPodState, PodState, classify
+
+_serials = itertools.count(1)
+
+
+def _next_serial() -> int:
+    return next(_serials)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorPodsSnapshot:
+    """The executors of one application as of one moment.
+
+    `full_snapshot_ts` is the wall-clock time (seconds) of the last full list this snapshot
+    descends from (0 when there has been none), as in newer Spark.
+    """
+
+    executor_pods: immutables.Map[int, ExecutorPodState] = field(default_factory=immutables.Map)
+    full_snapshot_ts: float = 0.0
+    labels: ExecutorLabels = field(default=SPARK_LABELS, compare=False, repr=False)
+    serial: int = field(default_factory=_next_serial, compare=False, repr=False)
+    parent_serial: int | None = field(default=None, compare=False, repr=False)
+    changed_ids: frozenset[int] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_pods(
+        cls,
+        pods: Iterable[ExecutorPod],
+        *,
+        full_snapshot_ts: float = 0.0,
+        labels: ExecutorLabels = SPARK_LABELS,
+    ) -> ExecutorPodsSnapshot:
+        """A full snapshot; pods without a valid executor id label are skipped with a warning."""
+        states: dict[int, ExecutorPodState] = {}
+        for pod in pods:
+            executor_id = labels.executor_id_of(pod.name, pod.labels)
+            if executor_id is not None:
+                states[executor_id] = classify(pod)
+        return cls(
+            executor_pods=immutables.Map(states),
+            full_snapshot_ts=full_snapshot_ts,
+            labels=labels,
+        )
+
+    @property
+    def is_full(self) -> bool:
+        """True when this snapshot came from a full list (or from nothing), not from an update."""
+        return self.parent_serial is None
+
+    def with_update(self, pod: ExecutorPod) -> ExecutorPodsSnapshot:
+        """A new snapshot with `pod`'s state; `self` when the pod has no valid executor id."""
+        executor_id = self.labels.executor_id_of(pod.name, pod.labels)
+        if executor_id is None:
+            return self
+        return ExecutorPodsSnapshot(
+            executor_pods=self.executor_pods.set(executor_id, classify(pod)),
+            full_snapshot_ts=self.full_snapshot_ts,
+            labels=self.labels,
+            parent_serial=self.serial,
+            changed_ids=frozenset((executor_id,)),
+        )
+
+    def changes_since(self, previous: ExecutorPodsSnapshot | None) -> frozenset[int] | None:
+        """The ids whose state may differ from `previous`, or None when that is not known cheaply.
+
+        Known when `previous` is this snapshot's parent. None means: treat this as a full snapshot.
+        """
+        if previous is None or self.parent_serial != previous.serial or self.changed_ids is None:
+            return None
+        return self.changed_ids
+
+    def __len__(self) -> int:
+        return len(self.executor_pods)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.executor_pods)
+
+    def __contains__(self, executor_id: object) -> bool:
+        return executor_id in self.executor_pods
+
+    def get(self, executor_id: int) -> ExecutorPodState | None:
+        return self.executor_pods.get(executor_id)
+
+    def items(self) -> Iterable[tuple[int, ExecutorPodState]]:
+        return self.executor_pods.items()
+
+    def count(self, state: PodState) -> int:
+        """How many executors are in `state` (a walk: O(n))."""
+        return sum(1 for s in self.executor_pods.values() if s.state is state)
+
+    def as_dict(self) -> Mapping[int, ExecutorPodState]:
+        """A plain dict copy, handy in assertions."""
+        return dict(self.executor_pods.items())
+
+
+EMPTY_SNAPSHOT = ExecutorPodsSnapshot()

@@ -1,0 +1,169 @@
+"""The snapshot store: the single writer of the current snapshot, and its subscribers.
+
+Producers (the watch, the poll) push pods in; the store turns each push into a new immutable
+snapshot and appends it to every subscriber's buffer. Each subscriber drains its buffer on its own
+interval, so the allocator can react every second while another consumer batches for longer, and
+neither waits for the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from execpods.core.clock import Clock, SystemClock
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.pods import ExecutorPod
+from execpods.core.scheduling import Cancellable, Scheduler
+from execpods.core.snapshot import ExecutorPodsSnapshot
+
+logger = logging.getLogger(__name__)
+
+SnapshotsCallback = Callable[[Sequence[ExecutorPodsSnapshot]], None]
+
+
+class Subscription(Protocol):
+    def cancel(self) -> None:
+        """Stop deliveries to this subscriber (a delivery in progress finishes)."""
+
+
+class SnapshotsStore(Protocol):
+    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
+        """Deliver the current snapshot, then every `interval` seconds the snapshots since."""
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        """Apply one observed pod state (a watch event) to the current snapshot."""
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        """Replace the current snapshot with a full list of the application's executor pods."""
+
+    def notify_subscribers(self) -> None:
+        """Deliver to every subscriber now, without waiting for its interval."""
+
+    def stop(self) -> None:
+        """Stop all deliveries."""
+
+    @property
+    def current_snapshot(self) -> ExecutorPodsSnapshot: ...
+
+
+class _Subscriber:
+    """One subscriber: a buffer, a callback, and a lock that keeps its deliveries serial."""
+
+    __slots__ = ("buffer", "callback", "cancelled", "delivery_lock", "name", "task")
+
+    def __init__(self, callback: SnapshotsCallback, first: ExecutorPodsSnapshot) -> None:
+        self.buffer: deque[ExecutorPodsSnapshot] = deque((first,))
+        self.callback = callback
+        self.delivery_lock = threading.Lock()
+        self.task: Cancellable | None = None
+        self.cancelled = False
+        self.name = getattr(callback, "__qualname__", repr(callback))
+
+
+class _SubscriptionHandle:
+    def __init__(self, store: SnapshotsStoreImpl, subscriber: _Subscriber) -> None:
+        self._store = store
+        self._subscriber = subscriber
+
+    def cancel(self) -> None:
+        self._store._remove(self._subscriber)
+
+
+class SnapshotsStoreImpl:
+    """The store, delivering on an injected scheduler (which it owns and shuts down on `stop`)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        clock: Clock | None = None,
+        labels: ExecutorLabels = SPARK_LABELS,
+    ) -> None:
+        self._scheduler = scheduler
+        self._clock = clock if clock is not None else SystemClock()
+        self._labels = labels
+        self._lock = threading.Lock()
+        self._current = ExecutorPodsSnapshot(labels=labels)
+        self._subscribers: list[_Subscriber] = []
+        self._stopped = False
+
+    @property
+    def current_snapshot(self) -> ExecutorPodsSnapshot:
+        return self._current
+
+    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
+        if interval <= 0:
+            raise ValueError(f"a subscriber's interval must be positive, not {interval}")
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the snapshots store is stopped")
+            subscriber = _Subscriber(callback, self._current)
+            self._subscribers = [*self._subscribers, subscriber]
+        subscriber.task = self._scheduler.schedule_with_fixed_delay(
+            0.0, interval, self._delivery_of(subscriber)
+        )
+        return _SubscriptionHandle(self, subscriber)
+
+    def _remove(self, subscriber: _Subscriber) -> None:
+        subscriber.cancelled = True
+        if subscriber.task is not None:
+            subscriber.task.cancel()
+        with self._lock:
+            self._subscribers = [s for s in self._subscribers if s is not subscriber]
+            subscriber.buffer.clear()
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        with self._lock:
+            updated = self._current.with_update(pod)
+            if updated is not self._current:
+                self._publish(updated)
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        snapshot = ExecutorPodsSnapshot.from_pods(
+            pods, full_snapshot_ts=self._clock.time(), labels=self._labels
+        )
+        with self._lock:
+            self._publish(snapshot)
+
+    def _publish(self, snapshot: ExecutorPodsSnapshot) -> None:
+        self._current = snapshot
+        for subscriber in self._subscribers:
+            subscriber.buffer.append(snapshot)
+
+    def notify_subscribers(self) -> None:
+        for subscriber in self._subscribers:
+            self._scheduler.submit(self._delivery_of(subscriber))
+
+    def _delivery_of(self, subscriber: _Subscriber) -> Callable[[], None]:
+        return lambda: self._deliver(subscriber)
+
+    def _deliver(self, subscriber: _Subscriber) -> None:
+        with subscriber.delivery_lock:
+            if subscriber.cancelled:
+                return
+            with self._lock:
+                batch = list(subscriber.buffer)
+                subscriber.buffer.clear()
+            try:
+                subscriber.callback(batch)
+            except Exception:
+                logger.exception(
+                    "Snapshot subscriber %s failed on a batch of %d snapshots; it will be "
+                    "called again at its next interval.",
+                    subscriber.name,
+                    len(batch),
+                )
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            subscribers, self._subscribers = self._subscribers, []
+        for subscriber in subscribers:
+            subscriber.cancelled = True
+            if subscriber.task is not None:
+                subscriber.task.cancel()
+        self._scheduler.shutdown()
