@@ -5,6 +5,8 @@ the Protocols (pod operations, pod builder, driver view, clock, scheduler) they 
 client libraries, and no threads until a `ThreadScheduler` is given work.
 """
 
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.errors import (
     ApiThrottled,
@@ -19,6 +21,7 @@ from execpods.core.errors import (
     SettingsError,
 )
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager, exit_reason
 from execpods.core.pods import (
     ContainerRunning,
     ContainerState,
@@ -71,6 +74,9 @@ __all__ = [
     "ExecutorPod",
     "ExecutorPodBuilder",
     "ExecutorPodState",
+    "ExecutorPodsAllocator",
+    "ExecutorPodsBackend",
+    "ExecutorPodsLifecycleManager",
     "ExecutorPodsSnapshot",
     "ManualClock",
     "PodAdmissionRejected",
@@ -94,6 +100,7 @@ __all__ = [
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "exit_reason",
     "parse_duration",
     "unknown_keys",
 ]

@@ -1,0 +1,253 @@
+"""Real, in-memory implementations of the core's ports, for tests of execpods and of your code.
+
+These are not mocks: `InMemoryPodOperations` is a tiny pod registry that honours the same
+`PodSelector` semantics as the API, `RecordingDriver` is a driver that remembers what it was told,
+and `DeterministicSnapshotsStore` is the seed's store whose deliveries happen only when the test
+calls `notify_subscribers()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from execpods.core.errors import PodConflict, PodOperationError
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.pods import ContainerStatus, ContainerTerminated, ExecutorPod, PodManifest
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, ExecutorExited, PodSelector
+from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.store import SnapshotsCallback, Subscription
+
+TEST_APP_ID = "spark-app-id"
+
+
+class _Cancelled:
+    def __init__(self, store: DeterministicSnapshotsStore, callback: SnapshotsCallback) -> None:
+        self._store = store
+        self._callback = callback
+
+    def cancel(self) -> None:
+        self._store._subscribers.remove(self._callback)
+
+
+class DeterministicSnapshotsStore:
+    """The seed's deterministic store: one shared buffer, delivered on `notify_subscribers()`."""
+
+    def __init__(self, *, labels: ExecutorLabels = SPARK_LABELS, clock_time: float = 0.0) -> None:
+        self._labels = labels
+        self._subscribers: list[SnapshotsCallback] = []
+        self._buffer: list[ExecutorPodsSnapshot] = []
+        self._current = ExecutorPodsSnapshot(labels=labels)
+        self.full_snapshot_time = clock_time
+        self.stopped = False
+
+    @property
+    def current_snapshot(self) -> ExecutorPodsSnapshot:
+        return self._current
+
+    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
+        self._subscribers.append(callback)
+        return _Cancelled(self, callback)
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        updated = self._current.with_update(pod)
+        if updated is not self._current:
+            self._current = updated
+            self._buffer.append(updated)
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        self._current = ExecutorPodsSnapshot.from_pods(
+            pods, full_snapshot_ts=self.full_snapshot_time, labels=self._labels
+        )
+        self._buffer.append(self._current)
+
+    def notify_subscribers(self) -> None:
+        batch, self._buffer = self._buffer, []
+        for subscriber in list(self._subscribers):
+            subscriber(batch)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCall:
+    name: str | None = None
+    selector: PodSelector | None = None
+
+
+class InMemoryPodOperations:
+    """A pod registry behind the `PodOperations` Protocol, recording every call.
+
+    `fail_next_create` makes the next creates raise, to test how callers handle API refusals.
+    """
+
+    def __init__(self, *, namespace: str = "default") -> None:
+        self.namespace = namespace
+        self.pods: dict[str, ExecutorPod] = {}
+        self.created: list[PodManifest] = []
+        self.deletes: list[DeleteCall] = []
+        self.create_errors: list[PodOperationError] = []
+        self._lock = threading.Lock()
+
+    def fail_next_create(self, error: PodOperationError) -> None:
+        self.create_errors.append(error)
+
+    def create(self, manifest: PodManifest) -> None:
+        with self._lock:
+            if self.create_errors:
+                raise self.create_errors.pop(0)
+            metadata = manifest.get("metadata", {})
+            name = str(metadata["name"])
+            if name in self.pods:
+                raise PodConflict(f'pods "{name}" already exists')
+            self.created.append(manifest)
+            self.pods[name] = ExecutorPod(
+                name=name,
+                namespace=str(metadata.get("namespace", self.namespace)),
+                labels=dict(metadata.get("labels", {})),
+                phase="Pending",
+            )
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self.deletes.append(DeleteCall(name=name))
+            self.pods.pop(name, None)
+
+    def delete_by_selector(self, selector: PodSelector) -> int:
+        with self._lock:
+            self.deletes.append(DeleteCall(selector=selector))
+            doomed = [name for name, pod in self.pods.items() if selector.matches(pod)]
+            for name in doomed:
+                del self.pods[name]
+            return len(doomed)
+
+    def deletes_of(self, name: str) -> int:
+        return sum(1 for call in self.deletes if call.name == name)
+
+    def created_executor_ids(self, labels: ExecutorLabels = SPARK_LABELS) -> list[int]:
+        return [int(m["metadata"]["labels"][labels.executor_id]) for m in self.created]
+
+    def list(self, selector: PodSelector) -> list[ExecutorPod]:
+        with self._lock:
+            return [pod for pod in self.pods.values() if selector.matches(pod)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimpleExecutorPodBuilder:
+    """A minimal executor pod: name, labels and one container; enough for the core's tests."""
+
+    labels: ExecutorLabels = SPARK_LABELS
+    image: str = "spark:latest"
+    namespace: str = "default"
+
+    def build(
+        self,
+        *,
+        executor_id: int,
+        app_id: str,
+        resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+    ) -> PodManifest:
+        labels = self.labels.for_executor(app_id, executor_id)
+        labels[self.labels.resource_profile_id] = str(resource_profile_id)
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{app_id}-exec-{executor_id}",
+                "namespace": self.namespace,
+                "labels": labels,
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "spark-kubernetes-executor", "image": self.image}],
+            },
+        }
+
+
+@dataclass
+class RecordingDriver:
+    """A driver that knows the executors it is given and records every removal notice."""
+
+    known: set[int] = field(default_factory=set)
+    active: set[int] = field(default_factory=set)
+    removed: list[tuple[int, ExecutorExited]] = field(default_factory=list)
+
+    def executor_ids(self) -> Collection[int]:
+        return set(self.known)
+
+    def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
+        self.removed.append((executor_id, reason))
+        self.known.discard(executor_id)
+        self.active.discard(executor_id)
+
+    def is_executor_active(self, executor_id: int) -> bool:
+        return executor_id in self.active
+
+    def removals_of(self, executor_id: int) -> list[ExecutorExited]:
+        return [reason for i, reason in self.removed if i == executor_id]
+
+
+# Pod factories, as the seed's ExecutorLifecycleTestUtils.
+
+
+def executor_pod(
+    executor_id: int, *, app_id: str = TEST_APP_ID, labels: ExecutorLabels = SPARK_LABELS
+) -> ExecutorPod:
+    return ExecutorPod(
+        name=f"spark-executor-{executor_id}",
+        labels=labels.for_executor(app_id, executor_id),
+    )
+
+
+def _with(pod: ExecutorPod, **changes: object) -> ExecutorPod:
+    fields = {name: getattr(pod, name) for name in pod.__dataclass_fields__}
+    fields.update(changes)
+    return ExecutorPod(**fields)
+
+
+def pending_executor(executor_id: int) -> ExecutorPod:
+    return _with(executor_pod(executor_id), phase="pending")
+
+
+def running_executor(executor_id: int) -> ExecutorPod:
+    return _with(executor_pod(executor_id), phase="running")
+
+
+def succeeded_executor(executor_id: int) -> ExecutorPod:
+    return _with(executor_pod(executor_id), phase="succeeded")
+
+
+def unknown_executor(executor_id: int) -> ExecutorPod:
+    return _with(executor_pod(executor_id), phase="unknown")
+
+
+def deleted_executor(executor_id: int) -> ExecutorPod:
+    return _with(
+        executor_pod(executor_id),
+        phase="running",
+        deletion_timestamp=datetime(1986, 7, 28, tzinfo=UTC),
+    )
+
+
+def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
+    """A failed pod with two terminated containers, as the seed's failedExecutorWithoutDeletion."""
+    terminated = ContainerTerminated(exit_code=exit_code, message="Failed")
+    return _with(
+        executor_pod(executor_id),
+        phase="failed",
+        message="Executor failed.",
+        reason="Executor failed because of a thrown error.",
+        container_statuses=(
+            ContainerStatus(name="spark-executor", image="k8s-spark", state=terminated),
+            ContainerStatus(
+                name="spark-executor-sidecar", image="k8s-spark-sidecar", state=terminated
+            ),
+        ),
+    )
+
+
+def snapshot_of(pods: Sequence[ExecutorPod]) -> ExecutorPodsSnapshot:
+    return ExecutorPodsSnapshot.from_pods(pods)
