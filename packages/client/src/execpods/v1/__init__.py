@@ -1,0 +1,1 @@
+"""Generated gRPC code for execpods.v1."""
