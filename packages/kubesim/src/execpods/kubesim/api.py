@@ -1,0 +1,329 @@
+"""The typed in-process control API: :class:`KubeSim`.
+
+Tests start a simulator with ``with KubeSim(deterministic=True) as sim:``; it serves real HTTP on a
+free loopback port, writes a kubeconfig, and on exit ends every connection and joins every thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from execpods.kubesim.clock import Clock, RealClock, VirtualClock
+from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
+from execpods.kubesim.control import make_control
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
+from execpods.kubesim.resources import PodApi
+from execpods.kubesim.server import ApiServer, ServerContext
+from execpods.kubesim.store import Obj, PodStore, copy_obj
+
+__all__ = ["KubeSim"]
+
+_log = logging.getLogger(__name__)
+
+
+class KubeSim:
+    """An embedded Kubernetes API server for core/v1 pods over a simulated cluster.
+
+    ``deterministic=True`` uses a virtual clock: nothing happens in the cluster until the caller
+    advances time (:meth:`advance`, :meth:`step`, :meth:`run_until_idle`). Otherwise one
+    background thread runs the cluster on wall-clock time.
+    """
+
+    def __init__(
+        self,
+        *,
+        cluster: ClusterConfig | None = None,
+        deterministic: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        event_window: int = 10_000,
+        bookmark_interval: float = 30.0,
+        kubeconfig_path: str | Path | None = None,
+    ) -> None:
+        self.config = cluster or ClusterConfig()
+        self.deterministic = deterministic
+        self.clock: Clock = VirtualClock() if deterministic else RealClock()
+        self.store = PodStore(event_window=event_window)
+        self.cluster = Cluster(self.store, self.clock, self.config)
+        self.faults = Faults(self.clock)
+        self.log = RequestLog()
+        self.api = PodApi(store=self.store, cluster=self.cluster, faults=self.faults, log=self.log)
+        self._host = host
+        self._port = port
+        self._bookmark_interval = bookmark_interval
+        self._kubeconfig: Path | None = Path(kubeconfig_path) if kubeconfig_path else None
+        self._tempdir: str | None = None
+        self._server: ApiServer | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> KubeSim:
+        """Bind, start serving and write the kubeconfig; returns self."""
+        if self._server is not None:
+            return self
+        context = ServerContext(
+            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
+        )
+        self._server = ApiServer(self._host, self._port, context)
+        self._server.start()
+        self.clock.start()
+        if self._kubeconfig is None:
+            self._tempdir = tempfile.mkdtemp(prefix="kubesim-")
+            self._kubeconfig = Path(self._tempdir) / "kubeconfig"
+        self.write_kubeconfig(self._kubeconfig)
+        _log.info("kubesim serving at %s", self.url)
+        return self
+
+    def close(self) -> None:
+        """Stop serving, end every connection and thread, and remove the temporary kubeconfig."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        self.clock.stop()
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._tempdir = None
+            self._kubeconfig = None
+
+    def __enter__(self) -> KubeSim:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _running(self) -> ApiServer:
+        if self._server is None:
+            raise RuntimeError("the simulator is not running; use start() or a with block")
+        return self._server
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        return self._running().port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        if self._kubeconfig is None:
+            raise RuntimeError("the simulator is not running")
+        return self._kubeconfig
+
+    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
+        """Write a kubeconfig (context ``kubesim``) pointing at this server."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            "apiVersion: v1\n"
+            "kind: Config\n"
+            "clusters:\n"
+            "- name: kubesim\n"
+            "  cluster:\n"
+            f"    server: {self.url}\n"
+            "contexts:\n"
+            "- name: kubesim\n"
+            "  context:\n"
+            "    cluster: kubesim\n"
+            "    user: kubesim\n"
+            f"    namespace: {namespace}\n"
+            "current-context: kubesim\n"
+            "preferences: {}\n"
+            "users:\n"
+            "- name: kubesim\n"
+            "  user: {}\n",
+            encoding="utf-8",
+        )
+        return target
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def _virtual(self) -> VirtualClock:
+        if not isinstance(self.clock, VirtualClock):
+            raise RuntimeError("time can only be moved in deterministic mode")
+        return self.clock
+
+    def advance(self, seconds: float) -> int:
+        """Move the virtual clock forward, running due cluster actions; returns how many ran."""
+        return self._virtual().advance(seconds)
+
+    def step(self) -> bool:
+        """Run the next cluster action (and any due at the same instant); False if none."""
+        return self._virtual().step()
+
+    def run_until_idle(self, max_seconds: float = 3600.0) -> int:
+        """Run cluster actions until none is pending (at most ``max_seconds`` of virtual time)."""
+        return self._virtual().run_until_idle(max_seconds)
+
+    # -- pods and nodes ------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.store.resource_version)
+
+    def pods(self, namespace: str | None = None) -> list[Obj]:
+        """Copies of the stored pods (all namespaces by default)."""
+        items, _ = self.store.list(namespace)
+        return [copy_obj(p) for p in items]
+
+    def pod(self, name: str, namespace: str = "default") -> Obj | None:
+        obj = self.store.find(namespace, name)
+        return None if obj is None else copy_obj(obj)
+
+    def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
+        """Create a pod in process, with the same admission as a POST."""
+        return copy_obj(self.api.create(namespace, body))
+
+    def delete_pod(
+        self, name: str, namespace: str = "default", *, grace_period: int | None = None
+    ) -> Obj:
+        return copy_obj(self.cluster.delete(namespace, name, grace_period=grace_period))
+
+    def _must(self, pod: Obj | None, name: str) -> Obj:
+        if pod is None:
+            raise ApiError.not_found(name)
+        return copy_obj(pod)
+
+    def fail_pod(
+        self,
+        name: str,
+        namespace: str = "default",
+        *,
+        exit_code: int = 1,
+        reason: str = "Error",
+        message: str = "",
+    ) -> Obj:
+        """Make the pod's containers exit (a crash); the restart policy decides what follows."""
+        pod = self.cluster.terminate(
+            namespace, name, exit_code=exit_code, reason=reason, message=message
+        )
+        return self._must(pod, name)
+
+    def succeed_pod(self, name: str, namespace: str = "default") -> Obj:
+        pod = self.cluster.terminate(namespace, name, exit_code=0, reason="Completed")
+        return self._must(pod, name)
+
+    def oom_kill(self, name: str, namespace: str = "default") -> Obj:
+        """OOMKilled, exit code 137."""
+        return self._must(self.cluster.oom_kill(namespace, name), name)
+
+    def evict(self, name: str, namespace: str = "default", *, message: str = "") -> Obj:
+        """Fail the pod with reason ``Evicted``, whatever its restart policy."""
+        return self._must(self.cluster.evict(namespace, name, message), name)
+
+    def lose_node(self, node: str) -> list[Obj]:
+        """The node goes away; its pods fail with reason ``NodeLost``."""
+        return [copy_obj(p) for p in self.cluster.lose_node(node)]
+
+    def restore_node(self, node: str) -> None:
+        self.cluster.restore_node(node)
+
+    def add_node(self, name: str | None = None) -> str:
+        return self.cluster.add_node(name)
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.cluster.nodes()
+
+    def pause_kubelet(self) -> None:
+        """Hold back every kubelet action (starts, exits, graceful-deletion finishes)."""
+        self.cluster.pause_kubelet()
+
+    def resume_kubelet(self) -> None:
+        self.cluster.resume_kubelet()
+
+    def compact(self) -> str:
+        """Forget the event window: watches and exact lists from older versions get 410."""
+        return str(self.store.compact())
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def expire_next(self, count: int = 1) -> None:
+        """The next ``count`` list or watch requests get 410 Gone."""
+        self.faults.expire_next(count)
+
+    def expire_watches(self) -> int:
+        """Send an ERROR 410 to every open watch and end it (a 410 mid-watch)."""
+        return self.store.close_watchers(error=ApiError.gone().status())
+
+    def drop_watches(self, *, abrupt: bool = True) -> int:
+        """End every open watch: ``abrupt`` cuts the connection, otherwise the stream ends."""
+        return self.store.close_watchers(abrupt=abrupt)
+
+    def fail_requests(
+        self, code: int = 503, *, seconds: float | None = None, count: int | None = None
+    ) -> None:
+        """Answer API requests with 500 or 503 for a period of clock time or a count."""
+        self.faults.fail_requests(code, seconds=seconds, count=count)
+
+    def throttle(self, count: int = 1, *, retry_after: int = 1) -> None:
+        """Answer the next ``count`` API requests with 429 and ``Retry-After``."""
+        self.faults.throttle(count, retry_after=retry_after)
+
+    def set_latency(self, seconds: float) -> None:
+        """Add this much (real) time to every API request."""
+        self.faults.set_latency(seconds)
+
+    def reject_creates(self, code: int = 403, *, count: int = 1, message: str = "") -> None:
+        """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
+        self.faults.reject_creates(code, count=count, message=message)
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    # -- observation ---------------------------------------------------------------------------
+
+    def requests(self) -> list[RequestRecord]:
+        """The API requests served so far (not control calls), oldest first."""
+        return self.log.records()
+
+    def request_counts(self) -> dict[str, int]:
+        """API requests per verb: get, list, watch, create, update, patch, delete, ..."""
+        return self.log.counts()
+
+    def clear_requests(self) -> None:
+        self.log.clear()
+
+    def watch_count(self) -> int:
+        return self.store.watcher_count()
+
+    def wait_for_watchers(self, count: int = 1, timeout: float = 10.0) -> bool:
+        """Block until ``count`` watches are open: start a watch, then act, without a race."""
+        return self.store.wait_for_watchers(count, timeout)
+
+    def connection_count(self) -> int:
+        return self._running().connection_count()
+
+    def state(self) -> dict[str, Any]:
+        """A summary for the control endpoint and for debugging."""
+        return {
+            "url": self.url,
+            "now": self.now(),
+            "deterministic": self.deterministic,
+            "resourceVersion": self.resource_version,
+            "pods": len(self.store),
+            "watches": self.watch_count(),
+            "kubeletPaused": self.cluster.paused,
+            "pendingTimers": self.clock.pending(),
+            "nodes": [
+                {"name": n.name, "ready": n.ready, "pods": n.pods, "capacity": n.capacity}
+                for n in self.nodes()
+            ],
+        }

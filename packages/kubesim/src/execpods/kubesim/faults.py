@@ -1,0 +1,187 @@
+"""Fault injection and the request log.
+
+Faults are what make the simulator useful for testing a controller: expired resourceVersions,
+dropped watches, server errors, throttling, slow requests and admission failures. Periods are
+measured on the simulator's clock, so in deterministic mode a test decides when an outage ends.
+The request log lets tests assert on the calls made and count API load.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from execpods.kubesim.clock import Clock
+from execpods.kubesim.errors import ApiError
+
+__all__ = ["Faults", "RequestLog", "RequestRecord"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One served API request (control-endpoint calls are not recorded)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    status: int
+    verb: str
+    duration: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "status": self.status,
+            "verb": self.verb,
+            "duration": self.duration,
+        }
+
+
+class RequestLog:
+    """A bounded log of requests plus unbounded counters per Kubernetes verb."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._records: deque[RequestRecord] = deque(maxlen=maxlen)
+        self._verbs: Counter[str] = Counter()
+
+    def add(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+            self._verbs[record.verb] += 1
+
+    def records(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def counts(self) -> dict[str, int]:
+        """Requests per verb (get, list, watch, create, update, patch, delete, ...)."""
+        with self._lock:
+            return dict(self._verbs)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._records.clear()
+            self._verbs.clear()
+
+
+class Faults:
+    """The currently armed faults; the server consults it on every API request."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.clear()
+
+    def clear(self) -> None:
+        """Disarm every fault."""
+        with self._lock:
+            self._expire_next = 0
+            self._error_code = 0
+            self._error_until: float | None = None
+            self._error_count: int | None = None
+            self._throttle_count = 0
+            self._retry_after = 1
+            self._latency = 0.0
+            self._reject_code = 0
+            self._reject_count = 0
+            self._reject_message = ""
+
+    @property
+    def latency(self) -> float:
+        """Seconds added to every API request (real time, even under the virtual clock)."""
+        return self._latency
+
+    def set_latency(self, seconds: float) -> None:
+        with self._lock:
+            self._latency = max(0.0, seconds)
+
+    def expire_next(self, count: int = 1) -> None:
+        """Answer the next ``count`` list or watch requests with 410 Gone."""
+        with self._lock:
+            self._expire_next += count
+
+    def take_expire(self) -> bool:
+        with self._lock:
+            if self._expire_next > 0:
+                self._expire_next -= 1
+                return True
+            return False
+
+    def fail_requests(
+        self, code: int = 503, *, seconds: float | None = None, count: int | None = None
+    ) -> None:
+        """Answer API requests with ``code`` (500 or 503) for ``seconds`` of clock time or for
+        ``count`` requests, whichever ends first (forever if neither is given)."""
+        if code not in (500, 503):
+            raise ValueError("fail_requests takes 500 or 503")
+        with self._lock:
+            self._error_code = code
+            self._error_until = None if seconds is None else self._clock.now() + seconds
+            self._error_count = count
+
+    def throttle(self, count: int = 1, *, retry_after: int = 1) -> None:
+        """Answer the next ``count`` API requests with 429 and a Retry-After header."""
+        with self._lock:
+            self._throttle_count += count
+            self._retry_after = retry_after
+
+    def reject_creates(self, code: int = 403, *, count: int = 1, message: str = "") -> None:
+        """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
+        if code not in (403, 422):
+            raise ValueError("reject_creates takes 403 or 422")
+        with self._lock:
+            self._reject_code = code
+            self._reject_count = count
+            self._reject_message = message
+
+    def check_request(self) -> None:
+        """Raise the error an armed throttle or outage imposes on this request, if any."""
+        with self._lock:
+            if self._throttle_count > 0:
+                self._throttle_count -= 1
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                    retry_after=self._retry_after,
+                )
+            if not self._error_code:
+                return
+            if self._error_until is not None and self._clock.now() >= self._error_until:
+                self._error_code = 0
+                return
+            if self._error_count is not None:
+                if self._error_count <= 0:
+                    self._error_code = 0
+                    return
+                self._error_count -= 1
+            code = self._error_code
+        if code == 503:
+            raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle it")
+        raise ApiError(500, "InternalError", "Internal error occurred: injected by kubesim")
+
+    def check_create(self, name: str) -> None:
+        """Raise an admission failure for this create if one is armed."""
+        with self._lock:
+            if self._reject_count <= 0:
+                return
+            self._reject_count -= 1
+            code, message = self._reject_code, self._reject_message
+        if code == 403:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'pods "{name}" is forbidden: {message or "denied by admission webhook"}',
+                name=name,
+            )
+        raise ApiError(
+            422,
+            "Invalid",
+            f'pods "{name}" is forbidden: {message or "exceeded quota: compute-resources"}',
+            name=name,
+            causes=[{"reason": "FieldValueForbidden", "message": "exceeded quota", "field": ""}],
+        )

@@ -1,0 +1,199 @@
+"""Pod admission: validation (422 with causes), defaulting, names and timestamps.
+
+Kept apart from the HTTP layer so the in-process API and the server admit pods the same way.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.store import Obj
+
+__all__ = [
+    "SERVER_META",
+    "TERMINAL_PHASES",
+    "admit_new_pod",
+    "default_spec",
+    "rfc3339",
+    "validate_pod",
+]
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def rfc3339(t: float) -> str:
+    """RFC 3339 UTC with a ``Z``, to the second, as the API server writes timestamps."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def validate_pod(pod: Obj) -> None:
+    """Raise 422 (with one cause per problem) if ``pod`` is not a valid pod."""
+    causes: list[dict[str, str]] = []
+    meta = pod.get("metadata") or {}
+    name = meta.get("name") or ""
+    if not name:
+        causes.append(
+            _cause("metadata.name", "name or generateName is required", "FieldValueRequired")
+        )
+    elif len(name) > 253 or not _SUBDOMAIN.match(name):
+        causes.append(
+            _cause(
+                "metadata.name",
+                f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower "
+                "case alphanumeric characters, '-' or '.'",
+            )
+        )
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        causes.append(_cause("metadata.labels", "must be a map of strings"))
+    else:
+        for k, v in labels.items():
+            if not _LABEL_KEY.match(k):
+                causes.append(_cause("metadata.labels", f"Invalid value: {k!r}: bad label key"))
+            if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
+                causes.append(_cause(f"metadata.labels.{k}", f"Invalid value: {v!r}"))
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not containers or not isinstance(containers, list):
+        causes.append(_cause("spec.containers", "Required value", "FieldValueRequired"))
+    else:
+        seen: set[str] = set()
+        for i, c in enumerate(containers):
+            cname = c.get("name") if isinstance(c, dict) else None
+            if not cname or not isinstance(cname, str) or not _DNS_LABEL.match(cname):
+                causes.append(_cause(f"spec.containers[{i}].name", f"Invalid value: {cname!r}"))
+            elif cname in seen:
+                causes.append(_cause(f"spec.containers[{i}].name", f"Duplicate value: {cname!r}"))
+            else:
+                seen.add(cname)
+            if not isinstance(c, dict) or not c.get("image"):
+                causes.append(
+                    _cause(f"spec.containers[{i}].image", "Required value", "FieldValueRequired")
+                )
+    if isinstance(spec, dict):
+        policy = spec.get("restartPolicy", "Always")
+        if policy not in ("Always", "OnFailure", "Never"):
+            causes.append(
+                _cause(
+                    "spec.restartPolicy", f"Unsupported value: {policy!r}", "FieldValueNotSupported"
+                )
+            )
+    if causes:
+        raise ApiError.invalid(name or meta.get("generateName") or "", causes)
+
+
+def default_spec(spec: Obj) -> Obj:
+    """Fill in the defaults the API server sets, so that updates compare like with like."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("serviceAccountName", "default")
+    for c in spec.get("containers") or []:
+        c.setdefault("imagePullPolicy", "IfNotPresent")
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("terminationMessagePolicy", "File")
+        c.setdefault("resources", {})
+    return spec
+
+
+def admit_new_pod(
+    body: Any,
+    namespace: str,
+    *,
+    now: float,
+    rng: random.Random,
+    name_taken: Callable[[str], bool],
+) -> Obj:
+    """Turn a create request body into a stored pod: check, name, default, reset status."""
+    if not isinstance(body, dict):
+        raise ApiError.bad_request("the request body must be a JSON object")
+    kind, api_version = body.get("kind"), body.get("apiVersion")
+    if kind not in (None, "Pod") or api_version not in (None, "v1"):
+        raise ApiError.bad_request(f"the API version in the data ({api_version}) does not match")
+    meta = body.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    body_ns = meta.get("namespace")
+    if body_ns not in (None, "", namespace):
+        raise ApiError.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    name = meta.get("name") or ""
+    generate = meta.get("generateName") or ""
+    if not name and generate:
+        for _ in range(100):
+            candidate = generate + "".join(rng.choice(_SUFFIX_CHARS) for _ in range(5))
+            if not name_taken(candidate):
+                name = candidate
+                break
+    pod: Obj = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {k: v for k, v in meta.items() if k not in SERVER_META},
+        "spec": dict(body.get("spec") or {})
+        if isinstance(body.get("spec"), dict)
+        else body.get("spec"),
+    }
+    pod["metadata"]["name"] = name
+    validate_pod(pod)
+    spec = default_spec(pod["spec"])
+    pod["metadata"].update(
+        namespace=namespace,
+        uid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        creationTimestamp=rfc3339(now),
+    )
+    pod["status"] = {"phase": "Pending", "qosClass": _qos(spec["containers"])}
+    return pod
+
+
+SERVER_META = frozenset(
+    {
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+        "selfLink",
+        "generation",
+        "managedFields",
+    }
+)
+
+
+def _qos(containers: list[Any]) -> str:
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            requests_any = True
+        if not limits or any(
+            requests.get(k, limits.get(k)) != limits.get(k) for k in ("cpu", "memory")
+        ):
+            guaranteed = False
+        if "cpu" not in limits or "memory" not in limits:
+            guaranteed = False
+    if guaranteed and requests_any:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"

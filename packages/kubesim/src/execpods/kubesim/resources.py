@@ -1,0 +1,354 @@
+"""The pod resource's semantics, independent of HTTP: what each verb does and returns.
+
+The server parses requests and writes responses; this module decides outcomes (status-only
+writes, preconditions, pagination, resourceVersion rules), so the behaviour can be read in one
+place.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from typing import Any
+
+import orjson
+from execpods.kubesim.cluster import Cluster
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.faults import Faults, RequestLog
+from execpods.kubesim.patch import apply_patch
+from execpods.kubesim.pods import SERVER_META, admit_new_pod, default_spec, validate_pod
+from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
+from execpods.kubesim.store import Obj, PodStore, Predicate
+
+__all__ = ["KUBERNETES_VERSION", "PodApi", "discovery", "namespace"]
+
+KUBERNETES_VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-kubesim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_POD_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+def discovery(path: str, address: Any) -> Obj | None:
+    """Discovery documents, enough for kubectl to find pods (None if ``path`` is not one)."""
+    if path == "/version":
+        return dict(KUBERNETES_VERSION)
+    if path == "/api":
+        host, port = address[0], address[1]
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{port}"}
+            ],
+        }
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+    if path == "/api/v1":
+        return {
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": [
+                {
+                    "name": "pods",
+                    "singularName": "pod",
+                    "namespaced": True,
+                    "kind": "Pod",
+                    "verbs": _POD_VERBS,
+                    "shortNames": ["po"],
+                    "categories": ["all"],
+                },
+                {
+                    "name": "pods/status",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Pod",
+                    "verbs": ["get", "patch", "update"],
+                },
+                {
+                    "name": "namespaces",
+                    "singularName": "namespace",
+                    "namespaced": False,
+                    "kind": "Namespace",
+                    "verbs": ["get"],
+                    "shortNames": ["ns"],
+                },
+            ],
+        }
+    if path in ("/healthz", "/readyz", "/livez"):
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}
+    return None
+
+
+def namespace(name: str) -> Obj:
+    """Every namespace exists in the simulator; this is what a GET of one returns."""
+    return {
+        "kind": "Namespace",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "resourceVersion": "1", "uid": f"namespace-{name}"},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def _int_rv(text: str, what: str = "resourceVersion") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError.bad_request(f"invalid {what}: {text!r}") from None
+    if value < 0:
+        raise ApiError.bad_request(f"invalid {what}: {text!r}")
+    return value
+
+
+def _pod_list(items: list[Obj], rv: int, cont: str | None = None, remaining: int = 0) -> Obj:
+    meta: Obj = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+        meta["remainingItemCount"] = remaining
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+
+
+class PodApi:
+    """The pod verbs over a store and a cluster, with faults and a request log alongside."""
+
+    def __init__(
+        self, *, store: PodStore, cluster: Cluster, faults: Faults, log: RequestLog
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.faults = faults
+        self.log = log
+        self._rng_lock = threading.Lock()
+
+    # -- selectors and versions ----------------------------------------------------------------
+
+    @staticmethod
+    def predicate(query: dict[str, str]) -> Predicate:
+        try:
+            labels = parse_label_selector(query.get("labelSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"))
+        except SelectorError as exc:
+            raise ApiError.bad_request(f"unable to parse selector: {exc}") from None
+        if not labels.requirements and not fields.terms:
+            return lambda _obj: True
+        if not fields.terms:
+            return labels.matches
+        return lambda obj: fields.matches(obj) and labels.matches(obj)
+
+    @staticmethod
+    def watch_start(query: dict[str, str]) -> int | None:
+        """None (start from the current state) for an unset or "0" resourceVersion."""
+        rv = query.get("resourceVersion", "")
+        if rv in ("", "0"):
+            return None
+        return _int_rv(rv)
+
+    def bookmark(self, rv: int) -> bytes:
+        obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
+        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    # -- verbs ---------------------------------------------------------------------------------
+
+    def list(self, namespace: str | None, query: dict[str, str]) -> Obj:
+        predicate = self.predicate(query)
+        if self.faults.take_expire():
+            raise ApiError.gone("too old resource version (injected by kubesim)")
+        exact: int | None = None
+        rv_text = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        if match and match not in ("Exact", "NotOlderThan"):
+            raise ApiError.bad_request(f"invalid resourceVersionMatch {match!r}")
+        if match and rv_text == "":
+            raise ApiError.bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is set"
+            )
+        if match == "Exact":
+            if rv_text == "0":
+                raise ApiError.bad_request('resourceVersionMatch "Exact" is forbidden for "0"')
+            exact = _int_rv(rv_text)
+        elif rv_text not in ("", "0"):
+            _int_rv(rv_text)
+        start_after: tuple[str, str] | None = None
+        token = query.get("continue", "")
+        if token:
+            try:
+                state = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+                exact, start_after = int(state["rv"]), (state["ns"], state["name"])
+            except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                raise ApiError.bad_request("invalid continue token") from None
+            if exact < self.store.compacted_rv:
+                raise ApiError.gone(
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter."
+                )
+        items, rv = self.store.list(namespace, predicate, exact_rv=exact)
+        if start_after is not None:
+            items = [
+                o
+                for o in items
+                if (o["metadata"]["namespace"], o["metadata"]["name"]) > start_after
+            ]
+        limit = int(query.get("limit") or 0)
+        if 0 < limit < len(items):
+            last = items[limit - 1]["metadata"]
+            state = {"rv": rv, "ns": last["namespace"], "name": last["name"]}
+            cont = base64.urlsafe_b64encode(orjson.dumps(state)).decode()
+            return _pod_list(items[:limit], rv, cont, len(items) - limit)
+        return _pod_list(items, rv)
+
+    def create(self, namespace: str, body: Any) -> Obj:
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        name = ""
+        if isinstance(meta, dict):
+            name = meta.get("name") or meta.get("generateName") or ""
+        self.faults.check_create(name)
+        clock = self.cluster.clock
+        with self._rng_lock:
+            pod = admit_new_pod(
+                body,
+                namespace,
+                now=clock.now(),
+                rng=self.cluster.rng,
+                name_taken=lambda n: self.store.name_taken(namespace, n),
+            )
+        return self.store.create(pod)
+
+    def get(self, namespace: str, name: str) -> Obj:
+        return self.store.get(namespace, name)
+
+    def _merge_write(self, old: Obj, new: Any, name: str, *, status: bool) -> Obj:
+        """The object a write produces: ``/status`` takes only status, the main resource takes
+        everything but status (and never the server-owned metadata)."""
+        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+            raise ApiError.bad_request("the request body must be a pod object")
+        new_meta = new.get("metadata") or {}
+        if new_meta.get("name", name) != name:
+            raise ApiError.bad_request("the name of the object does not match the name on the URL")
+        rv = new_meta.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise ApiError.conflict(
+                name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
+        if status:
+            result = dict(old)
+            result["status"] = new.get("status") or {}
+            return result
+        meta = {k: v for k, v in new_meta.items() if k not in SERVER_META}
+        for k in SERVER_META:
+            if k in old["metadata"]:
+                meta[k] = old["metadata"][k]
+        meta["name"] = name
+        spec = new.get("spec")
+        result = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "spec": default_spec(spec) if isinstance(spec, dict) else spec,
+            "status": old.get("status", {}),
+        }
+        validate_pod(result)
+        self._check_spec_update(old["spec"], result["spec"], name)
+        if old["metadata"].get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old["metadata"].get("finalizers") or [])
+            if added:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'Pod "{name}" is invalid: metadata.finalizers: Forbidden: '
+                    "no new finalizers can be added if the object is being deleted",
+                    name=name,
+                )
+        return result
+
+    @staticmethod
+    def _check_spec_update(old: Obj, new: Obj, name: str) -> None:
+        def mutable_view(spec: Obj) -> Obj:
+            view = {
+                k: v for k, v in spec.items() if k not in ("activeDeadlineSeconds", "tolerations")
+            }
+            view["containers"] = [
+                {k: v for k, v in c.items() if k != "image"} for c in spec.get("containers", [])
+            ]
+            if "nodeName" not in spec:
+                view.pop("nodeName", None)
+            return view
+
+        old_view, new_view = mutable_view(old), mutable_view(new)
+        if "nodeName" not in new and "nodeName" in old:
+            old_view.pop("nodeName", None)
+        if old_view != new_view:
+            raise ApiError.invalid(
+                name,
+                [
+                    {
+                        "reason": "FieldValueForbidden",
+                        "message": "Forbidden: pod updates may not change fields other than "
+                        "`spec.containers[*].image`, `spec.activeDeadlineSeconds` or "
+                        "`spec.tolerations` (only additions to existing tolerations)",
+                        "field": "spec",
+                    }
+                ],
+            )
+
+    def replace(self, namespace: str, name: str, body: Any, *, status: bool) -> Obj:
+        def mutate(old: Obj) -> Obj:
+            result = self._merge_write(old, body, name, status=status)
+            if "nodeName" not in result["spec"] and "nodeName" in old["spec"]:
+                result["spec"]["nodeName"] = old["spec"]["nodeName"]
+            return result
+
+        return self.store.update(namespace, name, mutate)
+
+    def patch(
+        self, namespace: str, name: str, content_type: str, body: Any, *, status: bool
+    ) -> Obj:
+        def mutate(old: Obj) -> Obj:
+            patched = apply_patch(content_type, old, body)
+            return self._merge_write(old, patched, name, status=status)
+
+        return self.store.update(namespace, name, mutate)
+
+    @staticmethod
+    def _grace(query: dict[str, str], options: Any) -> tuple[int | None, dict[str, Any]]:
+        if not isinstance(options, dict):
+            raise ApiError.bad_request("DeleteOptions must be a JSON object")
+        grace = options.get("gracePeriodSeconds")
+        if grace is None and query.get("gracePeriodSeconds"):
+            grace = _int_rv(query["gracePeriodSeconds"], "gracePeriodSeconds")
+        pre = options.get("preconditions") or {}
+        return (None if grace is None else int(grace)), pre
+
+    def delete(self, namespace: str, name: str, query: dict[str, str], options: Any) -> Obj:
+        grace, pre = self._grace(query, options)
+        return self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre)
+
+    def delete_collection(self, namespace: str, query: dict[str, str], options: Any) -> Obj:
+        """Delete every match with the same rules as a single delete; return what was deleted."""
+        grace, _ = self._grace(query, options)
+        items, _ = self.store.list(namespace, self.predicate(query))
+        deleted = []
+        for pod in items:
+            try:
+                deleted.append(
+                    self.cluster.delete(
+                        namespace,
+                        pod["metadata"]["name"],
+                        grace_period=grace,
+                        preconditions={"uid": pod["metadata"]["uid"]},
+                    )
+                )
+            except ApiError as err:
+                if err.code not in (404, 409):
+                    raise
+        return _pod_list(deleted, self.store.resource_version)

@@ -1,0 +1,423 @@
+"""The HTTP/1.1 server: routing, keep-alive, Status errors and chunked watch streams.
+
+Built on ``http.server`` so the simulator needs nothing but the standard library and orjson. Each
+connection gets a thread (a watch holds its connection); the server keeps track of them so that
+``close`` can end every connection and join every thread, leaving nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import orjson
+from execpods.kubesim import resources
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.faults import RequestRecord
+from execpods.kubesim.store import Watcher
+
+__all__ = ["ApiServer", "ServerContext", "parse_bool"]
+
+_log = logging.getLogger(__name__)
+
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status)?)?$")
+_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
+
+
+def parse_bool(value: str | None, name: str) -> bool:
+    """Go's ``strconv.ParseBool``, which is how the API server reads query booleans."""
+    if value is None or value == "":
+        return False
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ApiError.bad_request(f'invalid boolean value for "{name}": {value!r}')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerContext:
+    """What the request handlers need: the API implementation and the control endpoint."""
+
+    api: resources.PodApi
+    control: ControlHandler
+    bookmark_interval: float
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server_version = "kubesim"
+    sys_version = ""
+    server: ApiServer
+
+    # Silence the default stderr access log; requests go to the request log and DEBUG logging.
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("%s - %s", self.address_string(), format % args)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        length = self.headers.get("Content-Length")
+        if length:
+            return self.rfile.read(int(length))
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(parts)
+        return b""
+
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        lines = [
+            f"HTTP/1.1 {code} {self.responses.get(code, ('',))[0]}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+            f"Date: {self.date_time_string()}",
+        ]
+        for k, v in (headers or {}).items():
+            lines.append(f"{k}: {v}")
+        if self.close_connection:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.wfile.write(head + body)
+
+    def _dispatch(self, method: str) -> None:
+        started = time.perf_counter()
+        split = urlsplit(self.path)
+        path = split.path
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        try:
+            body = self._read_body()
+        except (ValueError, OSError):
+            self.close_connection = True
+            return
+        ctx = self.server.context
+        if path.startswith("/_kubesim/"):
+            self._control(method, path, body, ctx)
+            return
+        verb = "other"
+        status = 500
+        try:
+            verb, status = self._api(method, path, query, body, ctx)
+        except ApiError as err:
+            status = err.code
+            self._send(err.code, orjson.dumps(err.status()), headers=err.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:
+            _log.exception("kubesim: internal error serving %s %s", method, self.path)
+            status = 500
+            internal = ApiError(500, "InternalError", "Internal error occurred in kubesim")
+            self._send(500, orjson.dumps(internal.status()))
+        elapsed = time.perf_counter() - started
+        ctx.api.log.add(
+            RequestRecord(
+                method=method, path=path, query=query, status=status, verb=verb, duration=elapsed
+            )
+        )
+        _log.debug("%s %s -> %d (%.1f ms)", method, self.path, status, elapsed * 1000)
+
+    def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
+        try:
+            data = orjson.loads(body) if body.strip() else {}
+            code, result = ctx.control(method, path[len("/_kubesim/") :], data)
+            self._send(code, orjson.dumps(result))
+        except ApiError as err:
+            self._send(err.code, orjson.dumps(err.status()))
+        except RuntimeError as exc:
+            conflict = ApiError(409, "Conflict", f"kubesim control: {exc}")
+            self._send(409, orjson.dumps(conflict.status()))
+        except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
+            bad = ApiError.bad_request(f"kubesim control: {exc}")
+            self._send(400, orjson.dumps(bad.status()))
+
+    # -- API routing ---------------------------------------------------------------------------
+
+    def _api(
+        self, method: str, path: str, query: dict[str, str], body: bytes, ctx: ServerContext
+    ) -> tuple[str, int]:
+        api = ctx.api
+        discovery = resources.discovery(path, self.server.server_address)
+        if discovery is not None:
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+            self._send(200, orjson.dumps(discovery))
+            return "discovery", 200
+        if m := _NAMESPACE.match(path):
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
+            self._send(200, orjson.dumps(resources.namespace(m.group(1))))
+            return "get", 200
+        namespace: str | None
+        name: str | None
+        subresource = False
+        watch_path = False
+        if path == "/api/v1/pods":
+            namespace, name = None, None
+        elif m := _POD.match(path):
+            namespace, name, subresource = m.group(1), m.group(2), m.group(3) is not None
+        elif m := _WATCH.match(path):
+            namespace, name, watch_path = m.group(1), m.group(2), True
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if api.faults.latency:
+            time.sleep(api.faults.latency)
+        api.faults.check_request()
+        if name is None or watch_path:
+            if method == "GET":
+                if watch_path or parse_bool(query.get("watch"), "watch"):
+                    if name is not None:
+                        sel = query.get("fieldSelector")
+                        extra = f"metadata.name={name}"
+                        query["fieldSelector"] = f"{sel},{extra}" if sel else extra
+                    self._watch(namespace, query, api, ctx.bookmark_interval)
+                    return "watch", 200
+                return "list", self._reply(200, api.list(namespace, query))
+            if namespace is None:
+                raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
+            if method == "POST":
+                return "create", self._reply(201, api.create(namespace, self._json(body)))
+            if method == "DELETE":
+                options = self._json(body) if body.strip() else {}
+                return "deletecollection", self._reply(
+                    200, api.delete_collection(namespace, query, options)
+                )
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
+        assert namespace is not None
+        if method == "GET":
+            return "get", self._reply(200, api.get(namespace, name))
+        if method == "PUT":
+            return "update", self._reply(
+                200, api.replace(namespace, name, self._json(body), status=subresource)
+            )
+        if method == "PATCH":
+            ctype = self.headers.get("Content-Type", "")
+            return "patch", self._reply(
+                200, api.patch(namespace, name, ctype, self._json(body), status=subresource)
+            )
+        if method == "DELETE" and not subresource:
+            options = self._json(body) if body.strip() else {}
+            return "delete", self._reply(200, api.delete(namespace, name, query, options))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+    @staticmethod
+    def _json(body: bytes) -> Any:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+    def _reply(self, code: int, obj: Any) -> int:
+        self._send(code, orjson.dumps(obj))
+        return code
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    def _chunk(self, data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def _watch(
+        self,
+        namespace: str | None,
+        query: dict[str, str],
+        api: resources.PodApi,
+        bookmark_interval: float,
+    ) -> None:
+        predicate = api.predicate(query)
+        since = api.watch_start(query)
+        bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
+        timeout_text = query.get("timeoutSeconds")
+        try:
+            timeout = float(timeout_text) if timeout_text else 1800.0
+        except ValueError:
+            raise ApiError.bad_request(f"invalid timeoutSeconds {timeout_text!r}") from None
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\nDate: {self.date_time_string()}\r\n\r\n"
+        ).encode("latin-1")
+        watcher: Watcher | None = None
+        error: dict[str, Any] | None = None
+        initial: list[tuple[str, bytes]] = []
+        if api.faults.take_expire():
+            error = ApiError.gone("too old resource version (injected by kubesim)").status()
+        else:
+            try:
+                watcher, initial = api.store.watch(namespace, predicate, since)
+            except ApiError as err:
+                error = err.status()
+        wfile = self.wfile
+        try:
+            first = [head] + [self._chunk(data) for _, data in initial]
+            wfile.write(b"".join(first))
+            if watcher is not None:
+                error = self._stream(watcher, timeout, bookmarks, bookmark_interval, api)
+                if watcher.abrupt:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+            tail = []
+            if error is not None:
+                line = orjson.dumps({"type": "ERROR", "object": error}) + b"\n"
+                tail.append(self._chunk(line))
+            tail.append(b"0\r\n\r\n")
+            wfile.write(b"".join(tail))
+        except OSError:
+            self.close_connection = True
+        finally:
+            if watcher is not None:
+                api.store.unwatch(watcher)
+
+    def _stream(
+        self,
+        watcher: Watcher,
+        timeout: float,
+        bookmarks: bool,
+        interval: float,
+        api: resources.PodApi,
+    ) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + interval
+        wfile = self.wfile
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            wait = deadline - now
+            if bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - now))
+            batch = watcher.wait(wait)
+            out = []
+            for ev in batch:
+                kind = watcher.translate(ev)
+                if kind is not None:
+                    out.append(self._chunk(ev.encode(kind)))
+            if out:
+                wfile.write(b"".join(out))
+            if watcher.closed:
+                return watcher.error
+            if bookmarks and time.monotonic() >= next_bookmark:
+                wfile.write(self._chunk(api.bookmark(watcher.last_rv)))
+                next_bookmark = time.monotonic() + interval
+        if bookmarks:
+            wfile.write(self._chunk(api.bookmark(watcher.last_rv)))
+        return None
+
+
+class ApiServer(ThreadingHTTPServer):
+    """A threading HTTP server that tracks its connections so ``close`` leaves nothing behind."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, host: str, port: int, context: ServerContext) -> None:
+        self.context = context
+        self._conn_lock = threading.Lock()
+        self._conns: dict[threading.Thread, socket.socket] = {}
+        self._serial = 0
+        self._serve_thread: threading.Thread | None = None
+        super().__init__((host, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start(self) -> None:
+        self._serve_thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="kubesim-server",
+            daemon=True,
+        )
+        self._serve_thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            self._serial += 1
+            thread = threading.Thread(
+                target=self._serve_connection,
+                args=(request, client_address),
+                name=f"kubesim-conn-{self._serial}",
+                daemon=True,
+            )
+            self._conns[thread] = request
+        thread.start()
+
+    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except (ConnectionError, OSError):
+            pass
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            with self._conn_lock:
+                self._conns.pop(threading.current_thread(), None)
+
+    def connection_count(self) -> int:
+        with self._conn_lock:
+            return len(self._conns)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop accepting, end every connection (watches included) and join every thread."""
+        if self._serve_thread is not None:
+            self.shutdown()
+            self._serve_thread.join(timeout)
+            self._serve_thread = None
+        self.server_close()
+        self.context.api.store.close_watchers()
+        with self._conn_lock:
+            conns = list(self._conns.items())
+        for _, sock in conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for thread, _ in conns:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,327 @@
+"""The object store: pods, resourceVersions, a bounded event window and watch fan-out.
+
+Stored objects are never mutated after a commit; writers work on a copy. That lets lists and watch
+events share objects by reference, and lets each event be serialised once for every watcher.
+All commits happen under one lock, so every watcher sees events in resourceVersion order.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from execpods.kubesim.errors import ApiError
+
+__all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj"]
+
+_log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+Predicate = Callable[[Obj], bool]
+
+
+def copy_obj(obj: Obj) -> Obj:
+    """A deep copy (orjson round trip: faster than ``copy.deepcopy`` for JSON data)."""
+    result: Obj = orjson.loads(orjson.dumps(obj))
+    return result
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj["metadata"]
+    return (meta["namespace"], meta["name"])
+
+
+@dataclass(slots=True)
+class Event:
+    """A committed change. ``old`` is None for ADDED; for DELETED ``new`` is the final object."""
+
+    rv: int
+    type: str
+    old: Obj | None
+    new: Obj
+    _encoded: dict[str, bytes] = field(default_factory=dict)
+
+    def encode(self, event_type: str) -> bytes:
+        """The watch line for this event as ``event_type``, serialised once and shared."""
+        data = self._encoded.get(event_type)
+        if data is None:
+            data = orjson.dumps({"type": event_type, "object": self.new}) + b"\n"
+            self._encoded[event_type] = data
+        return data
+
+
+class Watcher:
+    """One open watch: a queue the store appends every event to, filtered by its consumer.
+
+    Filtering happens in the consumer so the watcher knows the newest resourceVersion it has
+    processed even when nothing matched, which is what a BOOKMARK must carry.
+    """
+
+    def __init__(self, *, namespace: str | None, predicate: Predicate, start_rv: int) -> None:
+        self.namespace = namespace
+        self.predicate = predicate
+        self.last_rv = start_rv
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[Event] = deque()
+        self.closed = False
+        self.abrupt = False
+        self.error: Obj | None = None
+
+    def push(self, event: Event) -> None:
+        with self._cond:
+            self._queue.append(event)
+            self._cond.notify()
+
+    def close(self, *, abrupt: bool = False, error: Obj | None = None) -> None:
+        """End the watch: ``abrupt`` drops the connection instead of ending the stream cleanly;
+        ``error`` (a Status) is sent as an ERROR event first, as for a 410 mid-watch."""
+        with self._cond:
+            self.closed = True
+            self.abrupt = self.abrupt or abrupt
+            if error is not None and self.error is None:
+                self.error = error
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None) -> list[Event]:
+        """Return queued events, waiting up to ``timeout`` for the first one."""
+        with self._cond:
+            if not self._queue and not self.closed:
+                self._cond.wait(timeout)
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
+    def translate(self, event: Event) -> str | None:
+        """The event type this watcher must send for ``event``, or None to skip it.
+
+        An update that moves an object out of the selection is a DELETED, into it an ADDED.
+        """
+        self.last_rv = max(self.last_rv, event.rv)
+        new = event.new
+        if self.namespace is not None and new["metadata"]["namespace"] != self.namespace:
+            return None
+        if event.type == "ADDED":
+            return "ADDED" if self.predicate(new) else None
+        if event.type == "DELETED":
+            return "DELETED" if self.predicate(event.old or new) else None
+        was = event.old is not None and self.predicate(event.old)
+        now = self.predicate(new)
+        if was and now:
+            return "MODIFIED"
+        if was:
+            return "DELETED"
+        return "ADDED" if now else None
+
+
+class PodStore:
+    """Pods keyed by (namespace, name) with a global, monotonically increasing resourceVersion."""
+
+    def __init__(self, *, event_window: int = 10_000) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._objects: dict[Key, Obj] = {}
+        self._rv = 1
+        self._log: deque[Event] = deque()
+        self._window = max(1, event_window)
+        self._compacted = 0  # every event with rv <= this is gone from the log
+        self._watchers: set[Watcher] = set()
+        self._listeners: list[Callable[[Event], None]] = []
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    @property
+    def compacted_rv(self) -> int:
+        return self._compacted
+
+    def get(self, namespace: str, name: str) -> Obj:
+        obj = self._objects.get((namespace, name))
+        if obj is None:
+            raise ApiError.not_found(name)
+        return obj
+
+    def find(self, namespace: str, name: str) -> Obj | None:
+        return self._objects.get((namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def list(
+        self,
+        namespace: str | None = None,
+        predicate: Predicate | None = None,
+        *,
+        exact_rv: int | None = None,
+    ) -> tuple[builtins.list[Obj], int]:
+        """Matching objects in key order and the list's resourceVersion.
+
+        With ``exact_rv`` the state as of that version is rebuilt from the event window, or 410
+        if the window no longer reaches back that far.
+        """
+        with self._lock:
+            rv = self._rv
+            if exact_rv is None or exact_rv >= rv:
+                state = self._objects
+            else:
+                if exact_rv < self._compacted:
+                    raise ApiError.gone(
+                        f"The resourceVersion for the provided list is too old: {exact_rv}"
+                    )
+                state = dict(self._objects)
+                for ev in reversed(self._log):
+                    if ev.rv <= exact_rv:
+                        break
+                    k = key_of(ev.new)
+                    if ev.old is None:
+                        state.pop(k, None)
+                    else:
+                        state[k] = ev.old
+                rv = exact_rv
+            keys: Iterable[Key] = state
+            if namespace is not None:
+                keys = (k for k in keys if k[0] == namespace)
+            items = [state[k] for k in sorted(keys)]
+        if predicate is not None:
+            items = [o for o in items if predicate(o)]
+        return items, rv
+
+    # -- listeners (the simulated cluster) -----------------------------------------------------
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None:
+        """Call ``listener`` after every commit, outside the store lock, in the writer's thread."""
+        self._listeners.append(listener)
+
+    def _notify(self, event: Event) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                _log.exception("kubesim store listener failed")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _commit(self, event_type: str, old: Obj | None, new: Obj) -> Event:
+        # Caller holds the lock.
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        event = Event(self._rv, event_type, old, new)
+        if event_type == "DELETED":
+            del self._objects[key_of(new)]
+        else:
+            self._objects[key_of(new)] = new
+        if len(self._log) >= self._window:
+            self._compacted = self._log.popleft().rv
+        self._log.append(event)
+        for w in self._watchers:
+            w.push(event)
+        return event
+
+    def create(self, obj: Obj) -> Obj:
+        """Store a new object (its metadata already complete); 409 if the name is taken."""
+        with self._lock:
+            if key_of(obj) in self._objects:
+                name = obj["metadata"]["name"]
+                raise ApiError(409, "AlreadyExists", f'pods "{name}" already exists', name=name)
+            event = self._commit("ADDED", None, obj)
+        self._notify(event)
+        return obj
+
+    def name_taken(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._objects
+
+    def update(self, namespace: str, name: str, mutate: Callable[[Obj], Obj | None]) -> Obj:
+        """Apply ``mutate`` to a copy of the object and commit the result.
+
+        A result that equals the stored object (ignoring resourceVersion) commits nothing: a write
+        that changes nothing must not bump the resourceVersion or emit an event.
+        """
+        with self._lock:
+            old = self._objects.get((namespace, name))
+            if old is None:
+                raise ApiError.not_found(name)
+            new = mutate(copy_obj(old))
+            if new is None:
+                return old
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            if new == old:
+                return old
+            event = self._commit("MODIFIED", old, new)
+        self._notify(event)
+        return new
+
+    def remove(self, namespace: str, name: str, uid: str | None = None) -> Obj | None:
+        """Delete the object for good (a DELETED event); None if absent or a different uid."""
+        with self._lock:
+            old = self._objects.get((namespace, name))
+            if old is None or (uid is not None and old["metadata"].get("uid") != uid):
+                return None
+            new = copy_obj(old)
+            event = self._commit("DELETED", old, new)
+        self._notify(event)
+        return new
+
+    # -- watching ------------------------------------------------------------------------------
+
+    def watch(
+        self, namespace: str | None, predicate: Predicate, since: int | None
+    ) -> tuple[Watcher, builtins.list[tuple[str, bytes]]]:
+        """Open a watch and return it with the events to send first.
+
+        Without ``since``: one synthetic ADDED per current matching object. With ``since``: every
+        retained event after it, or 410 if the window has been compacted past it.
+        """
+        with self._lock:
+            initial: list[tuple[str, bytes]] = []
+            if since is None:
+                watcher = Watcher(namespace=namespace, predicate=predicate, start_rv=self._rv)
+                for k in sorted(self._objects):
+                    obj = self._objects[k]
+                    if (namespace is None or k[0] == namespace) and predicate(obj):
+                        data = orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
+                        initial.append(("ADDED", data))
+            else:
+                if since < self._compacted:
+                    raise ApiError.gone(f"too old resource version: {since} ({self._compacted})")
+                watcher = Watcher(namespace=namespace, predicate=predicate, start_rv=since)
+                for ev in self._log:
+                    if ev.rv > since:
+                        watcher.push(ev)
+            self._watchers.add(watcher)
+            self._lock.notify_all()
+        return watcher, initial
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers.discard(watcher)
+
+    def watcher_count(self) -> int:
+        return len(self._watchers)
+
+    def wait_for_watchers(self, count: int, timeout: float) -> bool:
+        """Block until at least ``count`` watches are open (tests use it to avoid races)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self._watchers) >= count, timeout)
+
+    def close_watchers(self, *, abrupt: bool = False, error: Obj | None = None) -> int:
+        """End every open watch (a fault, or shutdown); returns how many there were."""
+        with self._lock:
+            watchers = list(self._watchers)
+        for w in watchers:
+            w.close(abrupt=abrupt, error=error)
+        return len(watchers)
+
+    def compact(self) -> int:
+        """Forget every retained event: a watch or exact list from any older version gets 410."""
+        with self._lock:
+            self._log.clear()
+            self._compacted = self._rv
+            return self._rv
