@@ -1,1 +1,71 @@
-"""Placeholder; filled in by its issue."""
+"""execpods.k8s: the core's sources and pod operations over the official `kubernetes` client.
+
+The sidecar imports only from here. `connect`/`api_client_from` build the client; an `ApiGateway`
+binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperations` and
+`ExecutorPodTemplateBuilder` implement the core's `PodOperations` and `ExecutorPodBuilder`;
+`WatchSource` and `PollSource` implement `SnapshotSource` and feed a `SnapshotsStore`.
+"""
+
+from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
+from execpods.k8s.builder import (
+    EXECUTOR_CONTAINER_NAME,
+    ExecutorPodTemplateBuilder,
+    executor_pod_name,
+    load_template,
+    sanitize_prefix,
+)
+from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
+from execpods.k8s.convert import (
+    MalformedPod,
+    pod_from_dict,
+    pod_from_dict_strict,
+    pod_from_model,
+    pods_from_list,
+    pods_from_list_json,
+)
+from execpods.k8s.errors import (
+    DriverPodNotFound,
+    ResourceExpired,
+    error_from_status,
+    map_api_exception,
+    map_error,
+)
+from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.poll import PollSource
+from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
+from execpods.k8s.watch import WatchSource, WatchStats
+
+__all__ = [
+    "EXECUTOR_CONTAINER_NAME",
+    "ApiGateway",
+    "Backoff",
+    "DriverPodNotFound",
+    "EventWaiter",
+    "ExecutorPodTemplateBuilder",
+    "KubernetesPodOperations",
+    "KubernetesSettings",
+    "MalformedPod",
+    "PollSource",
+    "ResourceExpired",
+    "Waiter",
+    "WatchSource",
+    "WatchStats",
+    "api_client_from",
+    "connect",
+    "error_from_status",
+    "executor_pod_name",
+    "in_cluster",
+    "is_known_key",
+    "load_template",
+    "map_api_exception",
+    "map_error",
+    "parse_memory_mib",
+    "pod_from_dict",
+    "pod_from_dict_strict",
+    "pod_from_model",
+    "pods_from_list",
+    "pods_from_list_json",
+    "resolve_namespace",
+    "sanitize_prefix",
+]

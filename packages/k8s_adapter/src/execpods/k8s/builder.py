@@ -1,0 +1,212 @@
+"""The executor pod manifest: a template file plus image, resources, environment and labels.
+
+Mirrors Spark's basic executor feature step: the pod is named `<prefix>-exec-<id>` (prefix defaults
+to the app id, made DNS-1123 valid), labelled as the app's executor, given the image, CPU and memory
+(heap + overhead) and the environment the executor needs, and owned by the driver pod when one is
+configured, so Kubernetes garbage-collects the executors when the driver goes away.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+from execpods.core import (
+    DEFAULT_RESOURCE_PROFILE_ID,
+    SPARK_LABELS,
+    ExecutorLabels,
+    PodManifest,
+    PodNotFound,
+    SettingsError,
+)
+from execpods.k8s.errors import DriverPodNotFound
+from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.settings import KubernetesSettings
+
+EXECUTOR_CONTAINER_NAME = "spark-kubernetes-executor"
+MAX_POD_NAME_LENGTH = 63
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def sanitize_prefix(raw: str) -> str:
+    """A DNS-1123 label prefix from any string (an app id may hold `_`, `.` or capitals)."""
+    lowered = re.sub(r"[^a-z0-9-]+", "-", raw.lower())
+    collapsed = re.sub(r"-{2,}", "-", lowered).strip("-")
+    return collapsed or "spark"
+
+
+def executor_pod_name(prefix: str, executor_id: int) -> str:
+    """`<prefix>-exec-<id>`, the prefix cut so the name stays a valid 63-character label."""
+    suffix = f"-exec-{executor_id}"
+    cut = prefix[: MAX_POD_NAME_LENGTH - len(suffix)].rstrip("-")
+    return f"{cut}{suffix}"
+
+
+def load_template(path: str | Path) -> PodManifest:
+    """A pod template from a YAML file; a missing or non-pod file is a `SettingsError`."""
+    key = "spark.kubernetes.executor.podTemplateFile"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise SettingsError(f"{key}: cannot read {str(path)!r}: {error.strerror}") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SettingsError(f"{key}: {str(path)!r} is not valid YAML: {error}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
+        raise SettingsError(f"{key}: {str(path)!r} is not a Pod manifest")
+    return loaded
+
+
+def owner_reference(driver_pod: Mapping[str, Any]) -> dict[str, object]:
+    """An owner reference to the driver pod (controller, so GC removes executors with it)."""
+    metadata = driver_pod.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": metadata.get("name"),
+        "uid": metadata.get("uid"),
+        "controller": True,
+    }
+
+
+def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
+def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The template's env entries with `extra` set on top (same name: ours wins)."""
+    entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
+    kept = [e for e in entries if e.get("name") not in extra]
+    return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorPodTemplateBuilder:
+    """The core's `ExecutorPodBuilder`: deterministic manifests from settings and a template."""
+
+    settings: KubernetesSettings
+    namespace: str
+    labels: ExecutorLabels = SPARK_LABELS
+    template: PodManifest = field(default_factory=dict)
+    owner: Mapping[str, object] | None = None
+    extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        prefix = self.settings.pod_name_prefix
+        if prefix is not None and _DNS_LABEL.match(prefix) is None:
+            raise SettingsError(
+                f"spark.kubernetes.executor.podNamePrefix={prefix!r} is invalid: it must be a "
+                "DNS-1123 label (lowercase letters, digits and '-')"
+            )
+        if self.settings.image is None and self._template_image() is None:
+            raise SettingsError(
+                "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
+                "is required: the pod template names no image"
+            )
+
+    @classmethod
+    def create(
+        cls,
+        settings: KubernetesSettings,
+        operations: KubernetesPodOperations,
+        *,
+        labels: ExecutorLabels = SPARK_LABELS,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> ExecutorPodTemplateBuilder:
+        """A builder with the template loaded and the driver pod (if configured) looked up."""
+        template = load_template(settings.pod_template_file) if settings.pod_template_file else {}
+        owner = None
+        if settings.driver_pod_name is not None:
+            try:
+                driver = operations.get(settings.driver_pod_name)
+            except PodNotFound:
+                raise DriverPodNotFound(settings.driver_pod_name, operations.namespace) from None
+            owner = owner_reference(driver)
+        return cls(
+            settings=settings,
+            namespace=operations.namespace,
+            labels=labels,
+            template=template,
+            owner=owner,
+            extra_env=MappingProxyType(dict(extra_env or {})),
+        )
+
+    def _template_image(self) -> str | None:
+        containers = (self.template.get("spec") or {}).get("containers") or []
+        if containers and isinstance(containers[0], dict):
+            image = containers[0].get("image")
+            return image if isinstance(image, str) else None
+        return None
+
+    def pod_name(self, *, executor_id: int, app_id: str) -> str:
+        prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
+        return executor_pod_name(prefix, executor_id)
+
+    def build(
+        self,
+        *,
+        executor_id: int,
+        app_id: str,
+        resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+    ) -> PodManifest:
+        pod: dict[str, Any] = copy.deepcopy(self.template)
+        pod["apiVersion"] = "v1"
+        pod["kind"] = "Pod"
+        name = self.pod_name(executor_id=executor_id, app_id=app_id)
+        metadata = _section(pod, "metadata")
+        metadata["name"] = name
+        metadata["namespace"] = self.namespace
+        metadata.pop("resourceVersion", None)
+        metadata.pop("uid", None)
+        labels = _section(metadata, "labels")
+        labels.update(self.labels.for_executor(app_id, executor_id))
+        labels[self.labels.resource_profile_id] = str(resource_profile_id)
+        if self.owner is not None:
+            metadata["ownerReferences"] = [dict(self.owner)]
+        spec = _section(pod, "spec")
+        spec["restartPolicy"] = "Never"
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            containers = [{"name": EXECUTOR_CONTAINER_NAME}]
+            spec["containers"] = containers
+        container = containers[0]
+        container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        if self.settings.image is not None:
+            container["image"] = self.settings.image
+        container["env"] = _merge_env(container.get("env"), self._env(executor_id, app_id, name))
+        self._set_resources(_section(container, "resources"))
+        return pod
+
+    def _env(self, executor_id: int, app_id: str, pod_name: str) -> dict[str, str]:
+        return {
+            **self.settings.executor_env,
+            **self.extra_env,
+            "SPARK_EXECUTOR_ID": str(executor_id),
+            "SPARK_APPLICATION_ID": app_id,
+            "SPARK_EXECUTOR_CORES": str(self.settings.executor_cores),
+            "SPARK_EXECUTOR_MEMORY": f"{self.settings.executor_memory_mib}m",
+            "SPARK_EXECUTOR_POD_NAME": pod_name,
+        }
+
+    def _set_resources(self, resources: dict[str, Any]) -> None:
+        memory = f"{self.settings.pod_memory_mib}Mi"
+        requests = _section(resources, "requests")
+        limits = _section(resources, "limits")
+        requests["cpu"] = self.settings.cpu_request
+        requests["memory"] = memory
+        limits["memory"] = memory
+        if self.settings.limit_cores is not None:
+            limits["cpu"] = self.settings.limit_cores

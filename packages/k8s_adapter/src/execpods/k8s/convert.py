@@ -1,0 +1,201 @@
+"""Pods as the API spells them in JSON -> the core's `ExecutorPod`.
+
+This is the hot path: every watch event and every listed pod goes through `pod_from_dict`. It reads
+the raw JSON (parsed by orjson) directly, because the client's model deserialisation costs about a
+millisecond per pod and dominated CPU at scale. A malformed pod (no name, wrong types) is logged
+at WARNING and skipped: one bad object must never take a source loop down.
+
+`pod_from_model` (the client's `V1Pod` path) exists only so the benchmark can compare the two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from execpods.core import (
+    ContainerRunning,
+    ContainerState,
+    ContainerStatus,
+    ContainerTerminated,
+    ContainerWaiting,
+    ExecutorPod,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class MalformedPod(ValueError):
+    """The object is not a pod the core can use; the message says which field is wrong."""
+
+
+def parse_timestamp(value: object, field_name: str) -> datetime | None:
+    """An RFC 3339 timestamp ("2026-01-01T00:00:00Z", maybe fractional) as an aware time."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise MalformedPod(f"{field_name} is not a string: {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise MalformedPod(f"{field_name} is not an RFC 3339 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _mapping(value: object, field_name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MalformedPod(f"{field_name} is not an object: {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: object, field_name: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedPod(f"{field_name} is not a string: {value!r}")
+
+
+def _int(value: object, field_name: str, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise MalformedPod(f"{field_name} is not an integer: {value!r}")
+
+
+def _labels(value: object) -> dict[str, str]:
+    labels = _mapping(value, "metadata.labels")
+    for key, label in labels.items():
+        if not isinstance(label, str):
+            raise MalformedPod(f"label {key!r} is not a string: {label!r}")
+    return dict(labels)
+
+
+def _container_state(raw: Mapping[str, Any], where: str) -> ContainerState | None:
+    terminated = raw.get("terminated")
+    if terminated is not None:
+        t = _mapping(terminated, f"{where}.terminated")
+        signal = t.get("signal")
+        return ContainerTerminated(
+            exit_code=_int(t.get("exitCode"), f"{where}.terminated.exitCode"),
+            reason=_opt_str(t.get("reason"), f"{where}.terminated.reason"),
+            message=_opt_str(t.get("message"), f"{where}.terminated.message"),
+            signal=None if signal is None else _int(signal, f"{where}.terminated.signal"),
+        )
+    running = raw.get("running")
+    if running is not None:
+        r = _mapping(running, f"{where}.running")
+        return ContainerRunning(started_at=parse_timestamp(r.get("startedAt"), f"{where}.started"))
+    waiting = raw.get("waiting")
+    if waiting is not None:
+        w = _mapping(waiting, f"{where}.waiting")
+        return ContainerWaiting(
+            reason=_opt_str(w.get("reason"), f"{where}.waiting.reason"),
+            message=_opt_str(w.get("message"), f"{where}.waiting.message"),
+        )
+    return None
+
+
+def _container_statuses(value: object) -> tuple[ContainerStatus, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise MalformedPod("status.containerStatuses is not a list")
+    statuses = []
+    for index, item in enumerate(value):
+        where = f"status.containerStatuses[{index}]"
+        raw = _mapping(item, where)
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise MalformedPod(f"{where}.name is missing or not a string")
+        statuses.append(
+            ContainerStatus(
+                name=name,
+                state=_container_state(_mapping(raw.get("state"), f"{where}.state"), where),
+                ready=raw.get("ready") is True,
+                restart_count=_int(raw.get("restartCount"), f"{where}.restartCount", 0),
+                image=_opt_str(raw.get("image"), f"{where}.image"),
+            )
+        )
+    return tuple(statuses)
+
+
+def pod_from_dict_strict(obj: object) -> ExecutorPod:
+    """Convert one pod, raising `MalformedPod` on anything the core could not use."""
+    pod = _mapping(obj, "pod")
+    metadata = _mapping(pod.get("metadata"), "metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise MalformedPod("metadata.name is missing")
+    spec = _mapping(pod.get("spec"), "spec")
+    status = _mapping(pod.get("status"), "status")
+    namespace = _opt_str(metadata.get("namespace"), "metadata.namespace")
+    return ExecutorPod(
+        name=name,
+        namespace=namespace or "default",
+        labels=_labels(metadata.get("labels")),
+        uid=_opt_str(metadata.get("uid"), "metadata.uid"),
+        phase=_opt_str(status.get("phase"), "status.phase"),
+        reason=_opt_str(status.get("reason"), "status.reason"),
+        message=_opt_str(status.get("message"), "status.message"),
+        creation_timestamp=parse_timestamp(
+            metadata.get("creationTimestamp"), "metadata.creationTimestamp"
+        ),
+        deletion_timestamp=parse_timestamp(
+            metadata.get("deletionTimestamp"), "metadata.deletionTimestamp"
+        ),
+        container_statuses=_container_statuses(status.get("containerStatuses")),
+        node_name=_opt_str(spec.get("nodeName"), "spec.nodeName"),
+        pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
+        resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
+    )
+
+
+def _name_of(obj: object) -> str:
+    if isinstance(obj, dict):
+        metadata = obj.get("metadata")
+        if isinstance(metadata, dict):
+            return repr(metadata.get("name"))
+    return "<unnamed>"
+
+
+def pod_from_dict(obj: object) -> ExecutorPod | None:
+    """Convert one pod; a malformed one is logged at WARNING (with the reason) and gives None."""
+    try:
+        return pod_from_dict_strict(obj)
+    except MalformedPod as error:
+        logger.warning("Skipping malformed pod %s: %s", _name_of(obj), error)
+        return None
+
+
+def pods_from_list(obj: object) -> tuple[list[ExecutorPod], str | None]:
+    """The pods of a parsed `PodList` (malformed ones skipped) and its resourceVersion."""
+    body = _mapping(obj, "pod list")
+    items = body.get("items") or []
+    if not isinstance(items, list):
+        raise MalformedPod("items of the pod list is not a list")
+    metadata = _mapping(body.get("metadata"), "list metadata")
+    version = _opt_str(metadata.get("resourceVersion"), "list metadata.resourceVersion")
+    pods = [pod for pod in map(pod_from_dict, items) if pod is not None]
+    return pods, version
+
+
+def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:
+    """`pods_from_list` straight from the response bytes of a list call."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise MalformedPod(f"the pod list is not JSON: {error}") from None
+    return pods_from_list(parsed)
+
+
+def pod_from_model(model: object, api_client: Any) -> ExecutorPod | None:
+    """The client-model path (`V1Pod` -> ExecutorPod), kept only for the benchmark comparison."""
+    raw: object = api_client.sanitize_for_serialization(model)
+    return pod_from_dict(raw)

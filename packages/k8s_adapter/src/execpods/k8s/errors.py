@@ -1,0 +1,134 @@
+"""API failures -> the typed errors the core understands.
+
+The reconcilers decide from the type alone: retry next round (`ApiUnavailable`), wait
+(`ApiThrottled.retry_after`), give up on this pod (`PodInvalid`, `PodAdmissionRejected`), or treat
+it as done (`PodNotFound` on delete). Nothing outside this package ever sees an `ApiException`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import urllib3
+from execpods.core import (
+    ApiThrottled,
+    ApiUnavailable,
+    ExecpodsError,
+    PodAdmissionRejected,
+    PodConflict,
+    PodForbidden,
+    PodInvalid,
+    PodNotFound,
+    PodOperationError,
+)
+from kubernetes.client.exceptions import ApiException
+
+
+class ResourceExpired(PodOperationError):
+    """410 Gone: the resourceVersion is too old; a watcher must re-list (the core never sees it)."""
+
+    status = 410
+
+
+class DriverPodNotFound(ExecpodsError):
+    """The configured driver pod does not exist, so executors could not be owned by it."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        super().__init__(
+            f"Driver pod {name!r} was not found in namespace {namespace!r}; check "
+            "spark.kubernetes.driver.pod.name and spark.kubernetes.namespace."
+        )
+        self.name = name
+        self.namespace = namespace
+
+
+_ADMISSION_WORDS = ("quota", "admission", "webhook")
+
+
+def _status_body(body: object) -> dict[str, Any]:
+    """The v1 Status of an error response, or {} when the body is not one."""
+    if not body:
+        return {}
+    try:
+        parsed = orjson.loads(body if isinstance(body, bytes | str) else str(body))
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _retry_after(headers: object, status: dict[str, Any]) -> float | None:
+    """Retry-After (seconds) from the header, else from the Status details."""
+    raw: object = None
+    if headers is not None and hasattr(headers, "get"):
+        raw = headers.get("Retry-After")
+    if raw is None:
+        details = status.get("details")
+        if isinstance(details, dict):
+            raw = details.get("retryAfterSeconds")
+    try:
+        return None if raw is None else max(0.0, float(str(raw)))
+    except ValueError:
+        return None
+
+
+def error_from_status(
+    code: int, message: str, *, what: str, retry_after: float | None = None
+) -> PodOperationError:
+    """The typed error for an HTTP status code and the API's message."""
+    text = f"{what} failed: {code} {message}".strip()
+    lowered = message.lower()
+    if code == 404:
+        return PodNotFound(text)
+    if code == 409:
+        return PodConflict(text)
+    if code == 410:
+        return ResourceExpired(text)
+    if code == 403:
+        if any(word in lowered for word in _ADMISSION_WORDS):
+            return PodAdmissionRejected(text, status=403)
+        return PodForbidden(text)
+    if code == 422:
+        if "exceeded quota" in lowered:
+            return PodAdmissionRejected(text, status=422)
+        return PodInvalid(text)
+    if code == 429:
+        return ApiThrottled(text, retry_after=retry_after)
+    if code >= 500 or code == 0:
+        return ApiUnavailable(text, status=code or None)
+    return PodOperationError(text, status=code)
+
+
+def map_api_exception(error: ApiException, *, what: str) -> PodOperationError:
+    """The typed error for an `ApiException` the client raised."""
+    status = _status_body(getattr(error, "body", None))
+    code = int(getattr(error, "status", 0) or 0)
+    message = status.get("message")
+    if not isinstance(message, str):
+        message = str(getattr(error, "reason", "") or "")
+    return error_from_status(
+        code, message, what=what, retry_after=_retry_after(error.headers, status)
+    )
+
+
+def map_error(error: BaseException, *, what: str) -> PodOperationError | None:
+    """Any failure of a call -> a typed error; None when it is not an API/transport failure."""
+    if isinstance(error, PodOperationError):
+        return error
+    if isinstance(error, ApiException):
+        return map_api_exception(error, what=what)
+    if isinstance(error, urllib3.exceptions.HTTPError | OSError):
+        return ApiUnavailable(f"{what} failed: {type(error).__name__}: {error}")
+    return None
+
+
+def status_event_error(obj: object, *, what: str) -> PodOperationError:
+    """The typed error for a watch ERROR event, whose object is a v1 Status."""
+    status = obj if isinstance(obj, dict) else {}
+    code = status.get("code")
+    message = status.get("message")
+    return error_from_status(
+        code if isinstance(code, int) else 500,
+        message if isinstance(message, str) else repr(obj),
+        what=what,
+    )

@@ -1,0 +1,111 @@
+"""`PodOperations` over the API: create, delete, delete by selector, list, patch labels.
+
+Every call goes through the `ApiGateway` (timeouts, raw JSON, typed errors). Lists convert the raw
+JSON directly (`convert.py`) and skip malformed pods with a warning.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from execpods.core import ExecutorPod, PodManifest, PodNotFound, PodSelector
+from execpods.k8s.convert import pods_from_list
+from execpods.k8s.gateway import ApiGateway
+
+logger = logging.getLogger(__name__)
+
+
+def _name_of(manifest: PodManifest) -> str:
+    metadata = manifest.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else "<unnamed>"
+
+
+class KubernetesPodOperations:
+    """The core's `PodOperations` (plus `patch_labels`, `list_with_version`, `get`)."""
+
+    def __init__(self, gateway: ApiGateway) -> None:
+        self._gateway = gateway
+
+    @property
+    def namespace(self) -> str:
+        return self._gateway.namespace
+
+    @property
+    def gateway(self) -> ApiGateway:
+        return self._gateway
+
+    def create(self, manifest: PodManifest) -> None:
+        name = _name_of(manifest)
+        self._gateway.request_bytes(
+            f"create pod {name}", "create_namespaced_pod", self.namespace, manifest
+        )
+        logger.debug("Created pod %s in namespace %s.", name, self.namespace)
+
+    def delete(self, name: str) -> None:
+        try:
+            self._gateway.request_bytes(
+                f"delete pod {name}", "delete_namespaced_pod", name, self.namespace
+            )
+        except PodNotFound:
+            logger.debug("Pod %s was already gone when deleted.", name)
+
+    def delete_by_selector(self, selector: PodSelector) -> int:
+        label_selector = selector.label_selector()
+        field_selector = selector.field_selector()
+        what = f"delete pods {label_selector!r}" + (
+            f" with {field_selector!r}" if field_selector else ""
+        )
+        kwargs: dict[str, Any] = {"label_selector": label_selector}
+        if field_selector is not None:
+            kwargs["field_selector"] = field_selector
+        body = self._gateway.request_json(
+            what, "delete_collection_namespaced_pod", self.namespace, **kwargs
+        )
+        # A real server answers with the list of deleted pods, although the client types a Status.
+        items = body.get("items") if isinstance(body, dict) else None
+        count = len(items) if isinstance(items, list) else 0
+        logger.debug("%s: %d pods.", what, count)
+        return count
+
+    def list(self, selector: PodSelector) -> list[ExecutorPod]:
+        pods, _ = self.list_with_version(selector.label_selector(), selector.field_selector())
+        return pods
+
+    def list_with_version(
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> tuple[builtins.list[ExecutorPod], str | None]:
+        """The matching pods and the list's resourceVersion (what a watch resumes from)."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector}
+        if field_selector is not None:
+            kwargs["field_selector"] = field_selector
+        if resource_version is not None:
+            kwargs["resource_version"] = resource_version
+        body = self._gateway.request_json(
+            f"list pods {label_selector!r}", "list_namespaced_pod", self.namespace, **kwargs
+        )
+        return pods_from_list(body)
+
+    def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        """Set (or, with None, remove) labels of one pod with a strategic merge patch."""
+        self._gateway.request_bytes(
+            f"patch labels of pod {name}",
+            "patch_namespaced_pod",
+            name,
+            self.namespace,
+            {"metadata": {"labels": dict(labels)}},
+        )
+
+    def get(self, name: str) -> dict[str, object]:
+        """One pod's raw JSON; raises `PodNotFound`."""
+        body = self._gateway.request_json(
+            f"get pod {name}", "read_namespaced_pod", name, self.namespace
+        )
+        return body if isinstance(body, dict) else {}

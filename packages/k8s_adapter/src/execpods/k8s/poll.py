@@ -1,0 +1,98 @@
+"""The poll source: every `apiPollingInterval`, list the executor pods, replace the snapshot.
+
+This is what makes the system level-triggered: whatever the watch missed, the next full list
+repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as the
+seed's suite does); by default it owns a one-thread `ThreadScheduler` named after the app. With
+`execpods.kubernetes.pollFromCache` it lists with `resourceVersion=0`, which the API server answers
+from its watch cache instead of a quorum read from etcd: cheaper, possibly a little stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from execpods.core import (
+    Cancellable,
+    CoreSettings,
+    PodOperationError,
+    Scheduler,
+    SnapshotsStore,
+    ThreadScheduler,
+)
+from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.settings import KubernetesSettings
+
+logger = logging.getLogger(__name__)
+
+
+class PollSource:
+    """The core's `SnapshotSource` that resynchronises from a full list on a fixed delay."""
+
+    def __init__(
+        self,
+        store: SnapshotsStore,
+        operations: KubernetesPodOperations,
+        *,
+        settings: KubernetesSettings | None = None,
+        core_settings: CoreSettings | None = None,
+        scheduler: Scheduler | None = None,
+    ) -> None:
+        self._store = store
+        self._operations = operations
+        k8s = settings if settings is not None else KubernetesSettings()
+        core = core_settings if core_settings is not None else CoreSettings()
+        self._enabled = core.enable_api_polling
+        self._interval = core.api_polling_interval
+        self._labels = core.labels
+        self._from_cache = k8s.poll_from_cache
+        self._scheduler = scheduler
+        self._owns_scheduler = scheduler is None
+        self._lock = threading.Lock()
+        self._task: Cancellable | None = None
+        self._started = False
+        self.polls = 0
+        self.failures = 0
+
+    def start(self, app_id: str) -> None:
+        with self._lock:
+            if self._started:
+                raise RuntimeError("Cannot start polling more than once.")
+            self._started = True
+            if not self._enabled:
+                logger.info("Executor pod polling is disabled (enableApiPolling=false).")
+                return
+            if self._scheduler is None:
+                self._scheduler = ThreadScheduler(workers=1, name=f"execpods-poll-{app_id}")
+            logger.debug("Starting to check for executor pod state every %.3fs.", self._interval)
+            selector = self._labels.selector_for_app(app_id)
+            self._task = self._scheduler.schedule_with_fixed_delay(
+                self._interval, self._interval, lambda: self.poll_once(selector)
+            )
+
+    def poll_once(self, selector: str) -> None:
+        """One resynchronisation; a failure is logged with its cause and the next poll retries."""
+        logger.debug("Resynchronizing full executor pod state from Kubernetes.")
+        try:
+            pods, _ = self._operations.list_with_version(
+                selector, resource_version="0" if self._from_cache else None
+            )
+        except PodOperationError as error:
+            self.failures += 1
+            logger.warning("Polling executor pods failed (%s); retrying next interval.", error)
+            return
+        except Exception:
+            self.failures += 1
+            logger.exception("Polling executor pods failed; retrying next interval.")
+            return
+        self.polls += 1
+        self._store.replace_snapshot(pods)
+
+    def stop(self) -> None:
+        with self._lock:
+            task, self._task = self._task, None
+            scheduler = self._scheduler
+        if task is not None:
+            task.cancel()
+        if self._owns_scheduler and scheduler is not None:
+            scheduler.shutdown()

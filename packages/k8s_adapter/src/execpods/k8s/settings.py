@@ -1,0 +1,269 @@
+"""The adapter's settings, keyed by Spark's property names where Spark has one.
+
+Declared like `execpods.core.CoreSettings`: every field names its property, default, parser and
+rule, so a bad value fails at start-up with a `SettingsError` naming the property. The enable flags
+and the polling interval are the core's (`CoreSettings`); the sources take both objects.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Self
+
+from execpods.core import SettingsBase, SettingsError
+from execpods.core.settings import (
+    duration_setting,
+    non_empty,
+    parse_bool,
+    parse_int,
+    positive,
+    setting,
+)
+
+ENV_PREFIX = "spark.executorEnv."
+"""Properties `spark.executorEnv.NAME=value` put `NAME=value` into every executor's environment."""
+
+MIB = 1024 * 1024
+MEMORY_OVERHEAD_FACTOR = 0.10
+MEMORY_OVERHEAD_MIN_MIB = 384
+
+_MEMORY = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "m": MIB,
+    "mb": MIB,
+    "g": 1024 * MIB,
+    "gb": 1024 * MIB,
+    "t": 1024 * 1024 * MIB,
+    "tb": 1024 * 1024 * MIB,
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def parse_memory_mib(text: str) -> int:
+    """MiB in a JVM-style size ("4g", "512m", "2048"; a bare number is MiB, as in Spark)."""
+    match = _MEMORY.match(text.lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size such as 512m or 4g")
+    number, unit = match.groups()
+    if unit == "":
+        return int(number)
+    factor = _MEMORY_UNITS.get(unit)
+    if factor is None:
+        raise ValueError(f"{text!r} has unknown unit {unit!r}; use k, m, g or t")
+    return math.ceil(int(number) * factor / MIB)
+
+
+def parse_optional_str(text: str) -> str | None:
+    return text.strip() or None
+
+
+def parse_optional_memory(text: str) -> int | None:
+    return None if not text.strip() else parse_memory_mib(text)
+
+
+def parse_cpu(text: str) -> str | None:
+    """A Kubernetes CPU quantity ("1", "0.5", "500m"), kept as the API spells it."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    if re.fullmatch(r"\d+(\.\d+)?m?", stripped) is None:
+        raise ValueError(f"{text!r} is not a CPU quantity such as 1, 0.5 or 500m")
+    return stripped
+
+
+def _optional_positive(value: int | None) -> str | None:
+    return None if value is None or value > 0 else "must be positive"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubernetesSettings(SettingsBase):
+    """Cluster access, executor pod shape, and the watch/poll/request timings."""
+
+    namespace: str | None = setting(
+        "spark.kubernetes.namespace",
+        None,
+        "Namespace of the executor pods; default: the service account's when in-cluster, else "
+        "'default'.",
+        parse=parse_optional_str,
+    )
+    context: str | None = setting(
+        "spark.kubernetes.context",
+        None,
+        "Kubeconfig context to use (default: the kubeconfig's current context).",
+        parse=parse_optional_str,
+    )
+    api_url: str | None = setting(
+        "execpods.kubernetes.apiUrl",
+        None,
+        "Explicit API server URL (no kubeconfig, no credentials), e.g. a simulator.",
+        parse=parse_optional_str,
+    )
+    kubeconfig: str | None = setting(
+        "execpods.kubernetes.kubeconfig",
+        None,
+        "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in-cluster when absent).",
+        parse=parse_optional_str,
+    )
+    container_image: str | None = setting(
+        "spark.kubernetes.container.image",
+        None,
+        "Default container image.",
+        parse=parse_optional_str,
+    )
+    executor_image: str | None = setting(
+        "spark.kubernetes.executor.container.image",
+        None,
+        "Executor container image (default: spark.kubernetes.container.image).",
+        parse=parse_optional_str,
+    )
+    pod_template_file: str | None = setting(
+        "spark.kubernetes.executor.podTemplateFile",
+        None,
+        "YAML pod template the executor pods start from.",
+        parse=parse_optional_str,
+    )
+    pod_name_prefix: str | None = setting(
+        "spark.kubernetes.executor.podNamePrefix",
+        None,
+        "Executor pod names are <prefix>-exec-<id> (default prefix: the app id).",
+        parse=parse_optional_str,
+    )
+    driver_pod_name: str | None = setting(
+        "spark.kubernetes.driver.pod.name",
+        None,
+        "Driver pod; executors get an owner reference to it so they die with it.",
+        parse=parse_optional_str,
+    )
+    executor_cores: int = setting(
+        "spark.executor.cores",
+        1,
+        "Cores per executor (the CPU request unless request.cores is set).",
+        parse=parse_int,
+        rule=positive,
+    )
+    request_cores: str | None = setting(
+        "spark.kubernetes.executor.request.cores",
+        None,
+        "CPU request of the executor container (a Kubernetes quantity).",
+        parse=parse_cpu,
+    )
+    limit_cores: str | None = setting(
+        "spark.kubernetes.executor.limit.cores",
+        None,
+        "CPU limit of the executor container (none by default).",
+        parse=parse_cpu,
+    )
+    executor_memory_mib: int = setting(
+        "spark.executor.memory",
+        1024,
+        "Executor heap (JVM-style size; a bare number is MiB).",
+        parse=parse_memory_mib,
+        rule=positive,
+    )
+    memory_overhead_mib: int | None = setting(
+        "spark.executor.memoryOverhead",
+        None,
+        "Off-heap overhead (default: 10% of the memory, at least 384 MiB).",
+        parse=parse_optional_memory,
+        rule=_optional_positive,
+    )
+    watch_timeout: float = duration_setting(
+        "execpods.kubernetes.watchTimeout",
+        "5min",
+        "Server-side timeoutSeconds of each watch request; the watch is renewed after it.",
+        rule=lambda v: None if v >= 1 else "must be at least 1s",
+    )
+    request_timeout: float = duration_setting(
+        "execpods.kubernetes.requestTimeout",
+        "30s",
+        "Client-side timeout of every non-watch API request.",
+    )
+    backoff_initial: float = duration_setting(
+        "execpods.kubernetes.backoffInitial",
+        "500ms",
+        "First retry delay of the watch after a failure (exponential, full jitter).",
+    )
+    backoff_max: float = duration_setting(
+        "execpods.kubernetes.backoffMax",
+        "30s",
+        "Longest retry delay of the watch.",
+    )
+    poll_from_cache: bool = setting(
+        "execpods.kubernetes.pollFromCache",
+        False,
+        "Poll with resourceVersion=0: served from the API server's cache, possibly stale.",
+        parse=parse_bool,
+    )
+    executor_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """From `spark.executorEnv.NAME=value` properties."""
+
+    def __post_init__(self) -> None:
+        SettingsBase.__post_init__(self)
+        if self.backoff_max < self.backoff_initial:
+            raise SettingsError(
+                f"execpods.kubernetes.backoffMax={self.backoff_max!r} is invalid: it must not be "
+                f"below execpods.kubernetes.backoffInitial={self.backoff_initial!r}"
+            )
+        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
+            raise SettingsError(
+                f"execpods.kubernetes.apiUrl={self.api_url!r} is invalid: it must be an http:// "
+                "or https:// URL"
+            )
+        for name in self.executor_env:
+            if _ENV_NAME.match(name) is None:
+                raise SettingsError(
+                    f"{ENV_PREFIX}{name} is invalid: {name!r} is not an environment variable name"
+                )
+        if not isinstance(self.executor_env, MappingProxyType):
+            object.__setattr__(self, "executor_env", MappingProxyType(dict(self.executor_env)))
+        if self.pod_name_prefix is not None and non_empty(self.pod_name_prefix) is not None:
+            raise SettingsError("spark.kubernetes.executor.podNamePrefix must not be empty")
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
+        """Read the known keys plus every `spark.executorEnv.*` pass-through."""
+        if "executor_env" not in overrides:
+            env = {
+                key[len(ENV_PREFIX) :]: value
+                for key, value in properties.items()
+                if key.startswith(ENV_PREFIX)
+            }
+            overrides = {**overrides, "executor_env": env}
+        return super(KubernetesSettings, cls).from_properties(properties, **overrides)
+
+    @property
+    def image(self) -> str | None:
+        """The executor image: the executor-specific one, else the common one."""
+        return self.executor_image or self.container_image
+
+    @property
+    def memory_overhead(self) -> int:
+        """MiB of overhead: explicit, else Spark's max(10% of memory, 384 MiB)."""
+        if self.memory_overhead_mib is not None:
+            return self.memory_overhead_mib
+        return max(int(self.executor_memory_mib * MEMORY_OVERHEAD_FACTOR), MEMORY_OVERHEAD_MIN_MIB)
+
+    @property
+    def pod_memory_mib(self) -> int:
+        """The container's memory request and limit: heap plus overhead."""
+        return self.executor_memory_mib + self.memory_overhead
+
+    @property
+    def cpu_request(self) -> str:
+        return self.request_cores or str(self.executor_cores)
+
+
+def is_known_key(key: str) -> bool:
+    """Whether this class reads `key` (including the `spark.executorEnv.` family)."""
+    return key.startswith(ENV_PREFIX) or key in KubernetesSettings.specs()
+
+
+__all__ = ["KubernetesSettings", "is_known_key", "parse_memory_mib"]

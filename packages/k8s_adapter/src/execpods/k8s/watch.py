@@ -1,0 +1,289 @@
+"""The watch source: list, replace the snapshot, then watch from that list's resourceVersion.
+
+Spark's watch simply dies on "too old resource version" and leaves the poll to paper over it. This
+loop does what Kubernetes controllers do instead:
+
+1. list the app's executor pods and `replace_snapshot` (level-triggered: a full list repairs
+   anything missed), remembering the list's resourceVersion;
+2. watch from that version with `timeoutSeconds` and bookmarks, pushing every pod event into the
+   store and keeping the latest resourceVersion seen (bookmarks included);
+3. when the server ends the stream, watch again from the latest version;
+4. on 410 Gone (an HTTP 410 or an ERROR event), forget the version and go back to 1;
+5. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
+   and resume from the latest version.
+
+It uses its own loop over the raw response rather than `kubernetes.watch.Watch`, whose reconnects
+can spin in a tight loop and which deserialises every event into client models (slow). Any failure
+is logged with its cause and retried: nothing kills the thread but `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import urllib3
+from execpods.core import (
+    ApiThrottled,
+    Clock,
+    CoreSettings,
+    ExecutorLabels,
+    ExecutorPod,
+    PodOperationError,
+    SnapshotsStore,
+    SystemClock,
+)
+from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
+from execpods.k8s.convert import pod_from_dict
+from execpods.k8s.errors import ResourceExpired, status_event_error
+from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.settings import KubernetesSettings
+from urllib3 import BaseHTTPResponse
+
+logger = logging.getLogger(__name__)
+
+READ_SIZE = 256 * 1024
+READ_TIMEOUT_MARGIN = 10.0
+STOP_JOIN_TIMEOUT = 0.9
+
+
+@dataclasses.dataclass(slots=True)
+class WatchStats:
+    """Counters for tests and diagnostics (read without a lock: indicative only)."""
+
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    expired: int = 0
+    failures: int = 0
+
+
+def iter_lines(response: BaseHTTPResponse) -> Iterator[bytes]:
+    """The newline-terminated lines of a streaming response, as they arrive."""
+    pending = b""
+    while True:
+        data = response.read1(READ_SIZE)
+        if not data:
+            break
+        if b"\n" not in data:
+            pending += data
+            continue
+        lines = (pending + data).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if line:
+                yield line
+    if pending.strip():
+        yield pending
+
+
+def interrupt(response: BaseHTTPResponse) -> None:
+    """Wake a thread blocked reading `response` (shut the socket down, then close)."""
+    try:
+        response.shutdown()
+    except Exception:
+        connection = getattr(response, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class WatchSource:
+    """The core's `SnapshotSource` fed by a list -> watch loop on a daemon thread."""
+
+    def __init__(
+        self,
+        store: SnapshotsStore,
+        operations: KubernetesPodOperations,
+        *,
+        settings: KubernetesSettings | None = None,
+        core_settings: CoreSettings | None = None,
+        clock: Clock | None = None,
+        waiter: Waiter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._operations = operations
+        self._gateway = operations.gateway
+        self._settings = settings if settings is not None else KubernetesSettings()
+        core = core_settings if core_settings is not None else CoreSettings()
+        self._enabled = core.enable_api_watcher
+        self._labels: ExecutorLabels = core.labels
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._waiter: Waiter = waiter if waiter is not None else EventWaiter()
+        self._backoff = Backoff(
+            initial=self._settings.backoff_initial,
+            maximum=self._settings.backoff_max,
+            rng=rng if rng is not None else random.Random(),
+        )
+        self._lock = threading.Lock()
+        self._response: BaseHTTPResponse | None = None
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._resource_version: str | None = None
+        self.stats = WatchStats()
+
+    @property
+    def resource_version(self) -> str | None:
+        """The latest resourceVersion seen (None before the first list or after a 410)."""
+        return self._resource_version
+
+    def start(self, app_id: str) -> None:
+        with self._lock:
+            if self._started:
+                raise RuntimeError("Cannot start the watcher twice.")
+            self._started = True
+        if not self._enabled:
+            logger.info("The executor pod watch is disabled (enableApiWatcher=false).")
+            return
+        logger.debug(
+            "Starting watch for pods with labels %s.", self._labels.selector_for_app(app_id)
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=(app_id,), name=f"execpods-watch-{app_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop, interrupting a blocked watch; returns within about a second."""
+        self._waiter.stop()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            interrupt(response)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_JOIN_TIMEOUT)
+            if thread.is_alive():
+                logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
+
+    def _run(self, app_id: str) -> None:
+        selector = self._labels.selector_for_app(app_id)
+        expired_streak = 0
+        while not self._waiter.stopped:
+            delay: float | None = None
+            try:
+                if self._resource_version is None:
+                    self._list(selector)
+                if self._watch(selector):
+                    self._backoff.reset()
+                    expired_streak = 0
+                else:
+                    delay = self._backoff.next_delay()
+                    logger.debug("The watch ended without progress; waiting %.2fs.", delay)
+            except ResourceExpired as error:
+                self.stats.expired += 1
+                logger.info("Watch resourceVersion expired (%s); re-listing.", error)
+                self._resource_version = None
+                expired_streak += 1
+                if expired_streak > 1:
+                    # A fresh list's version expiring again: do not re-list in a tight loop.
+                    delay = self._backoff.next_delay()
+            except ApiThrottled as error:
+                self.stats.failures += 1
+                delay = self._backoff.next_delay(error.retry_after)
+                logger.warning("Watch throttled (%s); retrying in %.2fs.", error, delay)
+            except PodOperationError as error:
+                self.stats.failures += 1
+                delay = self._backoff.next_delay()
+                logger.warning("Watch failed (%s); retrying in %.2fs.", error, delay)
+            except Exception:
+                self.stats.failures += 1
+                delay = self._backoff.next_delay()
+                logger.exception("Watch loop error; retrying in %.2fs.", delay)
+            if delay is not None and self._waiter.wait(delay):
+                break
+        logger.debug("The watch of %s stopped.", selector)
+
+    def _list(self, selector: str) -> None:
+        self.stats.lists += 1
+        pods, version = self._operations.list_with_version(selector)
+        self._store.replace_snapshot(pods)
+        self._resource_version = version or None
+        logger.debug("Listed %d executor pods at resourceVersion %s.", len(pods), version)
+
+    def _open(self, selector: str) -> BaseHTTPResponse:
+        timeout = max(1, int(self._settings.watch_timeout))
+        kwargs: dict[str, Any] = {
+            "label_selector": selector,
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": timeout,
+        }
+        if self._resource_version is not None:
+            kwargs["resource_version"] = self._resource_version
+        return self._gateway.request(
+            f"watch pods {selector!r}",
+            "list_namespaced_pod",
+            self._gateway.namespace,
+            timeout=(self._gateway.connect_timeout, timeout + READ_TIMEOUT_MARGIN),
+            **kwargs,
+        )
+
+    def _watch(self, selector: str) -> bool:
+        """One watch request; True when it made progress (events, or ran a fair while)."""
+        self.stats.watches += 1
+        started = self._clock.monotonic()
+        response = self._open(selector)
+        with self._lock:
+            self._response = response
+        if self._waiter.stopped:
+            interrupt(response)
+        received = 0
+        try:
+            for line in iter_lines(response):
+                self._handle(line, selector)
+                received += 1
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            if self._waiter.stopped:
+                return True
+            raise PodOperationError(
+                f"watch of {selector!r} broke: {type(error).__name__}: {error}"
+            ) from error
+        finally:
+            with self._lock:
+                self._response = None
+            response.release_conn()
+        elapsed = self._clock.monotonic() - started
+        return received > 0 or elapsed >= self._settings.watch_timeout / 2
+
+    def _handle(self, line: bytes, selector: str) -> None:
+        try:
+            event = orjson.loads(line)
+            kind = event["type"]
+            obj = event["object"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+            logger.warning("Skipping an unreadable watch event (%s): %.200r", error, line)
+            return
+        if kind == "ERROR":
+            raise status_event_error(obj, what=f"watch of {selector!r}")
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        if kind == "BOOKMARK":
+            self.stats.bookmarks += 1
+        else:
+            pod = pod_from_dict(obj)
+            if pod is not None:
+                if kind == "DELETED":
+                    pod = self._as_deleted(pod)
+                self.stats.events += 1
+                self._store.update_pod(pod)
+        if isinstance(version, str) and version:
+            self._resource_version = version
+
+    def _as_deleted(self, pod: ExecutorPod) -> ExecutorPod:
+        """A DELETED pod always reads as deleted, even when it was removed without grace."""
+        if pod.deletion_timestamp is not None:
+            return pod
+        now = datetime.fromtimestamp(self._clock.time(), UTC)
+        return dataclasses.replace(pod, deletion_timestamp=now)
