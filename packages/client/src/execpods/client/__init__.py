@@ -1,1 +1,43 @@
-"""Placeholder; filled in by its issue."""
+"""Typed Python client for the execpods sidecar (`execpods.v1.ExecutorAllocator`).
+
+    from execpods.client import AllocatorClient, ExecutorState
+
+    with AllocatorClient("127.0.0.1:50051") as client:
+        client.wait_for_ready(10)
+        client.request_total(3)
+        with client.stream_snapshots() as stream:
+            for update in stream:
+                if update.latest and update.latest.count(ExecutorState.RUNNING) == 3:
+                    break
+
+Failed calls raise `grpc.RpcError` unchanged (see `.code()`); the client neither retries nor
+second-guesses the server. Stream messages arrive decoded and rebuilt: every `Snapshot` is complete.
+See docs/client.md.
+"""
+
+from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
+from execpods.client.model import (
+    ExecutorRemoval,
+    ExecutorState,
+    ExecutorView,
+    RequestTotalResult,
+    Snapshot,
+    StreamUpdate,
+)
+from execpods.client.rebuild import SnapshotRebuilder, StreamProtocolError
+from execpods.client.sync import AllocatorClient, SnapshotStream
+
+__all__ = [
+    "AllocatorClient",
+    "AsyncAllocatorClient",
+    "AsyncSnapshotStream",
+    "ExecutorRemoval",
+    "ExecutorState",
+    "ExecutorView",
+    "RequestTotalResult",
+    "Snapshot",
+    "SnapshotRebuilder",
+    "SnapshotStream",
+    "StreamProtocolError",
+    "StreamUpdate",
+]

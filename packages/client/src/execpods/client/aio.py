@@ -1,0 +1,149 @@
+"""The asyncio client: the same methods as `AllocatorClient`, over `grpc.aio`.
+
+For drivers that are already asyncio programs (and for servers embedding a client). Errors are the
+server's own, as in the blocking client: `grpc.aio.AioRpcError`, a `grpc.RpcError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+import grpc.aio
+from execpods.client.convert import kill_request, request_total_result
+from execpods.client.model import RequestTotalResult, Snapshot, StreamUpdate
+from execpods.client.rebuild import SnapshotRebuilder
+from execpods.v1 import allocator_pb2 as pb
+from execpods.v1 import allocator_pb2_grpc as pb_grpc
+
+
+class AsyncSnapshotStream:
+    """An open `StreamSnapshots` call, decoded: `async for` it for `StreamUpdate`s.
+
+    Every snapshot it yields is complete. Iteration ends cleanly after `cancel()` (or leaving an
+    `async with` block); any other end of the call raises the `grpc.RpcError` that ended it.
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._rebuilder = SnapshotRebuilder()
+        self._cancelled = False
+
+    @property
+    def current(self) -> Snapshot | None:
+        """The newest complete snapshot received so far; None before the first message."""
+        return self._rebuilder.current
+
+    def __aiter__(self) -> AsyncIterator[StreamUpdate]:
+        return self
+
+    async def __anext__(self) -> StreamUpdate:
+        if self._ended_by_us():
+            raise StopAsyncIteration
+        try:
+            message = await self._call.read()
+        except asyncio.CancelledError:
+            # grpc.aio reports a call cancelled by `cancel()` this way; anything else (our own task
+            # being cancelled) must propagate.
+            if self._ended_by_us() and not _current_task_cancelling():
+                raise StopAsyncIteration from None
+            raise
+        except grpc.RpcError as error:
+            if self._ended_by_us() and error.code() == grpc.StatusCode.CANCELLED:
+                raise StopAsyncIteration from None
+            raise
+        if message is grpc.aio.EOF:
+            raise StopAsyncIteration
+        response: pb.StreamSnapshotsResponse = message
+        return self._rebuilder.apply(response)
+
+    def _ended_by_us(self) -> bool:
+        # A method, not the bare flag: `cancel()` may run while `read()` is awaited.
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Ends the call; a reader awaiting the next update stops iterating."""
+        self._cancelled = True
+        self._call.cancel()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cancel()
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class AsyncAllocatorClient:
+    """The asyncio twin of `AllocatorClient`; create and use it inside a running event loop."""
+
+    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
+        self._timeout = timeout
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        """Waits until the channel is connected; raises `TimeoutError` after `timeout` seconds."""
+        limit = self._timeout if timeout is None else timeout
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), limit)
+        except TimeoutError:
+            raise TimeoutError(f"the sidecar was not reachable within {limit} s") from None
+
+    async def request_total(self, total: int) -> RequestTotalResult:
+        """Sets the desired number of executors; the allocator reconciles towards it in batches."""
+        response = await self._stub.RequestTotal(
+            pb.RequestTotalRequest(total=total), timeout=self._timeout
+        )
+        return request_total_result(response)
+
+    async def kill_executors(self, executor_ids: Iterable[int | str]) -> int:
+        """Deletes these executors' pods; returns how many pods the API server deleted."""
+        response = await self._stub.KillExecutors(kill_request(executor_ids), timeout=self._timeout)
+        return int(response.deleted_pods)
+
+    async def update_driver_executors(
+        self,
+        *,
+        registered: Iterable[int] = (),
+        released: Iterable[int] = (),
+        explicit: bool = False,
+    ) -> frozenset[int]:
+        """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
+        request = pb.UpdateDriverExecutorsRequest(
+            registered=list(registered), released=list(released), explicit=explicit
+        )
+        response = await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+        return frozenset(response.known)
+
+    def stream_snapshots(self, *, batch_interval_ms: int = 0) -> AsyncSnapshotStream:
+        """Subscribes to the executor snapshots and removals (0: the server's batch interval)."""
+        request = pb.StreamSnapshotsRequest(batch_interval_ms=batch_interval_ms)
+        return AsyncSnapshotStream(self._stub.StreamSnapshots(request))
+
+    async def close(self) -> None:
+        """Closes the channel, which also ends any open stream."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

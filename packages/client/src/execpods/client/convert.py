@@ -1,0 +1,122 @@
+"""Conversions between the wire messages (`execpods.v1`) and the client's dataclasses.
+
+Kept apart from the transport so that the rebuilder, both clients and any test servicer agree on
+one mapping, and so that it can be tested without a channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from execpods.client.model import (
+    ExecutorRemoval,
+    ExecutorState,
+    ExecutorView,
+    RequestTotalResult,
+    Snapshot,
+)
+from execpods.v1 import allocator_pb2 as pb
+
+_TO_WIRE: Mapping[ExecutorState, pb.ExecutorPodState.State.ValueType] = {
+    ExecutorState.PENDING: pb.ExecutorPodState.STATE_PENDING,
+    ExecutorState.RUNNING: pb.ExecutorPodState.STATE_RUNNING,
+    ExecutorState.SUCCEEDED: pb.ExecutorPodState.STATE_SUCCEEDED,
+    ExecutorState.FAILED: pb.ExecutorPodState.STATE_FAILED,
+    ExecutorState.DELETED: pb.ExecutorPodState.STATE_DELETED,
+    ExecutorState.UNKNOWN: pb.ExecutorPodState.STATE_UNKNOWN,
+}
+_FROM_WIRE: Mapping[int, ExecutorState] = {wire: state for state, wire in _TO_WIRE.items()}
+
+
+def state_from_proto(state: int) -> ExecutorState:
+    """The state for a wire value; unspecified or unrecognised values are `UNKNOWN`."""
+    return _FROM_WIRE.get(state, ExecutorState.UNKNOWN)
+
+
+def state_to_proto(state: ExecutorState) -> pb.ExecutorPodState.State.ValueType:
+    return _TO_WIRE[state]
+
+
+def executor_from_proto(message: pb.ExecutorPodState) -> ExecutorView:
+    return ExecutorView(
+        state=state_from_proto(message.state),
+        pod_name=message.pod_name,
+        phase=message.phase,
+        # Field presence, not the default 0: exit code 0 (success) differs from "not exited yet".
+        exit_code=message.exit_code if message.HasField("exit_code") else None,
+        reason=message.reason,
+        message=message.message,
+        node_name=message.node_name,
+        pod_ip=message.pod_ip,
+        container_reason=message.container_reason,
+    )
+
+
+def executor_to_proto(view: ExecutorView) -> pb.ExecutorPodState:
+    """The wire form of `view`, for servers and test servicers that speak the contract."""
+    message = pb.ExecutorPodState(
+        state=state_to_proto(view.state),
+        pod_name=view.pod_name,
+        phase=view.phase,
+        reason=view.reason,
+        message=view.message,
+        node_name=view.node_name,
+        pod_ip=view.pod_ip,
+        container_reason=view.container_reason,
+    )
+    if view.exit_code is not None:
+        message.exit_code = view.exit_code
+    return message
+
+
+def snapshot_to_proto(
+    snapshot: Snapshot, *, full: bool, only: Iterable[int] | None = None
+) -> pb.ExecutorPodsSnapshot:
+    """The wire form of `snapshot`: every executor, or just the ids in `only` for a delta."""
+    ids = snapshot.executors.keys() if only is None else only
+    return pb.ExecutorPodsSnapshot(
+        executor_pods={i: executor_to_proto(snapshot.executors[i]) for i in ids},
+        full_snapshot_ts_ms=snapshot.full_snapshot_ts_ms,
+        full=full,
+    )
+
+
+def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:
+    return ExecutorRemoval(
+        executor_id=message.executor_id,
+        exit_code=message.exit_code,
+        exit_caused_by_app=message.exit_caused_by_app,
+        message=message.message,
+    )
+
+
+def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
+    return pb.ExecutorRemoved(
+        executor_id=removal.executor_id,
+        exit_code=removal.exit_code,
+        exit_caused_by_app=removal.exit_caused_by_app,
+        message=removal.message,
+    )
+
+
+def request_total_result(message: pb.RequestTotalResponse) -> RequestTotalResult:
+    return RequestTotalResult(total=message.total, running=message.running, pending=message.pending)
+
+
+def kill_request(executor_ids: Iterable[int | str]) -> pb.KillExecutorsRequest:
+    """Ints become decimal strings; strings go as given, so the server judges their spelling.
+
+    The client does not validate: the contract makes the sidecar the one judge of an id (a bad one
+    fails the whole call with INVALID_ARGUMENT), and a second opinion here could only disagree.
+    """
+    if isinstance(executor_ids, str | bytes):
+        # A lone "7" would otherwise be iterated character by character.
+        raise TypeError("executor_ids must be an iterable of ids, not a single string")
+    return pb.KillExecutorsRequest(executor_ids=[_id_text(i) for i in executor_ids])
+
+
+def _id_text(executor_id: int | str) -> str:
+    if isinstance(executor_id, bool):
+        # bool is an int; True would silently become "True", which is surely a mistake.
+        raise TypeError(f"executor id must be an int or a str, not {executor_id!r}")
+    return executor_id if isinstance(executor_id, str) else str(executor_id)

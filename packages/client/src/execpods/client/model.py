@@ -1,0 +1,122 @@
+"""The client's own view of the contract's values: plain frozen dataclasses, no protobuf.
+
+A driver should not have to know how the wire spells things (an optional field's presence, an
+enum's integer, a delta that only makes sense against the previous message), so every message that
+reaches the caller is converted into one of these first. They are immutable so that snapshots can be
+shared between the rebuilder and every consumer without copying.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class ExecutorState(enum.Enum):
+    """An executor pod's state, as the sidecar classified it (the wire's `ExecutorPodState.State`).
+
+    `UNKNOWN` also stands for a state this client does not know (an unspecified or newer value), so
+    that a newer server never breaks an older driver.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_final(self) -> bool:
+        """Succeeded, failed and deleted pods never come back: their executor is gone."""
+        return self in _FINAL
+
+
+_FINAL = frozenset({ExecutorState.SUCCEEDED, ExecutorState.FAILED, ExecutorState.DELETED})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorView:
+    """One executor's pod as of one snapshot. Empty strings mean "the API did not say"."""
+
+    state: ExecutorState
+    pod_name: str = ""
+    phase: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    node_name: str = ""
+    pod_ip: str = ""
+    container_reason: str = ""
+
+
+def _empty_executors() -> Mapping[int, ExecutorView]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Every executor of the application as of one moment: always complete, never a delta.
+
+    `was_full` tells whether the wire carried this snapshot in full (the stream's first snapshot, or
+    one made from a full list of the pods) or as a delta the rebuilder overlaid on its predecessor;
+    the content is complete either way. `full_snapshot_ts_ms` is the wall-clock time (ms since the
+    epoch) of the full list it descends from, 0 if none.
+    """
+
+    executors: Mapping[int, ExecutorView] = field(default_factory=_empty_executors)
+    full_snapshot_ts_ms: int = 0
+    was_full: bool = True
+
+    def __post_init__(self) -> None:
+        # A read-only copy: the caller's dict must not be able to change a shared snapshot later.
+        object.__setattr__(self, "executors", MappingProxyType(dict(self.executors)))
+
+    def count(self, state: ExecutorState) -> int:
+        """How many executors are in `state`."""
+        return sum(1 for view in self.executors.values() if view.state is state)
+
+    def ids_in(self, state: ExecutorState) -> frozenset[int]:
+        """The ids of the executors in `state`."""
+        return frozenset(i for i, view in self.executors.items() if view.state is state)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorRemoval:
+    """The lifecycle manager decided this executor is gone, and why.
+
+    `exit_code` is -1 when unknown (a pod that vanished); `exit_caused_by_app` is false when a user
+    or the framework deleted the executor, or it went missing.
+    """
+
+    executor_id: int
+    exit_code: int
+    exit_caused_by_app: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamUpdate:
+    """One message of the snapshot stream, decoded: complete snapshots, oldest first, and removals.
+
+    `snapshots` may be empty when only removals happened since the previous message.
+    """
+
+    snapshots: tuple[Snapshot, ...] = ()
+    removed: tuple[ExecutorRemoval, ...] = ()
+
+    @property
+    def latest(self) -> Snapshot | None:
+        """The newest snapshot of this update, if it has any."""
+        return self.snapshots[-1] if self.snapshots else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTotalResult:
+    """The target now in force, and what the latest snapshot held when the request was taken."""
+
+    total: int
+    running: int
+    pending: int
