@@ -1,0 +1,72 @@
+"""Shared wiring for the core's behaviour tests: the seed's deterministic store and real fakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from execpods.core import CoreSettings, ExecutorPodsAllocator, ManualClock
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.testing import (
+    TEST_APP_ID,
+    DeterministicSnapshotsStore,
+    InMemoryPodOperations,
+    RecordingDriver,
+    SimpleExecutorPodBuilder,
+)
+
+
+@dataclass
+class AllocatorRig:
+    allocator: ExecutorPodsAllocator
+    store: DeterministicSnapshotsStore
+    pods: InMemoryPodOperations
+    clock: ManualClock
+    settings: CoreSettings
+
+
+@dataclass
+class LifecycleRig:
+    manager: ExecutorPodsLifecycleManager
+    store: DeterministicSnapshotsStore
+    pods: InMemoryPodOperations
+    driver: RecordingDriver
+    clock: ManualClock
+
+
+def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
+    settings = settings or CoreSettings()
+    store = DeterministicSnapshotsStore()
+    pods = InMemoryPodOperations()
+    clock = ManualClock()
+    allocator = ExecutorPodsAllocator(
+        settings=settings,
+        pod_builder=SimpleExecutorPodBuilder(),
+        pod_operations=pods,
+        store=store,
+        clock=clock,
+    )
+    allocator.start(TEST_APP_ID)
+    return AllocatorRig(allocator, store, pods, clock, settings)
+
+
+def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
+    store = DeterministicSnapshotsStore()
+    pods = InMemoryPodOperations()
+    clock = ManualClock()
+    driver = RecordingDriver()
+    manager = ExecutorPodsLifecycleManager(
+        settings=settings or CoreSettings(), pod_operations=pods, store=store, clock=clock
+    )
+    manager.start(driver)
+    return LifecycleRig(manager, store, pods, driver, clock)
+
+
+@pytest.fixture
+def rig() -> AllocatorRig:
+    return make_allocator_rig()
+
+
+@pytest.fixture
+def life() -> LifecycleRig:
+    return make_lifecycle_rig()
