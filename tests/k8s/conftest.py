@@ -1,0 +1,102 @@
+"""Fixtures: a simulator over real HTTP, the real client, and a store tests can wait on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+from execpods.core import (
+    DeterministicScheduler,
+    ExecutorPod,
+    ExecutorPodsSnapshot,
+    SnapshotsStoreImpl,
+)
+from execpods.k8s import ApiGateway, KubernetesPodOperations, KubernetesSettings, connect
+from execpods.kubesim import KubeSim
+
+APP_ID = "spark-app-1"
+IMAGE = "spark:test"
+WAIT = 10.0
+
+
+class RecordingStore(SnapshotsStoreImpl):
+    """A real store that also records what the sources pushed and lets a test wait on it."""
+
+    def __init__(self) -> None:
+        super().__init__(DeterministicScheduler())
+        self.updates: list[ExecutorPod] = []
+        self.replacements: list[list[ExecutorPod]] = []
+        self._cond = threading.Condition()
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        super().update_pod(pod)
+        with self._cond:
+            self.updates.append(pod)
+            self._cond.notify_all()
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        listed = list(pods)
+        super().replace_snapshot(listed)
+        with self._cond:
+            self.replacements.append(listed)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[RecordingStore], bool], timeout: float = WAIT) -> bool:
+        """Block until `predicate(self)` holds after a push (bounded; no sleeping)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self), timeout)
+
+    def wait_snapshot(
+        self, predicate: Callable[[ExecutorPodsSnapshot], bool], timeout: float = WAIT
+    ) -> bool:
+        return self.wait_for(lambda s: predicate(s.current_snapshot), timeout)
+
+
+def executor_pod(executor_id: int, app_id: str = APP_ID, **labels: str) -> dict[str, Any]:
+    """A minimal executor pod manifest as a driver would create it."""
+    all_labels = {
+        "spark-app-selector": app_id,
+        "spark-role": "executor",
+        "spark-exec-id": str(executor_id),
+        **labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{app_id}-exec-{executor_id}", "labels": all_labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "spark-kubernetes-executor", "image": IMAGE}],
+        },
+    }
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    with KubeSim(deterministic=True) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def api_client(sim: KubeSim) -> Iterator[Any]:
+    client = connect(api_url=sim.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def operations(api_client: Any) -> KubernetesPodOperations:
+    return KubernetesPodOperations(ApiGateway(api_client, namespace="default", request_timeout=5))
+
+
+@pytest.fixture
+def store() -> Iterator[RecordingStore]:
+    recording = RecordingStore()
+    yield recording
+    recording.stop()
+
+
+FAST = KubernetesSettings(backoff_initial=0.01, backoff_max=0.1, container_image=IMAGE)
+"""Real-time tests back off in milliseconds, so recoveries take no noticeable time."""

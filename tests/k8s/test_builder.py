@@ -1,0 +1,176 @@
+"""The executor pod builder: names, labels, template, resources, env, owner reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from execpods.core import SettingsError
+from execpods.k8s import (
+    DriverPodNotFound,
+    ExecutorPodTemplateBuilder,
+    KubernetesPodOperations,
+    KubernetesSettings,
+    executor_pod_name,
+    sanitize_prefix,
+)
+from execpods.kubesim import KubeSim
+
+from tests.k8s.conftest import IMAGE, executor_pod
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def builder(**properties: str) -> ExecutorPodTemplateBuilder:
+    settings = KubernetesSettings.from_properties(
+        {"spark.kubernetes.container.image": IMAGE, **properties}
+    )
+    return ExecutorPodTemplateBuilder(settings=settings, namespace="spark")
+
+
+def test_a_plain_executor_pod() -> None:
+    pod = builder(**{"spark.executor.memory": "2g", "spark.executorEnv.FOO": "bar"}).build(
+        executor_id=7, app_id="spark-123", resource_profile_id=2
+    )
+    assert pod["metadata"]["name"] == "spark-123-exec-7"
+    assert pod["metadata"]["namespace"] == "spark"
+    assert pod["metadata"]["labels"] == {
+        "spark-app-selector": "spark-123",
+        "spark-role": "executor",
+        "spark-exec-id": "7",
+        "spark-exec-resourceprofile-id": "2",
+    }
+    assert "ownerReferences" not in pod["metadata"]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == IMAGE
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "2432Mi"},
+        "limits": {"memory": "2432Mi"},
+    }
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SPARK_EXECUTOR_ID"] == "7"
+    assert env["SPARK_APPLICATION_ID"] == "spark-123"
+    assert env["FOO"] == "bar"
+
+
+def test_cpu_request_and_limit() -> None:
+    pod = builder(
+        **{
+            "spark.kubernetes.executor.request.cores": "500m",
+            "spark.kubernetes.executor.limit.cores": "2",
+        }
+    ).build(executor_id=1, app_id="a")
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == "500m"
+    assert resources["limits"]["cpu"] == "2"
+
+
+@pytest.mark.parametrize("app_id", ["Spark_App.With Caps", "-x-", "a" * 80, "__"])
+def test_names_are_dns_1123_labels(app_id: str) -> None:
+    name = builder().build(executor_id=123456, app_id=app_id)["metadata"]["name"]
+    assert len(name) <= 63
+    assert name.endswith("-exec-123456")
+    import re
+
+    assert re.match(DNS_LABEL, name), name
+
+
+def test_prefix_setting() -> None:
+    pod = builder(**{"spark.kubernetes.executor.podNamePrefix": "mine"}).build(
+        executor_id=1, app_id="app"
+    )
+    assert pod["metadata"]["name"] == "mine-exec-1"
+    with pytest.raises(SettingsError, match="podNamePrefix"):
+        builder(**{"spark.kubernetes.executor.podNamePrefix": "Not_Valid"})
+    assert sanitize_prefix("My.App") == "my-app"
+    assert executor_pod_name("x", 3) == "x-exec-3"
+
+
+def test_an_image_is_required() -> None:
+    with pytest.raises(SettingsError, match="container.image"):
+        ExecutorPodTemplateBuilder(settings=KubernetesSettings(), namespace="default")
+
+
+def test_the_template_is_the_starting_point(
+    tmp_path: Path, operations: KubernetesPodOperations
+) -> None:
+    template = tmp_path / "executor.yaml"
+    template.write_text(
+        "apiVersion: v1\n"
+        "kind: Pod\n"
+        "metadata:\n"
+        "  labels: {team: data}\n"
+        "  annotations: {note: kept}\n"
+        "spec:\n"
+        "  nodeSelector: {pool: spark}\n"
+        "  containers:\n"
+        "  - name: main\n"
+        "    image: from-template:1\n"
+        "    env: [{name: FROM_TEMPLATE, value: 'yes'}, {name: SPARK_EXECUTOR_ID, value: old}]\n"
+        "  - name: sidecar\n"
+        "    image: side:1\n",
+        encoding="utf-8",
+    )
+    settings = KubernetesSettings(pod_template_file=str(template))
+    made = ExecutorPodTemplateBuilder.create(settings, operations)
+    pod = made.build(executor_id=4, app_id="app")
+    assert pod["metadata"]["labels"]["team"] == "data"
+    assert pod["metadata"]["labels"]["spark-exec-id"] == "4"
+    assert pod["metadata"]["annotations"] == {"note": "kept"}
+    assert pod["spec"]["nodeSelector"] == {"pool": "spark"}
+    main, sidecar = pod["spec"]["containers"]
+    assert main["image"] == "from-template:1"
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["FROM_TEMPLATE"] == "yes"
+    assert env["SPARK_EXECUTOR_ID"] == "4"
+    assert sidecar == {"name": "sidecar", "image": "side:1"}
+    assert made.build(executor_id=4, app_id="app") == pod  # deterministic, template untouched
+
+
+def test_a_bad_template_is_a_settings_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Service\n", encoding="utf-8")
+    from execpods.k8s import load_template
+
+    with pytest.raises(SettingsError, match="podTemplateFile"):
+        load_template(bad)
+    with pytest.raises(SettingsError, match="podTemplateFile"):
+        load_template(tmp_path / "missing.yaml")
+
+
+def test_executors_are_owned_by_the_driver_pod(
+    sim: KubeSim, operations: KubernetesPodOperations
+) -> None:
+    driver = sim.create_pod(
+        {
+            "metadata": {"name": "driver", "labels": {"spark-role": "driver"}},
+            "spec": {"containers": [{"name": "driver", "image": IMAGE}]},
+        }
+    )
+    settings = KubernetesSettings(container_image=IMAGE, driver_pod_name="driver")
+    pod = ExecutorPodTemplateBuilder.create(settings, operations).build(executor_id=1, app_id="a")
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert owner["name"] == "driver"
+    assert owner["uid"] == driver["metadata"]["uid"]
+    assert owner["kind"] == "Pod"
+    operations.create(pod)
+    created = sim.pod("a-exec-1")
+    assert created is not None
+    assert created["metadata"]["ownerReferences"][0]["uid"] == driver["metadata"]["uid"]
+
+
+def test_a_missing_driver_pod_is_a_clear_error(operations: KubernetesPodOperations) -> None:
+    settings = KubernetesSettings(container_image=IMAGE, driver_pod_name="no-such-driver")
+    with pytest.raises(DriverPodNotFound, match="'no-such-driver'.*'default'"):
+        ExecutorPodTemplateBuilder.create(settings, operations)
+
+
+def test_built_pods_are_accepted_by_the_api(
+    sim: KubeSim, operations: KubernetesPodOperations
+) -> None:
+    pod = builder().build(executor_id=9, app_id="app")
+    pod["metadata"]["namespace"] = "default"
+    operations.create(pod)
+    assert sim.pod("app-exec-9") is not None
+    assert executor_pod(1)["metadata"]["name"] == "spark-app-1-exec-1"

@@ -1,0 +1,153 @@
+"""Raw JSON -> ExecutorPod, and the model path agreeing with it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+from execpods.core import ContainerRunning, ContainerTerminated, ContainerWaiting
+from execpods.k8s import (
+    MalformedPod,
+    pod_from_dict,
+    pod_from_dict_strict,
+    pod_from_model,
+    pods_from_list_json,
+)
+from kubernetes.client import ApiClient
+
+
+def full_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "app-exec-3",
+            "namespace": "spark",
+            "uid": "u-3",
+            "resourceVersion": "42",
+            "labels": {"spark-app-selector": "app", "spark-role": "executor", "spark-exec-id": "3"},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionTimestamp": "2026-01-01T00:01:30.250000Z",
+        },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "exec", "image": "img"}]},
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "low memory",
+            "podIP": "10.0.0.3",
+            "containerStatuses": [
+                {
+                    "name": "exec",
+                    "image": "img",
+                    "ready": False,
+                    "restartCount": 2,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "OOMKilled",
+                            "message": "killed",
+                            "signal": 9,
+                        }
+                    },
+                },
+                {"name": "side", "state": {"running": {"startedAt": "2026-01-01T00:00:05Z"}}},
+                {"name": "init", "state": {"waiting": {"reason": "ErrImagePull"}}},
+                {"name": "unknown"},
+            ],
+        },
+    }
+
+
+def test_every_field_is_read_from_raw_json() -> None:
+    pod = pod_from_dict_strict(full_pod())
+    assert pod.name == "app-exec-3"
+    assert pod.namespace == "spark"
+    assert pod.uid == "u-3"
+    assert pod.resource_version == "42"
+    assert pod.labels["spark-exec-id"] == "3"
+    assert pod.phase == "Failed"
+    assert pod.reason == "Evicted"
+    assert pod.message == "low memory"
+    assert pod.node_name == "node-1"
+    assert pod.pod_ip == "10.0.0.3"
+    assert pod.creation_timestamp == datetime(2026, 1, 1, tzinfo=UTC)
+    assert pod.deletion_timestamp == datetime(2026, 1, 1, 0, 1, 30, 250000, tzinfo=UTC)
+    assert pod.is_deleted
+    exec_status, side, init, unknown = pod.container_statuses
+    assert exec_status.state == ContainerTerminated(
+        exit_code=137, reason="OOMKilled", message="killed", signal=9
+    )
+    assert exec_status.restart_count == 2
+    assert exec_status.image == "img"
+    assert side.state == ContainerRunning(started_at=datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC))
+    assert init.state == ContainerWaiting(reason="ErrImagePull")
+    assert unknown.state is None
+    assert pod.terminated_exit_code() == 137
+
+
+def test_a_minimal_pod_gets_defaults() -> None:
+    pod = pod_from_dict_strict({"metadata": {"name": "p"}})
+    assert pod.namespace == "default"
+    assert pod.phase is None
+    assert dict(pod.labels) == {}
+    assert pod.container_statuses == ()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "complaint"),
+    [
+        (lambda p: p["metadata"].pop("name"), "metadata.name"),
+        (lambda p: p.__setitem__("metadata", []), "metadata"),
+        (lambda p: p["metadata"].__setitem__("labels", {"spark-exec-id": 3}), "label"),
+        (lambda p: p["metadata"].__setitem__("creationTimestamp", "yesterday"), "RFC 3339"),
+        (lambda p: p["status"].__setitem__("containerStatuses", {}), "containerStatuses"),
+        (
+            lambda p: p["status"]["containerStatuses"][0]["state"]["terminated"].pop("exitCode"),
+            "exitCode",
+        ),
+        (lambda p: p["status"].__setitem__("phase", 3), "status.phase"),
+    ],
+)
+def test_a_malformed_pod_is_skipped_with_a_warning(
+    mutate: Any, complaint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pod = full_pod()
+    mutate(pod)
+    with pytest.raises(MalformedPod, match=complaint):
+        pod_from_dict_strict(pod)
+    with caplog.at_level(logging.WARNING, logger="execpods.k8s.convert"):
+        assert pod_from_dict(pod) is None
+    assert any("Skipping malformed pod" in r.message for r in caplog.records)
+
+
+def test_a_list_skips_bad_items_and_keeps_its_version(caplog: pytest.LogCaptureFixture) -> None:
+    body = {
+        "kind": "PodList",
+        "metadata": {"resourceVersion": "77"},
+        "items": [full_pod(), {"metadata": {}}, "not a pod"],
+    }
+    with caplog.at_level(logging.WARNING):
+        pods, version = pods_from_list_json(orjson.dumps(body))
+    assert [p.name for p in pods] == ["app-exec-3"]
+    assert version == "77"
+    assert len([r for r in caplog.records if "malformed" in r.message]) == 2
+
+
+def test_a_list_that_is_not_json_is_malformed() -> None:
+    with pytest.raises(MalformedPod):
+        pods_from_list_json(b"<html>")
+
+
+def test_the_model_path_gives_the_same_pod() -> None:
+    client = ApiClient()
+    raw = full_pod()
+    for status in raw["status"]["containerStatuses"]:  # the model insists on these
+        status.setdefault("image", "img")
+        status.setdefault("imageID", "sha")
+        status.setdefault("ready", False)
+        status.setdefault("restartCount", 0)
+    model = client.deserialize(orjson.dumps(raw).decode(), "V1Pod", "application/json")
+    assert pod_from_model(model, client) == pod_from_dict(raw)

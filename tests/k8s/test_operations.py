@@ -1,0 +1,142 @@
+"""Pod operations over HTTP against the simulator: results, selectors and typed errors."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from execpods.core import (
+    ApiThrottled,
+    ApiUnavailable,
+    PodAdmissionRejected,
+    PodConflict,
+    PodForbidden,
+    PodInvalid,
+    PodNotFound,
+    PodSelector,
+)
+from execpods.k8s import ApiGateway, KubernetesPodOperations, connect
+from execpods.kubesim import KubeSim
+
+from tests.k8s.conftest import APP_ID, executor_pod
+
+APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
+
+
+def test_create_list_and_patch_labels(sim: KubeSim, operations: KubernetesPodOperations) -> None:
+    for executor_id in (1, 2, 3):
+        operations.create(executor_pod(executor_id))
+    operations.create(executor_pod(1, app_id="other-app"))
+    pods = operations.list(APP)
+    assert sorted(p.name for p in pods) == [f"{APP_ID}-exec-{i}" for i in (1, 2, 3)]
+    operations.patch_labels(f"{APP_ID}-exec-2", {"spark-exec-inactive": "true"})
+    (patched,) = operations.list(
+        PodSelector(labels={"spark-app-selector": APP_ID, "spark-exec-inactive": "true"})
+    )
+    assert patched.name == f"{APP_ID}-exec-2"
+    assert patched.labels["spark-exec-id"] == "2"  # a merge, not a replacement
+
+
+def test_delete_by_name_tolerates_a_missing_pod(
+    sim: KubeSim, operations: KubernetesPodOperations
+) -> None:
+    operations.create(executor_pod(1))
+    operations.delete(f"{APP_ID}-exec-1")
+    assert sim.pod(f"{APP_ID}-exec-1") is None
+    operations.delete(f"{APP_ID}-exec-1")  # already gone: not an error
+
+
+def test_delete_by_selector_with_ids_and_phase(
+    sim: KubeSim, operations: KubernetesPodOperations
+) -> None:
+    for executor_id in (1, 2, 3, 4):
+        operations.create(executor_pod(executor_id))
+    sim.run_until_idle()  # all running now
+    operations.create(executor_pod(5))  # pending
+    operations.create(executor_pod(6))  # pending
+    pending_among = PodSelector(
+        labels=dict(APP.labels),
+        label_in={"spark-exec-id": frozenset({"3", "5"})},
+        phase="Pending",
+    )
+    assert pending_among.label_selector().endswith("spark-exec-id in (3,5)")
+    assert operations.delete_by_selector(pending_among) == 1
+    assert sim.pod(f"{APP_ID}-exec-5") is None
+    assert sim.pod(f"{APP_ID}-exec-3") is not None
+    by_ids = PodSelector(labels=dict(APP.labels), label_in={"spark-exec-id": frozenset({"1", "2"})})
+    assert operations.delete_by_selector(by_ids) == 2
+    sim.run_until_idle()
+    remaining = sorted(p.labels["spark-exec-id"] for p in operations.list(APP))
+    assert remaining == ["3", "4", "6"]
+
+
+def test_creation_errors_arrive_typed(sim: KubeSim, operations: KubernetesPodOperations) -> None:
+    operations.create(executor_pod(1))
+    with pytest.raises(PodConflict) as conflict:
+        operations.create(executor_pod(1))
+    assert conflict.value.status == 409
+
+    sim.reject_creates(403)
+    with pytest.raises(PodAdmissionRejected):
+        operations.create(executor_pod(2))
+
+    sim.reject_creates(422)
+    with pytest.raises(PodAdmissionRejected) as quota:
+        operations.create(executor_pod(3))
+    assert quota.value.status == 422
+    assert "exceeded quota" in str(quota.value)
+
+    sim.reject_creates(403, message='User "spark" cannot create pods')
+    with pytest.raises(PodForbidden):
+        operations.create(executor_pod(4))
+
+    invalid = executor_pod(5)
+    invalid["spec"]["containers"] = []
+    with pytest.raises(PodInvalid):
+        operations.create(invalid)
+
+    sim.fail_requests(500, count=1)
+    with pytest.raises(ApiUnavailable) as unavailable:
+        operations.create(executor_pod(6))
+    assert unavailable.value.outcome_unknown
+
+    sim.throttle(1, retry_after=7)
+    with pytest.raises(ApiThrottled) as throttled:
+        operations.create(executor_pod(7))
+    assert throttled.value.retry_after == 7.0
+
+    operations.create(executor_pod(8))  # every fault was one-shot
+    assert sim.pod(f"{APP_ID}-exec-8") is not None
+
+
+def test_other_errors_arrive_typed(sim: KubeSim, operations: KubernetesPodOperations) -> None:
+    with pytest.raises(PodNotFound):
+        operations.get("nope")
+    with pytest.raises(PodNotFound):
+        operations.patch_labels("nope", {"a": "b"})
+    sim.fail_requests(503, count=1)
+    with pytest.raises(ApiUnavailable):
+        operations.list(APP)
+    sim.throttle(1, retry_after=2)
+    with pytest.raises(ApiThrottled):
+        operations.delete("anything")
+
+
+def test_an_unreachable_server_is_unavailable() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = connect(api_url=f"http://127.0.0.1:{port}")
+    operations = KubernetesPodOperations(ApiGateway(client, namespace="default", request_timeout=2))
+    with pytest.raises(ApiUnavailable, match="list pods"):
+        operations.list(APP)
+    client.close()
+
+
+def test_a_slow_server_times_out_as_unavailable(sim: KubeSim, api_client: object) -> None:
+    operations = KubernetesPodOperations(
+        ApiGateway(api_client, namespace="default", request_timeout=0.2)
+    )
+    sim.set_latency(1.0)
+    with pytest.raises(ApiUnavailable, match="Timeout"):
+        operations.list(APP)

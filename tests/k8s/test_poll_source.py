@@ -1,0 +1,116 @@
+"""The poll source (the seed's ExecutorPodsPollingSnapshotSourceSuite, over HTTP)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from execpods.core import CoreSettings, DeterministicScheduler, PodState
+from execpods.k8s import KubernetesPodOperations, KubernetesSettings, PollSource
+from execpods.kubesim import KubeSim
+
+from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod
+
+CORE = CoreSettings()
+INTERVAL = CORE.api_polling_interval
+
+
+def running_executors(sim: KubeSim, *ids: int) -> None:
+    for executor_id in ids:
+        sim.create_pod(executor_pod(executor_id))
+    sim.run_until_idle()
+
+
+def test_items_returned_by_the_api_are_pushed_to_the_store(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    running_executors(sim, 1, 2)
+    sim.create_pod(executor_pod(1, app_id="another-app"))
+    scheduler = DeterministicScheduler()
+    source = PollSource(store, operations, scheduler=scheduler)
+    source.start(APP_ID)
+    scheduler.tick(INTERVAL - 0.001)
+    assert store.replacements == []
+    scheduler.tick(0.001)
+    (listed,) = store.replacements
+    assert sorted(p.name for p in listed) == [f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"]
+    snapshot = store.current_snapshot
+    assert {i: s.state for i, s in snapshot.items()} == {1: PodState.RUNNING, 2: PodState.RUNNING}
+    scheduler.tick(INTERVAL)
+    assert len(store.replacements) == 2
+    source.stop()
+    scheduler.tick(INTERVAL * 3)
+    assert len(store.replacements) == 2
+
+
+def test_starting_twice_is_an_error(
+    operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source = PollSource(store, operations, scheduler=DeterministicScheduler())
+    source.start(APP_ID)
+    with pytest.raises(RuntimeError, match="Cannot start polling more than once."):
+        source.start(APP_ID)
+    source.stop()
+
+
+def test_a_failed_list_is_logged_and_retried(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    running_executors(sim, 1)
+    scheduler = DeterministicScheduler()
+    source = PollSource(store, operations, scheduler=scheduler)
+    source.start(APP_ID)
+    sim.fail_requests(503, count=1)
+    with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
+        scheduler.tick(INTERVAL)
+    assert store.replacements == []
+    assert source.failures == 1
+    assert any("503" in r.getMessage() for r in caplog.records)
+    scheduler.tick(INTERVAL)
+    assert len(store.replacements) == 1
+    source.stop()
+
+
+def test_poll_from_cache_lists_at_version_zero(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    scheduler = DeterministicScheduler()
+    source = PollSource(
+        store,
+        operations,
+        settings=KubernetesSettings(poll_from_cache=True),
+        scheduler=scheduler,
+    )
+    source.start(APP_ID)
+    scheduler.tick(INTERVAL)
+    (request,) = sim.requests()
+    assert request.verb == "list"
+    assert request.query["resourceVersion"] == "0"
+    assert "spark-app-selector=spark-app-1" in request.query["labelSelector"]
+    source.stop()
+
+
+def test_polling_can_be_disabled(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    scheduler = DeterministicScheduler()
+    core = CoreSettings(enable_api_polling=False)
+    source = PollSource(store, operations, core_settings=core, scheduler=scheduler)
+    source.start(APP_ID)
+    scheduler.tick(INTERVAL * 3)
+    assert sim.requests() == []
+    source.stop()
+
+
+def test_the_default_scheduler_polls_on_its_own_thread(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    running_executors(sim, 1)
+    core = CoreSettings.from_properties({"spark.kubernetes.executor.apiPollingInterval": "20ms"})
+    source = PollSource(store, operations, core_settings=core)
+    source.start(APP_ID)
+    assert store.wait_for(lambda s: len(s.replacements) >= 2)
+    source.stop()
