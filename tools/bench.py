@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Run every package's benchmark and print its figures (python3 tools/dev.py bench [--quick]).
+
+Each benchmark is a module with a `main()`; they run one after another in fresh interpreters so
+one cannot warm or disturb the next.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+MODULES = (
+    "execpods.core.bench",
+    "execpods.kubesim.bench",
+    "execpods.k8s.bench",
+    "execpods.sidecar.bench",
+)
+
+
+def main() -> int:
+    passthrough = sys.argv[1:]
+    failed = []
+    for module in MODULES:
+        if importlib.util.find_spec(module) is None:
+            print(f"== {module}: not present, skipped", flush=True)
+            continue
+        print(f"== {module}", flush=True)
+        command = [sys.executable, "-m", module, *passthrough]
+        if subprocess.run(command, check=False).returncode != 0:
+            failed.append(module)
+    if failed:
+        print(f"benchmarks that failed: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
