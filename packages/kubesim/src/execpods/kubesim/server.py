@@ -58,6 +58,20 @@ class ServerContext:
     bookmark_interval: float
 
 
+def _verb(method: str, path: str, query: dict[str, str]) -> str:
+    """The Kubernetes verb of a request, for the request log's counters."""
+    if resources.discovery(path, ("", 0)) is not None:
+        return "discovery"
+    collection = path == "/api/v1/pods" or path.endswith("/pods")
+    if method == "GET":
+        if "/watch/" in path or query.get("watch", "") in _TRUE:
+            return "watch"
+        return "list" if collection else "get"
+    if method == "DELETE":
+        return "deletecollection" if collection else "delete"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "other")
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -130,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         started = time.perf_counter()
         split = urlsplit(self.path)
-        path = split.path
+        path = split.path.rstrip("/") or "/"
         query = dict(parse_qsl(split.query, keep_blank_values=True))
         try:
             body = self._read_body()
@@ -141,10 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/_kubesim/"):
             self._control(method, path, body, ctx)
             return
-        verb = "other"
+        verb = _verb(method, path, query)
         status = 500
         try:
-            verb, status = self._api(method, path, query, body, ctx)
+            status = self._api(method, path, query, body, ctx)
         except ApiError as err:
             status = err.code
             self._send(err.code, orjson.dumps(err.status()), headers=err.headers)
@@ -181,19 +195,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _api(
         self, method: str, path: str, query: dict[str, str], body: bytes, ctx: ServerContext
-    ) -> tuple[str, int]:
+    ) -> int:
         api = ctx.api
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
             self._send(200, orjson.dumps(discovery))
-            return "discovery", 200
+            return 200
         if m := _NAMESPACE.match(path):
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
             self._send(200, orjson.dumps(resources.namespace(m.group(1))))
-            return "get", 200
+            return 200
         namespace: str | None
         name: str | None
         subresource = False
@@ -217,33 +231,31 @@ class _Handler(BaseHTTPRequestHandler):
                         extra = f"metadata.name={name}"
                         query["fieldSelector"] = f"{sel},{extra}" if sel else extra
                     self._watch(namespace, query, api, ctx.bookmark_interval)
-                    return "watch", 200
-                return "list", self._reply(200, api.list(namespace, query))
+                    return 200
+                return self._reply(200, api.list(namespace, query))
             if namespace is None:
                 raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
             if method == "POST":
-                return "create", self._reply(201, api.create(namespace, self._json(body)))
+                return self._reply(201, api.create(namespace, self._json(body)))
             if method == "DELETE":
                 options = self._json(body) if body.strip() else {}
-                return "deletecollection", self._reply(
-                    200, api.delete_collection(namespace, query, options)
-                )
+                return self._reply(200, api.delete_collection(namespace, query, options))
             raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
         assert namespace is not None
         if method == "GET":
-            return "get", self._reply(200, api.get(namespace, name))
+            return self._reply(200, api.get(namespace, name))
         if method == "PUT":
-            return "update", self._reply(
+            return self._reply(
                 200, api.replace(namespace, name, self._json(body), status=subresource)
             )
         if method == "PATCH":
             ctype = self.headers.get("Content-Type", "")
-            return "patch", self._reply(
+            return self._reply(
                 200, api.patch(namespace, name, ctype, self._json(body), status=subresource)
             )
         if method == "DELETE" and not subresource:
             options = self._json(body) if body.strip() else {}
-            return "delete", self._reply(200, api.delete(namespace, name, query, options))
+            return self._reply(200, api.delete(namespace, name, query, options))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
 
     @staticmethod

@@ -1,0 +1,97 @@
+"""Fixtures for the simulator tests: a deterministic simulator and the official client against it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from kubernetes import client, config
+
+from execpods.kubesim import ClusterConfig, KubeSim
+
+NS = "default"
+
+
+def pod_body(
+    name: str | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    image: str = "busybox:1.36",
+    restart_policy: str = "Never",
+    generate_name: str | None = None,
+    finalizers: list[str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": labels or {}}
+    if name:
+        meta["name"] = name
+    if generate_name:
+        meta["generateName"] = generate_name
+    if annotations:
+        meta["annotations"] = annotations
+    if finalizers:
+        meta["finalizers"] = finalizers
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "restartPolicy": restart_policy,
+            "containers": [{"name": "main", "image": image}],
+        },
+    }
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    cfg = ClusterConfig(
+        nodes=2, pods_per_node=3, start_latency=1.0, start_jitter=0.5, stop_latency=0.5, seed=7
+    )
+    with KubeSim(cluster=cfg, deterministic=True, bookmark_interval=30.0) as s:
+        yield s
+
+
+@pytest.fixture
+def api_client(sim: KubeSim) -> Iterator[client.ApiClient]:
+    c = config.new_client_from_config(config_file=str(sim.kubeconfig_path))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+def read_events(resp: Any, limit: int = 1000) -> list[dict[str, Any]]:
+    """Read watch events from a raw response until ``limit`` arrived or the stream ends (its
+    ``timeoutSeconds`` bounds the wait)."""
+    events: list[dict[str, Any]] = []
+    buf = b""
+    for chunk in resp.stream(65536):
+        buf += chunk
+        while b"\n" in buf and len(events) < limit:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                events.append(orjson.loads(line))
+        if len(events) >= limit:
+            resp.close()
+            return events
+    resp.release_conn()
+    return events
+
+
+def open_watch(core: client.CoreV1Api, timeout: int = 2, **kwargs: Any) -> Any:
+    """Start a watch and return the raw response: the server has registered it on return."""
+    return core.list_namespaced_pod(
+        NS,
+        watch=True,
+        timeout_seconds=timeout,
+        _preload_content=False,
+        _request_timeout=(5, timeout + 10),
+        **kwargs,
+    )
