@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
+GENERATED = ROOT / "packages" / "client" / "src" / "execpods" / "v1"
 
 
 def _say(message: str) -> None:
@@ -34,25 +35,29 @@ def _run(*argv: str | Path, env: dict[str, str] | None = None) -> None:
         sys.exit(f"failed ({completed.returncode}): {' '.join(command)}")
 
 
-def _uv() -> str:
+def _uv() -> list[str]:
+    """How to run uv: from PATH, else installed with pip and run as `python -m uv`."""
     found = shutil.which("uv")
     if found:
-        return found
+        return [found]
+    probe = [sys.executable, "-m", "uv", "--version"]
+    if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return [sys.executable, "-m", "uv"]
     _say("uv is missing: installing it with pip")
-    _run(sys.executable, "-m", "pip", "install", "--quiet", "uv")
-    found = shutil.which("uv")
-    if found:
-        return found
-    # pip may have put it in a scripts folder that is not on PATH (a --user install).
-    for candidate in (Path(sys.executable).parent / "uv", Path.home() / ".local" / "bin" / "uv"):
-        if candidate.exists():
-            return str(candidate)
-    sys.exit("uv was installed but cannot be found on PATH")
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # A system Python may refuse global installs (PEP 668): fall back to the user site.
+    for extra in ([], ["--user"], ["--user", "--break-system-packages"]):
+        if subprocess.run([*pip, *extra, "uv"], check=False).returncode == 0:
+            return [sys.executable, "-m", "uv"]
+    sys.exit("could not install uv with pip; install it by hand (pip install uv) and retry")
 
 
 def bootstrap() -> None:
     """Create .venv from the lock; a no-op when it is already in sync."""
-    _run(_uv(), "sync", "--locked", "--all-packages", "--quiet")
+    _run(*_uv(), "sync", "--locked", "--all-packages", "--quiet")
+    if not (GENERATED / "allocator_pb2.py").exists():
+        _say("generated gRPC code is missing: generating it")
+        gen()
 
 
 def _tool(name: str) -> Path:
