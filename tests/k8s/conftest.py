@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -96,6 +97,17 @@ def store() -> Iterator[RecordingStore]:
     recording = RecordingStore()
     yield recording
     recording.stop()
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
+    """For state with no notification to wait on (the simulator logs a watch when it ends)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.005)
+    return True
 
 
 FAST = KubernetesSettings(backoff_initial=0.01, backoff_max=0.1, container_image=IMAGE)

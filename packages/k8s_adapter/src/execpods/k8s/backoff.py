@@ -15,6 +15,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+RETRY_AFTER_CAP = 300.0
+"""The longest Retry-After honoured: the server's hint wins over our cap, but not an absurd one."""
+
 
 class Waiter(Protocol):
     """Waits that end early when the owner stops."""
@@ -63,7 +66,7 @@ class Backoff:
         floor = self.initial * self.floor_fraction
         delay = self.rng.uniform(min(floor, cap), cap)
         if retry_after is not None:
-            delay = max(delay, min(retry_after, self.maximum * 4))
+            delay = max(delay, min(retry_after, RETRY_AFTER_CAP))
         return delay
 
     def reset(self) -> None:

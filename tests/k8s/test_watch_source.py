@@ -1,0 +1,321 @@
+"""The watch source over HTTP against the simulator: the seed's suite, then the failure modes."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from execpods.core import CoreSettings, PodState
+from execpods.k8s import KubernetesPodOperations, KubernetesSettings, WatchSource
+from execpods.kubesim import KubeSim
+
+from tests.k8s.conftest import APP_ID, FAST, RecordingStore, eventually, executor_pod
+
+
+class SimClock:
+    """The watch source's clock reads the simulator's (virtual) clock."""
+
+    def __init__(self, sim: KubeSim) -> None:
+        self._sim = sim
+
+    def monotonic(self) -> float:
+        return self._sim.now()
+
+    def time(self) -> float:
+        return self._sim.now()
+
+
+class VirtualWaiter:
+    """Backoff waits move the simulator's virtual clock instead of sleeping.
+
+    `on_wait` hooks run at the start of a wait: "while the watch is down".
+    """
+
+    def __init__(self, sim: KubeSim) -> None:
+        self._sim = sim
+        self._event = threading.Event()
+        self._cond = threading.Condition()
+        self.waits: list[float] = []
+        self.on_wait: list[Callable[[], None]] = []
+
+    def wait(self, seconds: float) -> bool:
+        if self._event.is_set():
+            return True
+        while self.on_wait:
+            self.on_wait.pop(0)()
+        self._sim.advance(seconds)
+        with self._cond:
+            self.waits.append(seconds)
+            self._cond.notify_all()
+        return self._event.is_set()
+
+    def wait_for_waits(self, count: int, timeout: float = 10.0) -> bool:
+        """Block until the source has backed off `count` times in all."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.waits) >= count, timeout)
+
+    def stop(self) -> None:
+        self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+
+def name(executor_id: int) -> str:
+    return f"{APP_ID}-exec-{executor_id}"
+
+
+_RUNNING: list[WatchSource] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_sources() -> Iterator[None]:
+    """A failed test must not leave its watch thread retrying against a closed simulator."""
+    yield
+    while _RUNNING:
+        _RUNNING.pop().stop()
+
+
+def start_watch(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    *,
+    waiter: VirtualWaiter | None = None,
+    settings: KubernetesSettings = FAST,
+) -> WatchSource:
+    source = WatchSource(
+        store,
+        operations,
+        settings=settings,
+        clock=SimClock(sim),
+        waiter=waiter,
+        rng=random.Random(7),
+    )
+    _RUNNING.append(source)
+    source.start(APP_ID)
+    assert sim.wait_for_watchers(1, 10)
+    return source
+
+
+def test_watch_events_are_pushed_to_the_store_as_updates(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source = start_watch(sim, operations, store)
+    sim.create_pod(executor_pod(1))
+    sim.create_pod(executor_pod(2))
+    sim.run_until_idle()  # both scheduled and running: ADDED, then MODIFIED events
+    assert store.wait_snapshot(
+        lambda s: {i: p.state for i, p in s.items()} == {1: PodState.RUNNING, 2: PodState.RUNNING}
+    )
+    assert {p.name for p in store.updates} == {name(1), name(2)}
+    assert store.replacements == [[]]  # the initial list
+    source.stop()
+
+
+def test_starting_twice_is_an_error(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source = start_watch(sim, operations, store)
+    with pytest.raises(RuntimeError, match="Cannot start the watcher twice."):
+        source.start(APP_ID)
+    source.stop()
+
+
+def test_the_watch_can_be_disabled(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source = WatchSource(store, operations, core_settings=CoreSettings(enable_api_watcher=False))
+    source.start(APP_ID)
+    source.stop()
+    assert sim.requests() == []
+
+
+def test_the_watch_starts_from_the_list_version_with_bookmarks(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    source = start_watch(sim, operations, store)
+    assert [p.name for p in store.replacements[0]] == [name(1)]
+    version = source.resource_version
+    source.stop()
+    sim.drop_watches(abrupt=False)  # kubesim logs a watch only once its stream ends
+    assert eventually(lambda: any(r.verb == "watch" for r in sim.requests()))
+    watch = next(r for r in sim.requests() if r.verb == "watch")
+    assert watch.query["resourceVersion"] == version
+    assert watch.query["allowWatchBookmarks"].lower() == "true"
+    assert watch.query["timeoutSeconds"] == "300"
+
+
+def test_a_410_mid_stream_relists_without_losing_an_update(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.run_until_idle()
+    waiter = VirtualWaiter(sim)
+    source = start_watch(sim, operations, store, waiter=waiter)
+    sim.clear_requests()
+    sim.expire_next(1)  # the resumed watch is refused too: the loop must re-list
+    sim.expire_watches()  # ERROR 410 on the open stream
+    sim.fail_pod(name(1), exit_code=3)  # an update that no watch stream carries
+    assert store.wait_snapshot(lambda s: s.get(1) is not None and s.get(1).state is PodState.FAILED)  # type: ignore[union-attr]
+    assert sim.wait_for_watchers(1, 10)
+    assert source.stats.expired >= 1
+    assert source.stats.lists >= 2
+    pod = store.current_snapshot.get(1)
+    assert pod is not None
+    assert pod.pod.terminated_exit_code() == 3
+    source.stop()
+
+
+def test_a_pod_deleted_while_the_watch_was_down_is_gone_after_the_relist(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.create_pod(executor_pod(2))
+    sim.run_until_idle()
+    waiter = VirtualWaiter(sim)
+    source = start_watch(sim, operations, store, waiter=waiter)
+    assert set(store.current_snapshot) == {1, 2}
+
+    def while_down() -> None:
+        sim.delete_pod(name(2), grace_period=0)
+        sim.compact()  # the resume version is now too old: 410, then a re-list
+
+    waiter.on_wait.append(while_down)
+    sim.fail_requests(503, count=1)  # the watch's reconnect fails once: it backs off
+    sim.drop_watches(abrupt=True)
+    assert store.wait_snapshot(lambda s: set(s) == {1} and len(store.replacements) >= 2)
+    assert source.stats.expired >= 1
+    source.stop()
+
+
+def test_500s_and_429s_back_off_and_recover(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    waiter = VirtualWaiter(sim)
+    source = start_watch(sim, operations, store, waiter=waiter)
+    sim.fail_requests(500, count=3)
+    sim.drop_watches(abrupt=True)
+    assert waiter.wait_for_waits(4)  # the cut stream, then three 500s
+    assert sim.wait_for_watchers(1, 10)
+    sim.create_pod(executor_pod(1))
+    assert store.wait_snapshot(lambda s: 1 in s)
+    assert source.stats.failures == 4
+    assert source.stats.lists == 1  # resumed from its version: no re-list needed
+    sim.throttle(2, retry_after=5)
+    waits_before = len(waiter.waits)
+    sim.drop_watches(abrupt=True)
+    assert waiter.wait_for_waits(waits_before + 3)
+    assert sim.wait_for_watchers(1, 10)
+    throttled_waits = waiter.waits[waits_before + 1 : waits_before + 3]
+    assert len(throttled_waits) == 2
+    assert min(throttled_waits) >= 5, waiter.waits  # Retry-After honoured
+    sim.create_pod(executor_pod(2))
+    assert store.wait_snapshot(lambda s: 2 in s)
+    source.stop()
+
+
+def test_request_rate_stays_bounded_during_a_30_second_outage(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    waiter = VirtualWaiter(sim)
+    settings = KubernetesSettings(backoff_initial=0.5, backoff_max=30)
+    source = start_watch(sim, operations, store, waiter=waiter, settings=settings)
+    sim.clear_requests()
+    outage_start = sim.now()
+    sim.fail_requests(503, seconds=30)
+    sim.drop_watches(abrupt=True)
+    assert eventually(lambda: sim.now() - outage_start >= 30)
+    assert sim.wait_for_watchers(1, 10)
+    recovered_at = sim.now()
+    failed = [r for r in sim.requests() if r.status == 503]
+    assert 3 <= len(failed) <= 12, len(failed)  # ~log2(30/0.5) retries, not thousands
+    assert recovered_at - outage_start >= 30
+    assert recovered_at - outage_start <= 30 + 30  # back within one capped delay
+    sim.create_pod(executor_pod(1))
+    assert store.wait_snapshot(lambda s: 1 in s)
+    source.stop()
+
+
+def test_a_server_that_ends_every_watch_at_once_is_not_hammered(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    waiter = VirtualWaiter(sim)
+    source = start_watch(sim, operations, store, waiter=waiter)
+    for round_ in range(1, 4):  # each stream ends cleanly, at once, with nothing delivered
+        sim.drop_watches(abrupt=False)
+        assert waiter.wait_for_waits(round_)  # a backoff, not an immediate reconnect
+        assert sim.wait_for_watchers(1, 10)
+    assert waiter.waits == sorted(waiter.waits) or len(waiter.waits) == 3
+    assert source.stats.failures == 0
+    source.stop()
+
+
+def test_stop_interrupts_a_blocked_watch_within_a_second(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source = start_watch(sim, operations, store)
+    thread = next(t for t in threading.enumerate() if t.name == f"execpods-watch-{APP_ID}")
+    started = time.monotonic()
+    stopper = threading.Thread(target=source.stop)
+    stopper.start()
+    stopper.join(2)
+    assert time.monotonic() - started < 1.0
+    assert not thread.is_alive()
+
+
+def test_stop_during_a_long_backoff_returns_at_once(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    settings = KubernetesSettings(backoff_initial=60, backoff_max=60)
+    source = start_watch(sim, operations, store, settings=settings)
+    sim.fail_requests(503)
+    sim.drop_watches(abrupt=True)
+    assert store.wait_for(lambda s: source.stats.failures >= 1)
+    started = time.monotonic()
+    source.stop()
+    assert time.monotonic() - started < 1.0
+
+
+def test_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = start_watch(sim, operations, store)
+    no_id = executor_pod(1)
+    del no_id["metadata"]["labels"]["spark-exec-id"]
+    no_id["metadata"]["name"] = "no-id"
+    bad_id = executor_pod(2, **{"spark-exec-id": "two"})
+    bad_id["metadata"]["name"] = "bad-id"
+    with caplog.at_level(logging.WARNING):
+        sim.create_pod(no_id)
+        sim.create_pod(bad_id)
+        sim.create_pod(executor_pod(3))
+        assert store.wait_snapshot(lambda s: 3 in s)
+        assert store.wait_for(lambda s: len(s.updates) >= 3)
+    assert set(store.current_snapshot) == {3}
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "no-id" in messages
+    assert "bad-id" in messages
+    assert source.stats.failures == 0
+    source.stop()
+
+
+def test_deleted_events_mark_the_executor_deleted(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))  # pending, unscheduled: deleted at once, no grace
+    source = start_watch(sim, operations, store)
+    sim.delete_pod(name(1))
+    assert store.wait_snapshot(
+        lambda s: s.get(1) is not None and s.get(1).state is PodState.DELETED  # type: ignore[union-attr]
+    )
+    source.stop()
