@@ -1,17 +1,36 @@
-"""Fixtures for the simulator tests: a deterministic simulator and the official client against it."""
+"""Fixtures for the simulator tests: a deterministic simulator, the official client against it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 import pytest
-from kubernetes import client, config
-
 from execpods.kubesim import ClusterConfig, KubeSim
+from kubernetes import client, config, watch
 
 NS = "default"
+
+# The client's generated models make every field Optional, which would bury each assertion
+# under None checks; the tests read them dynamically instead.
+CoreApi: TypeAlias = Any
+ClientApi: TypeAlias = Any
+
+
+def new_client(url: str) -> ClientApi:
+    """An ApiClient for ``url`` (close it when done)."""
+    return client.ApiClient(client.Configuration(host=url))
+
+
+def core_api(api_client: ClientApi) -> CoreApi:
+    return client.CoreV1Api(api_client)
+
+
+def new_watch() -> Any:
+    """The client's ``watch.Watch`` (untyped upstream)."""
+    factory: Any = watch.Watch
+    return factory()
 
 
 def pod_body(
@@ -54,8 +73,9 @@ def sim() -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def api_client(sim: KubeSim) -> Iterator[client.ApiClient]:
-    c = config.new_client_from_config(config_file=str(sim.kubeconfig_path))
+def api_client(sim: KubeSim) -> Iterator[ClientApi]:
+    loader: Any = config.new_client_from_config
+    c = loader(config_file=str(sim.kubeconfig_path))
     try:
         yield c
     finally:
@@ -63,8 +83,8 @@ def api_client(sim: KubeSim) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture
-def core(api_client: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api_client)
+def core(api_client: ClientApi) -> CoreApi:
+    return core_api(api_client)
 
 
 def read_events(resp: Any, limit: int = 1000) -> list[dict[str, Any]]:
@@ -85,7 +105,7 @@ def read_events(resp: Any, limit: int = 1000) -> list[dict[str, Any]]:
     return events
 
 
-def open_watch(core: client.CoreV1Api, timeout: int = 2, **kwargs: Any) -> Any:
+def open_watch(core: CoreApi, timeout: int = 2, **kwargs: Any) -> Any:
     """Start a watch and return the raw response: the server has registered it on return."""
     return core.list_namespaced_pod(
         NS,

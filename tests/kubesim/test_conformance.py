@@ -14,16 +14,32 @@ from typing import Any
 import orjson
 import pytest
 import urllib3
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
-
 from execpods.kubesim import KubeSim
-from tests.kubesim.conftest import NS, open_watch, pod_body, read_events
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubesim.conftest import (
+    NS,
+    ClientApi,
+    CoreApi,
+    core_api,
+    new_client,
+    new_watch,
+    open_watch,
+    pod_body,
+    read_events,
+)
 
 
 def status_of(exc: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = orjson.loads(exc.body)
+    body: dict[str, Any] = orjson.loads(exc.body or "{}")
     return body
+
+
+def collect(stream: Any, into: list[str]) -> None:
+    """Append each event's type to ``into`` until the stream ends or raises."""
+    for event in stream:
+        into.append(event["type"])
 
 
 def names(pods: Any) -> list[str]:
@@ -46,7 +62,7 @@ def raw(sim: KubeSim, method: str, path: str, body: Any = None, **headers: str) 
 # -- create / get / list / errors ----------------------------------------------------------------
 
 
-def test_create_with_generate_name_get_and_list(core: client.CoreV1Api) -> None:
+def test_create_with_generate_name_get_and_list(core: CoreApi) -> None:
     created = core.create_namespaced_pod(NS, pod_body(generate_name="exec-"))
     name = created.metadata.name
     assert name.startswith("exec-")
@@ -63,7 +79,7 @@ def test_create_with_generate_name_get_and_list(core: client.CoreV1Api) -> None:
     assert core.list_namespaced_pod("other").items == []
 
 
-def test_duplicate_create_is_409_and_missing_pod_is_404(core: client.CoreV1Api) -> None:
+def test_duplicate_create_is_409_and_missing_pod_is_404(core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p1"))
     with pytest.raises(ApiException) as dup:
         core.create_namespaced_pod(NS, pod_body("p1"))
@@ -80,7 +96,7 @@ def test_duplicate_create_is_409_and_missing_pod_is_404(core: client.CoreV1Api) 
     assert "nope" in body["message"]
 
 
-def test_invalid_pod_is_422_with_causes(core: client.CoreV1Api) -> None:
+def test_invalid_pod_is_422_with_causes(core: CoreApi) -> None:
     bad = pod_body("Bad_Name")
     bad["spec"]["containers"] = []
     with pytest.raises(ApiException) as exc:
@@ -93,7 +109,7 @@ def test_invalid_pod_is_422_with_causes(core: client.CoreV1Api) -> None:
     assert core.list_namespaced_pod(NS).items == []
 
 
-def test_resource_versions_are_opaque_increasing_and_never_zero(core: client.CoreV1Api) -> None:
+def test_resource_versions_are_opaque_increasing_and_never_zero(core: CoreApi) -> None:
     rvs = [
         core.create_namespaced_pod(NS, pod_body(f"p{i}")).metadata.resource_version
         for i in range(3)
@@ -118,7 +134,7 @@ def test_resource_versions_are_opaque_increasing_and_never_zero(core: client.Cor
         ("app=a,tier=x", ["a1"]),
     ],
 )
-def test_label_selectors(core: client.CoreV1Api, selector: str, expected: list[str]) -> None:
+def test_label_selectors(core: CoreApi, selector: str, expected: list[str]) -> None:
     core.create_namespaced_pod(NS, pod_body("a1", labels={"app": "a", "tier": "x"}))
     core.create_namespaced_pod(NS, pod_body("a2", labels={"app": "a"}))
     core.create_namespaced_pod(NS, pod_body("b1", labels={"app": "b"}))
@@ -126,7 +142,7 @@ def test_label_selectors(core: client.CoreV1Api, selector: str, expected: list[s
     assert names(core.list_namespaced_pod(NS, label_selector=selector)) == expected
 
 
-def test_field_selectors(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_field_selectors(sim: KubeSim, core: CoreApi) -> None:
     for i in range(2):
         core.create_namespaced_pod(NS, pod_body(f"p{i}"))
     sim.run_until_idle()
@@ -150,7 +166,7 @@ def test_field_selectors(sim: KubeSim, core: client.CoreV1Api) -> None:
     ("kind", "selector"),
     [("label", "app in (a"), ("label", "app=a,,b"), ("field", "spec.image=x"), ("field", "bogus")],
 )
-def test_bad_selectors_are_400(core: client.CoreV1Api, kind: str, selector: str) -> None:
+def test_bad_selectors_are_400(core: CoreApi, kind: str, selector: str) -> None:
     kwargs = {"label_selector": selector} if kind == "label" else {"field_selector": selector}
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_pod(NS, **kwargs)
@@ -158,7 +174,7 @@ def test_bad_selectors_are_400(core: client.CoreV1Api, kind: str, selector: str)
     assert status_of(exc.value)["reason"] == "BadRequest"
 
 
-def test_list_pagination_with_limit_and_continue(core: client.CoreV1Api) -> None:
+def test_list_pagination_with_limit_and_continue(core: CoreApi) -> None:
     for i in range(5):
         core.create_namespaced_pod(NS, pod_body(f"p{i}"))
     first = core.list_namespaced_pod(NS, limit=2)
@@ -173,14 +189,12 @@ def test_list_pagination_with_limit_and_continue(core: client.CoreV1Api) -> None
 # -- patch / put / status --------------------------------------------------------------------------
 
 
-def _running_pod(sim: KubeSim, core: client.CoreV1Api, name: str = "p") -> None:
+def _running_pod(sim: KubeSim, core: CoreApi, name: str = "p") -> None:
     core.create_namespaced_pod(NS, pod_body(name, labels={"app": "a"}))
     sim.run_until_idle()
 
 
-def test_strategic_merge_on_status_merges_lists_by_key(
-    sim: KubeSim, core: client.CoreV1Api
-) -> None:
+def test_strategic_merge_on_status_merges_lists_by_key(sim: KubeSim, core: CoreApi) -> None:
     body = pod_body("p")
     body["spec"]["containers"].append({"name": "side", "image": "busybox"})
     core.create_namespaced_pod(NS, body)
@@ -204,7 +218,7 @@ def test_strategic_merge_on_status_merges_lists_by_key(
     assert conds["PodScheduled"].status == "True"
 
 
-def test_merge_patch_replaces_lists(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_merge_patch_replaces_lists(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     patch = {"status": {"conditions": [{"type": "Custom", "status": "True"}]}}
     after = core.patch_namespaced_pod_status(
@@ -213,7 +227,7 @@ def test_merge_patch_replaces_lists(sim: KubeSim, core: client.CoreV1Api) -> Non
     assert [c.type for c in after.status.conditions] == ["Custom"]
 
 
-def test_json_patch_and_failed_test_op(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_json_patch_and_failed_test_op(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     ops = [{"op": "add", "path": "/metadata/labels/extra", "value": "yes"}]
     after = core.patch_namespaced_pod("p", NS, ops)
@@ -223,7 +237,7 @@ def test_json_patch_and_failed_test_op(sim: KubeSim, core: client.CoreV1Api) -> 
     assert exc.value.status == 422
 
 
-def test_unsupported_patch_type_is_415(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_unsupported_patch_type_is_415(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     code, body = raw(
         sim,
@@ -237,7 +251,7 @@ def test_unsupported_patch_type_is_415(sim: KubeSim, core: client.CoreV1Api) -> 
 
 
 def test_main_resource_writes_cannot_change_status_and_status_writes_only_status(
-    sim: KubeSim, core: client.CoreV1Api
+    sim: KubeSim, core: CoreApi
 ) -> None:
     _running_pod(sim, core)
     after = core.patch_namespaced_pod(
@@ -252,7 +266,7 @@ def test_main_resource_writes_cannot_change_status_and_status_writes_only_status
     assert after.status.phase == "Succeeded"
 
 
-def test_noop_write_does_not_bump_resource_version(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_noop_write_does_not_bump_resource_version(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     rv = core.read_namespaced_pod("p", NS).metadata.resource_version
     again = core.patch_namespaced_pod("p", NS, {"metadata": {"labels": {"app": "a"}}})
@@ -260,7 +274,7 @@ def test_noop_write_does_not_bump_resource_version(sim: KubeSim, core: client.Co
     assert sim.resource_version == rv
 
 
-def test_put_replaces_and_checks_resource_version(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_put_replaces_and_checks_resource_version(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     pod = core.read_namespaced_pod("p", NS)
     pod.metadata.labels = {"app": "b"}
@@ -277,7 +291,7 @@ def test_put_replaces_and_checks_resource_version(sim: KubeSim, core: client.Cor
     assert core.replace_namespaced_pod_status("p", NS, fresh).status.phase == "Succeeded"
 
 
-def test_pod_spec_is_immutable_except_image(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_pod_spec_is_immutable_except_image(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod("p", NS, {"spec": {"restartPolicy": "Always"}})
@@ -289,10 +303,10 @@ def test_pod_spec_is_immutable_except_image(sim: KubeSim, core: client.CoreV1Api
 # -- watch -----------------------------------------------------------------------------------------
 
 
-def test_watch_without_rv_starts_with_synthetic_added(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_watch_without_rv_starts_with_synthetic_added(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("a", labels={"app": "a"}))
     core.create_namespaced_pod(NS, pod_body("b", labels={"app": "b"}))
-    w = watch.Watch()
+    w = new_watch()
     seen = [
         (e["type"], e["object"].metadata.name)
         for e in w.stream(
@@ -306,7 +320,7 @@ def test_watch_without_rv_starts_with_synthetic_added(sim: KubeSim, core: client
     assert seen == [("ADDED", "a")]
 
 
-def test_watch_from_rv_streams_strictly_later_events(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_watch_from_rv_streams_strictly_later_events(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("old"))
     rv = core.list_namespaced_pod(NS).metadata.resource_version
     core.create_namespaced_pod(NS, pod_body("new"))
@@ -316,7 +330,7 @@ def test_watch_from_rv_streams_strictly_later_events(sim: KubeSim, core: client.
     assert int(events[0]["object"]["metadata"]["resourceVersion"]) > int(rv)
 
 
-def test_watch_streams_live_events_in_order(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_watch_streams_live_events_in_order(sim: KubeSim, core: CoreApi) -> None:
     resp = open_watch(core, timeout=3, resource_version=sim.resource_version)
     core.create_namespaced_pod(NS, pod_body("p"))
     sim.run_until_idle()
@@ -328,9 +342,7 @@ def test_watch_streams_live_events_in_order(sim: KubeSim, core: client.CoreV1Api
     assert rvs == sorted(rvs)
 
 
-def test_label_change_moves_pod_out_of_and_into_selector(
-    sim: KubeSim, core: client.CoreV1Api
-) -> None:
+def test_label_change_moves_pod_out_of_and_into_selector(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p", labels={"app": "a"}))
     resp = open_watch(core, label_selector="app=a", resource_version=sim.resource_version)
     core.patch_namespaced_pod("p", NS, {"metadata": {"labels": {"app": "b"}}})
@@ -342,20 +354,21 @@ def test_label_change_moves_pod_out_of_and_into_selector(
     assert events[1]["object"]["metadata"]["labels"] == {"app": "a", "tier": "1"}
 
 
-def test_watch_from_compacted_rv_gets_410_error_event(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_watch_from_compacted_rv_gets_410_error_event(sim: KubeSim, core: CoreApi) -> None:
     rv = core.list_namespaced_pod(NS).metadata.resource_version
     core.create_namespaced_pod(NS, pod_body("p"))
     sim.compact()
-    w = watch.Watch()
+    seen: list[str] = []
+    stream = new_watch().stream(
+        core.list_namespaced_pod,
+        NS,
+        resource_version=rv,
+        timeout_seconds=2,
+        _request_timeout=(5, 12),
+    )
     with pytest.raises(ApiException) as exc:
-        for _ in w.stream(
-            core.list_namespaced_pod,
-            NS,
-            resource_version=rv,
-            timeout_seconds=2,
-            _request_timeout=(5, 12),
-        ):
-            pytest.fail("no event may precede the 410")
+        collect(stream, seen)
+    assert seen == []
     assert exc.value.status == 410
     with pytest.raises(ApiException) as exact:
         core.list_namespaced_pod(NS, resource_version=rv, resource_version_match="Exact")
@@ -365,9 +378,9 @@ def test_watch_from_compacted_rv_gets_410_error_event(sim: KubeSim, core: client
 
 def test_bounded_event_window_expires_old_versions() -> None:
     with KubeSim(deterministic=True, event_window=3) as small:
-        c = client.ApiClient(client.Configuration(host=small.url))
+        c = new_client(small.url)
         try:
-            core = client.CoreV1Api(c)
+            core = core_api(c)
             rv = core.list_namespaced_pod(NS).metadata.resource_version
             for i in range(3):
                 core.create_namespaced_pod(NS, pod_body(f"p{i}"))
@@ -387,7 +400,7 @@ def test_bounded_event_window_expires_old_versions() -> None:
             c.close()
 
 
-def test_exact_list_returns_the_state_at_that_version(core: client.CoreV1Api) -> None:
+def test_exact_list_returns_the_state_at_that_version(core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("a"))
     rv = core.list_namespaced_pod(NS).metadata.resource_version
     core.create_namespaced_pod(NS, pod_body("b"))
@@ -398,7 +411,7 @@ def test_exact_list_returns_the_state_at_that_version(core: client.CoreV1Api) ->
     assert names(core.list_namespaced_pod(NS)) == ["b"]
 
 
-def test_410_mid_watch(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_410_mid_watch(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
 
     def expire() -> None:
@@ -407,19 +420,18 @@ def test_410_mid_watch(sim: KubeSim, core: client.CoreV1Api) -> None:
 
     t = threading.Thread(target=expire)
     t.start()
-    seen = []
-    w = watch.Watch()
+    seen: list[str] = []
+    stream = new_watch().stream(
+        core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)
+    )
     with pytest.raises(ApiException) as exc:
-        for ev in w.stream(
-            core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)
-        ):
-            seen.append(ev["type"])
+        collect(stream, seen)
     t.join(10)
     assert seen == ["ADDED"]
     assert exc.value.status == 410
 
 
-def test_injected_410_on_next_list_and_watch(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_injected_410_on_next_list_and_watch(sim: KubeSim, core: CoreApi) -> None:
     sim.expire_next(2)
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_pod(NS)
@@ -430,7 +442,7 @@ def test_injected_410_on_next_list_and_watch(sim: KubeSim, core: client.CoreV1Ap
     assert core.list_namespaced_pod(NS).items == []
 
 
-def test_bookmarks_when_allowed(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_bookmarks_when_allowed(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
     rv = sim.resource_version
     events = read_events(open_watch(core, timeout=1, allow_watch_bookmarks=True))
@@ -442,9 +454,9 @@ def test_bookmarks_when_allowed(sim: KubeSim, core: client.CoreV1Api) -> None:
 
 def test_periodic_bookmarks_and_timeout_closes_stream() -> None:
     with KubeSim(deterministic=True, bookmark_interval=0.2) as s:
-        c = client.ApiClient(client.Configuration(host=s.url))
+        c = new_client(s.url)
         try:
-            core = client.CoreV1Api(c)
+            core = core_api(c)
             started = time.monotonic()
             events = read_events(open_watch(core, timeout=1, allow_watch_bookmarks=True))
             elapsed = time.monotonic() - started
@@ -472,7 +484,7 @@ def test_query_booleans_parse_like_go(sim: KubeSim, value: str) -> None:
         conn.close()
 
 
-def test_drop_watches_cuts_the_connection(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_drop_watches_cuts_the_connection(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
 
     def drop() -> None:
@@ -481,13 +493,12 @@ def test_drop_watches_cuts_the_connection(sim: KubeSim, core: client.CoreV1Api) 
 
     t = threading.Thread(target=drop)
     t.start()
-    w = watch.Watch()
-    seen = []
+    seen: list[str] = []
+    stream = new_watch().stream(
+        core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)
+    )
     with pytest.raises(urllib3.exceptions.ProtocolError):
-        for ev in w.stream(
-            core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)
-        ):
-            seen.append(ev["type"])
+        collect(stream, seen)
     t.join(10)
     assert seen == ["ADDED"]
     assert sim.watch_count() == 0
@@ -496,7 +507,7 @@ def test_drop_watches_cuts_the_connection(sim: KubeSim, core: client.CoreV1Api) 
 # -- deletion --------------------------------------------------------------------------------------
 
 
-def test_graceful_delete_event_order(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_graceful_delete_event_order(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     resp = open_watch(core, timeout=3, resource_version=sim.resource_version)
     deleted = core.delete_namespaced_pod("p", NS, grace_period_seconds=10)
@@ -514,7 +525,7 @@ def test_graceful_delete_event_order(sim: KubeSim, core: client.CoreV1Api) -> No
 
 
 def test_delete_is_immediate_for_unscheduled_and_terminated_pods(
-    sim: KubeSim, core: client.CoreV1Api
+    sim: KubeSim, core: CoreApi
 ) -> None:
     core.create_namespaced_pod(NS, pod_body("unscheduled"))
     core.create_namespaced_pod(
@@ -532,7 +543,7 @@ def test_delete_is_immediate_for_unscheduled_and_terminated_pods(
     assert ("MODIFIED", "unscheduled") not in events
 
 
-def test_finalizers_hold_the_pod_until_removed(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_finalizers_hold_the_pod_until_removed(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p", finalizers=["example.com/keep"]))
     sim.run_until_idle()
     core.delete_namespaced_pod("p", NS, grace_period_seconds=5)
@@ -546,9 +557,7 @@ def test_finalizers_hold_the_pod_until_removed(sim: KubeSim, core: client.CoreV1
     assert exc.value.status == 404
 
 
-def test_redelete_only_shortens_grace_and_zero_is_immediate(
-    sim: KubeSim, core: client.CoreV1Api
-) -> None:
+def test_redelete_only_shortens_grace_and_zero_is_immediate(sim: KubeSim, core: CoreApi) -> None:
     _running_pod(sim, core)
     sim.pause_kubelet()
     core.delete_namespaced_pod("p", NS, grace_period_seconds=20)
@@ -560,7 +569,7 @@ def test_redelete_only_shortens_grace_and_zero_is_immediate(
     assert core.list_namespaced_pod(NS).items == []
 
 
-def test_deletecollection_by_exec_id_and_phase(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_deletecollection_by_exec_id_and_phase(sim: KubeSim, core: CoreApi) -> None:
     # 2 nodes x 3 pods: the first 6 run, the rest stay Pending (Unschedulable).
     for i in range(8):
         core.create_namespaced_pod(NS, pod_body(f"exec-{i}", labels={"spark-exec-id": str(i)}))
@@ -590,7 +599,7 @@ def test_deletecollection_by_exec_id_and_phase(sim: KubeSim, core: client.CoreV1
 # -- faults, discovery, transport ------------------------------------------------------------------
 
 
-def test_server_errors_for_a_period_of_virtual_time(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_server_errors_for_a_period_of_virtual_time(sim: KubeSim, core: CoreApi) -> None:
     sim.fail_requests(503, seconds=5)
     with pytest.raises(ApiException) as exc:
         core.list_namespaced_pod(NS)
@@ -605,19 +614,18 @@ def test_server_errors_for_a_period_of_virtual_time(sim: KubeSim, core: client.C
     assert core.list_namespaced_pod(NS).items == []
 
 
-def test_throttle_sends_429_with_retry_after(core: client.CoreV1Api, sim: KubeSim) -> None:
+def test_throttle_sends_429_with_retry_after(core: CoreApi, sim: KubeSim) -> None:
     sim.throttle(1, retry_after=7)
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod(NS, pod_body("p"))
     assert exc.value.status == 429
+    assert exc.value.headers is not None
     assert exc.value.headers["Retry-After"] == "7"
     assert core.create_namespaced_pod(NS, pod_body("p")).metadata.name == "p"
 
 
 @pytest.mark.parametrize(("code", "reason"), [(403, "Forbidden"), (422, "Invalid")])
-def test_admission_failures_on_create(
-    core: client.CoreV1Api, sim: KubeSim, code: int, reason: str
-) -> None:
+def test_admission_failures_on_create(core: CoreApi, sim: KubeSim, code: int, reason: str) -> None:
     sim.reject_creates(code, count=1, message="quota" if code == 422 else "")
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod(NS, pod_body("p"))
@@ -627,7 +635,7 @@ def test_admission_failures_on_create(
     core.create_namespaced_pod(NS, pod_body("p"))
 
 
-def test_added_latency_per_request(core: client.CoreV1Api, sim: KubeSim) -> None:
+def test_added_latency_per_request(core: CoreApi, sim: KubeSim) -> None:
     core.list_namespaced_pod(NS)
     sim.set_latency(0.2)
     started = time.monotonic()
@@ -639,7 +647,7 @@ def test_added_latency_per_request(core: client.CoreV1Api, sim: KubeSim) -> None
     assert time.monotonic() - started < 0.2
 
 
-def test_request_log_records_method_path_query_status(sim: KubeSim, core: client.CoreV1Api) -> None:
+def test_request_log_records_method_path_query_status(sim: KubeSim, core: CoreApi) -> None:
     sim.clear_requests()
     core.create_namespaced_pod(NS, pod_body("p"))
     core.list_namespaced_pod(NS, label_selector="app=a")
@@ -655,12 +663,12 @@ def test_request_log_records_method_path_query_status(sim: KubeSim, core: client
     assert sim.request_counts() == {"create": 1, "list": 1, "get": 1}
 
 
-def test_discovery_and_version(api_client: client.ApiClient) -> None:
+def test_discovery_and_version(api_client: ClientApi) -> None:
     version = client.VersionApi(api_client).get_code()
     assert version.major == "1"
     assert version.git_version.startswith("v1.")
     assert client.CoreApi(api_client).get_api_versions().versions == ["v1"]
-    resources = client.CoreV1Api(api_client).get_api_resources()
+    resources = core_api(api_client).get_api_resources()
     pods = next(r for r in resources.resources if r.name == "pods")
     assert pods.namespaced
     assert "deletecollection" in pods.verbs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from typing import Any
 
 import orjson
@@ -20,7 +21,7 @@ from execpods.kubesim.pods import SERVER_META, admit_new_pod, default_spec, vali
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate
 
-__all__ = ["KUBERNETES_VERSION", "PodApi", "discovery", "namespace"]
+__all__ = ["KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -96,6 +97,83 @@ def namespace(name: str) -> Obj:
         "metadata": {"name": name, "resourceVersion": "1", "uid": f"namespace-{name}"},
         "spec": {"finalizers": ["kubernetes"]},
         "status": {"phase": "Active"},
+    }
+
+
+_COLUMNS = [
+    ("Name", "string", "name", "Name must be unique within a namespace."),
+    ("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic."),
+    ("Status", "string", "", "The aggregate status of the containers in this pod."),
+    (
+        "Restarts",
+        "string",
+        "",
+        "The number of times the containers in this pod have been restarted.",
+    ),
+    ("Age", "string", "", "The time since the pod was created."),
+    ("Node", "string", "", "The node the pod is bound to."),
+]
+
+
+def _age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _row(pod: Obj, now: float) -> Obj:
+    meta, status = pod["metadata"], pod.get("status", {})
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    shown = status.get("reason") or status.get("phase", "Pending")
+    for c in statuses:
+        state = c.get("state") or {}
+        detail = (state.get("waiting") or state.get("terminated") or {}).get("reason")
+        if detail and shown != status.get("reason"):
+            shown = detail
+    if meta.get("deletionTimestamp"):
+        shown = "Terminating"
+    created = meta.get("creationTimestamp", "")
+    try:
+        born = time.mktime(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    except ValueError:
+        born = now
+    cells = [
+        meta["name"],
+        f"{ready}/{len(pod['spec'].get('containers', []))}",
+        shown,
+        str(sum(c.get("restartCount", 0) for c in statuses)),
+        _age(now - born),
+        pod["spec"].get("nodeName") or "<none>",
+    ]
+    partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+    return {"cells": cells, "object": partial}
+
+
+def as_table(result: Obj, now: float) -> Obj:
+    """A pod or pod list as a meta.k8s.io/v1 Table, which is what kubectl asks for."""
+    items = result["items"] if result.get("kind") == "PodList" else [result]
+    meta = result.get("metadata", {})
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {k: v for k, v in meta.items() if k in ("resourceVersion", "continue")},
+        "columnDefinitions": [
+            {
+                "name": n,
+                "type": t,
+                "format": f,
+                "description": d,
+                "priority": 1 if n == "Node" else 0,
+            }
+            for n, t, f, d in _COLUMNS
+        ],
+        "rows": [_row(p, now) for p in items],
     }
 
 

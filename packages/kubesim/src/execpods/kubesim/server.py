@@ -232,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
                         query["fieldSelector"] = f"{sel},{extra}" if sel else extra
                     self._watch(namespace, query, api, ctx.bookmark_interval)
                     return 200
-                return self._reply(200, api.list(namespace, query))
+                return self._reply(200, self._maybe_table(api.list(namespace, query), api))
             if namespace is None:
                 raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
             if method == "POST":
@@ -243,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
         assert namespace is not None
         if method == "GET":
-            return self._reply(200, api.get(namespace, name))
+            return self._reply(200, self._maybe_table(api.get(namespace, name), api))
         if method == "PUT":
             return self._reply(
                 200, api.replace(namespace, name, self._json(body), status=subresource)
@@ -264,6 +264,12 @@ class _Handler(BaseHTTPRequestHandler):
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+    def _maybe_table(self, result: Any, api: resources.PodApi) -> Any:
+        """kubectl asks for a Table (``Accept: ...;as=Table;...``) to print its columns."""
+        if "as=Table" in self.headers.get("Accept", ""):
+            return resources.as_table(result, api.cluster.clock.now())
+        return result
 
     def _reply(self, code: int, obj: Any) -> int:
         self._send(code, orjson.dumps(obj))
