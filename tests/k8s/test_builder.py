@@ -88,7 +88,7 @@ def test_prefix_setting() -> None:
 
 
 def test_an_image_is_required() -> None:
-    with pytest.raises(SettingsError, match="container.image"):
+    with pytest.raises(SettingsError, match=r"container\.image"):
         ExecutorPodTemplateBuilder(settings=KubernetesSettings(), namespace="default")
 
 
@@ -162,7 +162,7 @@ def test_executors_are_owned_by_the_driver_pod(
 
 def test_a_missing_driver_pod_is_a_clear_error(operations: KubernetesPodOperations) -> None:
     settings = KubernetesSettings(container_image=IMAGE, driver_pod_name="no-such-driver")
-    with pytest.raises(DriverPodNotFound, match="'no-such-driver'.*'default'"):
+    with pytest.raises(DriverPodNotFound, match=r"'no-such-driver'.*'default'"):
         ExecutorPodTemplateBuilder.create(settings, operations)
 
 

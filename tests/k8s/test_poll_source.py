@@ -48,7 +48,7 @@ def test_starting_twice_is_an_error(
 ) -> None:
     source = PollSource(store, operations, scheduler=DeterministicScheduler())
     source.start(APP_ID)
-    with pytest.raises(RuntimeError, match="Cannot start polling more than once."):
+    with pytest.raises(RuntimeError, match=r"Cannot start polling more than once\."):
         source.start(APP_ID)
     source.stop()
 

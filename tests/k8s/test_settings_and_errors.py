@@ -65,7 +65,8 @@ def test_properties_are_read_with_spark_names() -> None:
     assert settings.watch_timeout == 60.0
     assert settings.poll_from_cache is True
     assert dict(settings.executor_env) == {"JAVA_HOME": "/opt/java"}
-    assert is_known_key("spark.executorEnv.X") and not is_known_key("spark.unrelated")
+    assert is_known_key("spark.executorEnv.X")
+    assert not is_known_key("spark.unrelated")
 
 
 def test_explicit_overhead_wins() -> None:

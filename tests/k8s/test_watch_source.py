@@ -122,7 +122,7 @@ def test_starting_twice_is_an_error(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
     source = start_watch(sim, operations, store)
-    with pytest.raises(RuntimeError, match="Cannot start the watcher twice."):
+    with pytest.raises(RuntimeError, match=r"Cannot start the watcher twice\."):
         source.start(APP_ID)
     source.stop()
 

@@ -1,0 +1,176 @@
+"""Benchmark: watch ingest (API event -> store update), raw-JSON path vs the client's model path,
+side by side in one run on the simulator; and the conversion of a 10,000-pod list.
+
+    .venv/bin/python -m execpods.k8s.bench [--events 10000] [--pods 10000] [--model-pods 2000]
+
+The events are made first (pods created and started in the simulator, which keeps them in its
+event window); each path then watches from the version before them, so the simulator replays every
+event as fast as the path consumes it, and the clock runs from opening the watch to the store
+holding the last update. The model path is what the client offers: `kubernetes.watch.Watch`
+deserialising each event into a `V1Pod`, then converted to the core's pod.
+
+The simulator lives in a dev-only package; the adapter never imports it outside this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from execpods.core import DeterministicScheduler, ExecutorPod, SnapshotsStoreImpl
+from execpods.k8s.cluster import connect
+from execpods.k8s.convert import pod_from_model, pods_from_list_json
+from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.watch import WatchSource
+
+APP_ID = "bench-app"
+SELECTOR = f"spark-app-selector={APP_ID},spark-role=executor"
+
+
+class CountingStore(SnapshotsStoreImpl):
+    """A real store that signals when it has taken `target` updates."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__(DeterministicScheduler())
+        self.count = 0
+        self.target = target
+        self.done = threading.Event()
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        super().update_pod(pod)
+        self.count += 1
+        if self.count >= self.target:
+            self.done.set()
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        super().replace_snapshot(pods)
+
+
+def executor_manifest(executor_id: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{APP_ID}-exec-{executor_id}",
+            "labels": {
+                "spark-app-selector": APP_ID,
+                "spark-role": "executor",
+                "spark-exec-id": str(executor_id),
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "spark-kubernetes-executor", "image": "spark:bench"}],
+        },
+    }
+
+
+def make_events(sim: Any, count: int, first_id: int) -> tuple[str, int]:
+    """Create and start pods until about `count` events exist; (version before, events made)."""
+    before = int(sim.resource_version)
+    executor_id = first_id
+    while int(sim.resource_version) - before < count:
+        sim.create_pod(executor_manifest(executor_id))
+        executor_id += 1
+        if executor_id % 500 == 0:
+            sim.run_until_idle()
+    sim.run_until_idle()
+    return str(before), int(sim.resource_version) - before
+
+
+def raw_ingest(operations: KubernetesPodOperations, version: str, events: int) -> float:
+    store = CountingStore(events)
+    source = WatchSource(store, operations)
+    thread = threading.Thread(target=source.watch_from, args=(APP_ID, version), daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    store.done.wait(600)
+    elapsed = time.perf_counter() - started
+    source.stop()
+    thread.join(5)
+    return store.count / elapsed
+
+
+def model_ingest(api_client: Any, version: str, events: int) -> float:
+    store = CountingStore(events)
+    core = importlib.import_module("kubernetes.client").CoreV1Api(api_client)
+    watcher: Any = importlib.import_module("kubernetes.watch").Watch()
+    started = time.perf_counter()
+    for event in watcher.stream(
+        core.list_namespaced_pod,
+        "default",
+        label_selector=SELECTOR,
+        resource_version=version,
+        timeout_seconds=600,
+    ):
+        pod = pod_from_model(event["object"], api_client)
+        if pod is not None:
+            store.update_pod(pod)
+        if store.count >= events:
+            break
+    elapsed = time.perf_counter() - started
+    watcher.stop()
+    return store.count / elapsed
+
+
+def list_conversion(
+    operations: KubernetesPodOperations, api_client: Any, model_pods: int
+) -> dict[str, float]:
+    response = operations.gateway.request_bytes(
+        "list pods", "list_namespaced_pod", "default", label_selector=SELECTOR
+    )
+    started = time.perf_counter()
+    pods, _ = pods_from_list_json(response)
+    convert = time.perf_counter() - started
+    started = time.perf_counter()
+    operations.list_with_version(SELECTOR)
+    end_to_end = time.perf_counter() - started
+    items = orjson.loads(response)["items"][:model_pods]
+    text = [orjson.dumps(item).decode() for item in items]
+    started = time.perf_counter()
+    for item in text:
+        pod_from_model(api_client.deserialize(item, "V1Pod", "application/json"), api_client)
+    model_per_pod = (time.perf_counter() - started) / max(1, len(text))
+    return {
+        "pods": float(len(pods)),
+        "convert_s": convert,
+        "list_s": end_to_end,
+        "model_per_pod_ms": model_per_pod * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--model-pods", type=int, default=2_000)
+    args = parser.parse_args()
+    kubesim = importlib.import_module("execpods.kubesim")
+    window = max(args.events, args.pods) * 4
+    with kubesim.KubeSim(deterministic=True, event_window=window) as sim:
+        api_client = connect(api_url=sim.url)
+        operations = KubernetesPodOperations(ApiGateway(api_client, namespace="default"))
+        version, events = make_events(sim, args.events, 0)
+        raw = raw_ingest(operations, version, events)
+        model = model_ingest(api_client, version, events)
+        print(f"watch ingest, {events} events (API event -> store update, one run):")
+        print(f"  raw JSON path : {raw:10,.0f} events/s")
+        print(f"  model path    : {model:10,.0f} events/s")
+        print(f"  speed-up      : {raw / model:10.1f}x")
+        existing = len(sim.pods())
+        for executor_id in range(1_000_000, 1_000_000 + args.pods - existing):
+            sim.create_pod(executor_manifest(executor_id))
+        figures = list_conversion(operations, api_client, args.model_pods)
+        print(f"list of {figures['pods']:,.0f} pods:")
+        print(f"  raw JSON -> ExecutorPod conversion : {figures['convert_s']:.3f} s")
+        print(f"  list over HTTP + conversion        : {figures['list_s']:.3f} s")
+        print(f"  model path per pod                 : {figures['model_per_pod_ms']:.3f} ms")
+        api_client.close()
+
+
+if __name__ == "__main__":
+    main()
