@@ -1,0 +1,105 @@
+"""The gRPC server: the allocator service, health, reflection, the listen address and shutdown.
+
+Start: bind (port 0 reads the real port back), start serving, then start the backend (the seed's
+order: target, lifecycle manager, allocator, watch, poll), then mark the service SERVING.
+
+Stop (SIGTERM, SIGINT, or `stop()`): mark NOT_SERVING, end every stream cleanly (each sends what it
+has and returns, so clients see a normal end of stream), stop the server with a grace period for
+calls in flight, and then stop the backend in the seed's order: the store, the watch, the poll,
+delete the application's executor pods (unless spark.kubernetes.executor.deleteOnTermination is
+false), and close the Kubernetes client. The backend's stop blocks on the API, so it runs in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import grpc
+from execpods.sidecar.service import AllocatorService
+from execpods.sidecar.wiring import Runtime
+from execpods.v1 import allocator_pb2 as pb
+from execpods.v1 import allocator_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["ExecutorAllocator"].full_name
+
+
+class SidecarServer:
+    """One grpc.aio server over one runtime; `start`, `wait_stopped`, `stop`."""
+
+    def __init__(self, runtime: Runtime, *, initial_executors: int | None = None) -> None:
+        self.runtime = runtime
+        self.service = AllocatorService(runtime)
+        self._initial = initial_executors
+        self._health: Any = health.aio.HealthServicer()
+        options: list[tuple[str, Any]] = [("grpc.so_reuseport", 0)]
+        limit = runtime.settings.sidecar.max_concurrent_streams
+        self._server: Any = grpc.aio.server(
+            options=options, maximum_concurrent_rpcs=limit if limit > 0 else None
+        )
+        pb_grpc.add_ExecutorAllocatorServicer_to_server(self.service, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        self.address = ""
+        self._stopped = asyncio.Event()
+        self._stopping: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Bind, serve and start the backend; returns the address (`host:port` or `unix:path`)."""
+        listen = self.runtime.settings.sidecar.listen
+        try:
+            port = self._server.add_insecure_port(listen)
+        except RuntimeError as error:
+            raise OSError(f"cannot listen on {listen}: {error}") from error
+        if listen.startswith("unix:"):
+            self.address = listen
+        else:
+            host = listen.rsplit(":", 1)[0]
+            self.address = f"{host}:{port}"
+        await self._server.start()
+        await asyncio.to_thread(self.runtime.backend.start, initial_executors=self._initial)
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        logger.info(
+            "Serving %s for application %s on %s.", SERVICE_NAME, self.runtime.app_id, self.address
+        )
+        return self.address
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the server gracefully (once; a second signal is ignored)."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        logger.info("Received %s: shutting down.", signal.Signals(signum).name)
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_task(self.stop())
+
+    async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        grace = self.runtime.settings.sidecar.shutdown_grace
+        try:
+            await self._health.enter_graceful_shutdown()
+            self.service.close_streams()
+            await self._server.stop(grace)
+        finally:
+            await asyncio.to_thread(self.runtime.backend.stop)
+            self._stopped.set()
+            logger.info("The sidecar for application %s has stopped.", self.runtime.app_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()

@@ -1,0 +1,212 @@
+"""The `execpods.v1.ExecutorAllocator` servicer (grpc.aio).
+
+Every request is validated whole before anything is applied: a bad field is INVALID_ARGUMENT with
+a message naming the field and the value, and nothing changes. Blocking work (the allocator's
+target, deletions through the API) runs on the backend's request scheduler; the handlers await its
+futures, so the event loop never blocks on Kubernetes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, NoReturn
+
+import grpc
+from execpods.core import (
+    ApiThrottled,
+    ApiUnavailable,
+    PodAdmissionRejected,
+    PodForbidden,
+    PodInvalid,
+    PodNotFound,
+    PodOperationError,
+)
+from execpods.core.allocator import ExecutorCounts
+from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, StreamFeed, build_response
+from execpods.sidecar.wiring import Runtime
+from execpods.v1 import allocator_pb2 as pb
+from execpods.v1 import allocator_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+INT64_MAX = 2**63 - 1
+_DECIMAL = re.compile(r"[0-9]+")
+
+
+class InvalidArgument(ValueError):
+    """A request field is invalid; the message names the field and the value."""
+
+
+def parse_executor_ids(values: Iterable[str]) -> list[int]:
+    """Executor ids as decimal integers ("7"); raises `InvalidArgument` on the first bad one."""
+    ids: list[int] = []
+    for index, text in enumerate(values):
+        if _DECIMAL.fullmatch(text) is None or int(text) > INT64_MAX:
+            raise InvalidArgument(
+                f"executor_ids[{index}]={text!r} is not an executor id (a decimal integer "
+                'such as "7"); nothing was deleted'
+            )
+        ids.append(int(text))
+    return ids
+
+
+def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
+    ids = list(values)
+    for index, value in enumerate(ids):
+        if value < 1:
+            raise InvalidArgument(
+                f"{field}[{index}]={value} is not an executor id (ids start at 1); "
+                "nothing was changed"
+            )
+    return ids
+
+
+def status_of(error: PodOperationError) -> Any:
+    """The gRPC status code that best tells a client what a failed pod operation means."""
+    if isinstance(error, ApiThrottled):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(error, ApiUnavailable):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(error, PodForbidden):
+        return grpc.StatusCode.PERMISSION_DENIED
+    if isinstance(error, PodNotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(error, PodInvalid | PodAdmissionRejected):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INTERNAL
+
+
+async def _abort(context: Any, code: Any, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("context.abort returns only by raising")  # pragma: no cover
+
+
+class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
+    """The servicer; `close_streams()` ends every open stream cleanly (at shutdown)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._cache = EncodingCache()
+        self._feeds: set[StreamFeed] = set()
+        self._closing = False
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._feeds)
+
+    def close_streams(self) -> None:
+        self._closing = True
+        for feed in list(self._feeds):
+            feed.close()
+
+    async def RequestTotal(  # noqa: N802 (the contract's names)
+        self, request: pb.RequestTotalRequest, context: Any
+    ) -> pb.RequestTotalResponse:
+        if request.total < 0:
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"total={request.total} is invalid: it must not be negative",
+            )
+        runtime = self._runtime
+        await asyncio.wrap_future(runtime.backend.request_total_executors(request.total))
+        counts = ExecutorCounts.of(runtime.store.current_snapshot)
+        logger.info("The driver asked for %d executors in total.", request.total)
+        return pb.RequestTotalResponse(
+            total=runtime.allocator.total_expected_executors,
+            running=counts.running,
+            pending=counts.pending,
+        )
+
+    async def KillExecutors(  # noqa: N802 (the contract's names)
+        self, request: pb.KillExecutorsRequest, context: Any
+    ) -> pb.KillExecutorsResponse:
+        try:
+            ids = parse_executor_ids(request.executor_ids)
+        except InvalidArgument as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        try:
+            deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
+        except PodOperationError as error:
+            logger.warning("Could not kill executors %s: %s", ids, error)
+            await _abort(context, status_of(error), f"could not delete the pods: {error}")
+        logger.info("Killed executors %s: %d pods deleted.", sorted(ids), deleted)
+        return pb.KillExecutorsResponse(deleted_pods=deleted)
+
+    async def UpdateDriverExecutors(  # noqa: N802 (the contract's names)
+        self, request: pb.UpdateDriverExecutorsRequest, context: Any
+    ) -> pb.UpdateDriverExecutorsResponse:
+        try:
+            registered = check_driver_ids("registered", request.registered)
+            released = check_driver_ids("released", request.released)
+        except InvalidArgument as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        known = self._runtime.driver_view.update(
+            registered=registered, released=released, explicit=request.explicit
+        )
+        return pb.UpdateDriverExecutorsResponse(known=known)
+
+    async def StreamSnapshots(  # noqa: N802 (the contract's names)
+        self, request: pb.StreamSnapshotsRequest, context: Any
+    ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+        if request.batch_interval_ms < 0:
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must not be "
+                "negative (0 means the server's default)",
+            )
+        if self._closing:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+        interval = (
+            request.batch_interval_ms / 1000
+            if request.batch_interval_ms
+            else self._runtime.settings.core.event_processing_interval
+        )
+        feed = StreamFeed(
+            asyncio.get_running_loop(),
+            max_pending=self._runtime.settings.sidecar.stream_max_pending,
+        )
+        self._feeds.add(feed)
+        unregister = self._runtime.driver_view.add_listener(feed.on_removal)
+        try:
+            subscription = self._runtime.store.add_subscriber(interval, feed.on_snapshots)
+        except RuntimeError:
+            unregister()
+            self._feeds.discard(feed)
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
+        logger.debug("A stream subscribed every %.3f s (%d open).", interval, len(self._feeds))
+        try:
+            async for response in self._messages(feed):
+                yield response
+        finally:
+            subscription.cancel()
+            unregister()
+            self._feeds.discard(feed)
+            logger.debug("A stream ended (%d open).", len(self._feeds))
+
+    async def _messages(self, feed: StreamFeed) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+        encoder = SnapshotEncoder(self._cache)
+        first = True
+        carried: list[Any] = []
+        while True:
+            await feed.wait()
+            pending = feed.take()
+            if first and not pending.snapshots:
+                # Removals before the current snapshot wait for it: it must come first.
+                carried.extend(pending.removals)
+                if feed.closed:
+                    return
+                continue
+            if carried:
+                pending.removals[:0] = carried
+                carried = []
+            if pending.snapshots or pending.removals:
+                for response in build_response(encoder, pending, first=first):
+                    yield response
+                first = False
+            if feed.closed:
+                return

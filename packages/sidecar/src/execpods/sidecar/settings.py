@@ -1,0 +1,145 @@
+"""The sidecar's settings, and the one `Settings` object composed of every package's settings.
+
+`Settings` holds the core's (`CoreSettings`), the adapter's (`KubernetesSettings`) and the
+sidecar's own (`SidecarSettings`), each read from the same Spark-style property mapping. A key that
+none of them reads is refused (a typo must not silently fall back to a default), except the
+`spark.executorEnv.NAME` family, which the adapter passes into the executors' environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from execpods.core import CoreSettings, SettingsBase, SettingsError, unknown_keys
+from execpods.core.settings import SettingSpec, duration_setting, parse_int, parse_str, setting
+from execpods.k8s import KubernetesSettings
+
+EXECUTOR_ENV_PREFIX = "spark.executorEnv."
+"""The adapter reads every `spark.executorEnv.NAME` key; `unknown_keys` cannot know them all."""
+
+DEFAULT_PORT = 50551
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+
+_APP_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+):(?P<port>\d{1,5})$")
+
+
+def _app_id_rule(value: str) -> str | None:
+    if not value:
+        return "must be set (--app-id, EXECPODS_APP_ID or --conf spark.app.id=...)"
+    if _APP_ID.match(value) is None:
+        return "must be a label value: up to 63 letters, digits, '-', '_' or '.', alphanumeric ends"
+    return None
+
+
+def listen_address_problem(value: str) -> str | None:
+    """Why `value` is not a listen address (host:port or unix:<path>), or None when it is."""
+    if value.startswith("unix:"):
+        return None if len(value) > len("unix:") else "needs a path after unix:"
+    match = _HOST_PORT.match(value)
+    if match is None:
+        return "must be host:port (e.g. 127.0.0.1:0 for any free port) or unix:<path>"
+    if int(match.group("port")) > 65535:
+        return "has a port above 65535"
+    return None
+
+
+def _non_negative_int(value: int) -> str | None:
+    return None if value >= 0 else "must not be negative"
+
+
+def _positive_int(value: int) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SidecarSettings(SettingsBase):
+    """What the gRPC server itself reads."""
+
+    app_id: str = setting(
+        "spark.app.id",
+        "",
+        "The application id: executor pods are labelled with it, and only they are touched.",
+        parse=parse_str,
+        rule=_app_id_rule,
+    )
+    listen: str = setting(
+        "execpods.sidecar.listen",
+        DEFAULT_LISTEN,
+        "Address of the gRPC server: host:port (port 0 = any free port) or unix:<path>.",
+        parse=parse_str,
+        rule=listen_address_problem,
+    )
+    shutdown_grace: float = duration_setting(
+        "execpods.sidecar.shutdownGrace",
+        "5s",
+        "How long calls in flight may take to finish when the server stops.",
+    )
+    stream_max_pending: int = setting(
+        "execpods.sidecar.stream.maxPendingSnapshots",
+        10_000,
+        "Snapshots a slow stream may fall behind by before it is sent the latest one in full.",
+        parse=parse_int,
+        rule=_positive_int,
+    )
+    max_concurrent_streams: int = setting(
+        "execpods.sidecar.maxConcurrentStreams",
+        0,
+        "Most concurrent RPCs the server accepts (0 = no limit).",
+        parse=parse_int,
+        rule=_non_negative_int,
+    )
+
+
+SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
+    CoreSettings,
+    KubernetesSettings,
+    SidecarSettings,
+)
+
+
+def all_specs() -> dict[str, SettingSpec]:
+    """Every property the sidecar reads, by key (for help output and the docs)."""
+    specs: dict[str, SettingSpec] = {}
+    for cls in SETTINGS_CLASSES:
+        specs.update(cls.specs())
+    return specs
+
+
+def refused_keys(properties: Mapping[str, str]) -> list[str]:
+    """Keys no settings class reads (the `spark.executorEnv.` family is always accepted)."""
+    candidates = {k: v for k, v in properties.items() if not k.startswith(EXECUTOR_ENV_PREFIX)}
+    return unknown_keys(candidates, *SETTINGS_CLASSES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything the sidecar runs with, read once and validated as a whole."""
+
+    core: CoreSettings
+    kubernetes: KubernetesSettings
+    sidecar: SidecarSettings
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
+        """Parse and validate every property; unknown keys are a `SettingsError` naming them."""
+        unknown = refused_keys(properties)
+        if unknown:
+            raise SettingsError(
+                f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
+                "(see `execpods-sidecar settings` for the known ones)"
+            )
+        return cls(
+            core=CoreSettings.from_properties(properties),
+            kubernetes=KubernetesSettings.from_properties(properties),
+            sidecar=SidecarSettings.from_properties(properties, **sidecar),
+        )
+
+    def to_properties(self) -> dict[str, str]:
+        rendered: dict[str, str] = {}
+        for part in (self.core, self.kubernetes, self.sidecar):
+            rendered.update(part.to_properties())
+        return rendered

@@ -1,0 +1,83 @@
+"""Fixtures: a real-clock simulator with quick latencies, and in-process sidecars in front of it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+
+FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
+"""Quick enough that a test of a few batches takes about a second."""
+
+SidecarFactory = Callable[..., EmbeddedSidecar]
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str = "") -> Any:
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    with KubeSim(cluster=FAST_CLUSTER) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
+    """Start sidecars on `sim`: `make_sidecar(app_id, conf={...})`; all stopped at the end."""
+    started: list[EmbeddedSidecar] = []
+
+    def make(
+        app_id: str = "test-app", *, clock: Any = None, conf: dict[str, str] | None = None
+    ) -> EmbeddedSidecar:
+        props = simulator_properties(
+            sim.url,
+            app_id,
+            **{
+                "spark.executor.instances": "0",
+                "spark.kubernetes.allocation.batch.delay": "100ms",
+                "spark.kubernetes.executor.eventProcessingInterval": "100ms",
+                **(conf or {}),
+            },
+        )
+        sidecar = EmbeddedSidecar(props, clock=clock)
+        sidecar.start()
+        started.append(sidecar)
+        return sidecar
+
+    yield make
+    for sidecar in reversed(started):
+        sidecar.stop()
+
+
+def app_pods(sim: KubeSim, app_id: str) -> list[dict[str, Any]]:
+    return [
+        pod
+        for pod in sim.pods()
+        if pod["metadata"].get("labels", {}).get("spark-app-selector") == app_id
+    ]
+
+
+def running_ids(sim: KubeSim, app_id: str) -> set[int]:
+    return {
+        int(pod["metadata"]["labels"]["spark-exec-id"])
+        for pod in app_pods(sim, app_id)
+        if pod.get("status", {}).get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+    }
+
+
+def creates(sim: KubeSim) -> int:
+    return sum(1 for record in sim.requests() if record.verb == "create")
