@@ -11,7 +11,7 @@ import builtins
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,7 @@ class PodStore:
     def __init__(self, *, event_window: int = 10_000) -> None:
         self._lock = threading.Condition(threading.Lock())
         self._objects: dict[Key, Obj] = {}
+        self._by_namespace: dict[str, dict[Key, Obj]] = {}
         self._rv = 1
         self._log: deque[Event] = deque()
         self._window = max(1, event_window)
@@ -169,8 +170,12 @@ class PodStore:
         """
         with self._lock:
             rv = self._rv
+            state: dict[Key, Obj]
             if exact_rv is None or exact_rv >= rv:
-                state = self._objects
+                if namespace is None:
+                    state = self._objects
+                else:
+                    state = self._by_namespace.get(namespace, {})
             else:
                 if exact_rv < self._compacted:
                     raise ApiError.gone(
@@ -186,13 +191,13 @@ class PodStore:
                     else:
                         state[k] = ev.old
                 rv = exact_rv
-            keys: Iterable[Key] = state
-            if namespace is not None:
-                keys = (k for k in keys if k[0] == namespace)
-            items = [state[k] for k in sorted(keys)]
-        if predicate is not None:
-            items = [o for o in items if predicate(o)]
-        return items, rv
+            matches = [
+                (k, o)
+                for k, o in state.items()
+                if (namespace is None or k[0] == namespace) and (predicate is None or predicate(o))
+            ]
+        matches.sort(key=lambda item: item[0])
+        return [o for _, o in matches], rv
 
     # -- listeners (the simulated cluster) -----------------------------------------------------
 
@@ -214,10 +219,13 @@ class PodStore:
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         event = Event(self._rv, event_type, old, new)
+        key = key_of(new)
         if event_type == "DELETED":
-            del self._objects[key_of(new)]
+            del self._objects[key]
+            del self._by_namespace[key[0]][key]
         else:
-            self._objects[key_of(new)] = new
+            self._objects[key] = new
+            self._by_namespace.setdefault(key[0], {})[key] = new
         if len(self._log) >= self._window:
             self._compacted = self._log.popleft().rv
         self._log.append(event)
