@@ -15,6 +15,7 @@ The simulator lives in a dev-only package; the adapter never imports it outside 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import threading
 import time
@@ -23,10 +24,12 @@ from typing import Any
 
 import orjson
 from execpods.core import DeterministicScheduler, ExecutorPod, SnapshotsStoreImpl
+from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
 from execpods.k8s.convert import pod_from_model, pods_from_list_json
 from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.settings import KubernetesSettings
 from execpods.k8s.watch import WatchSource
 
 APP_ID = "bench-app"
@@ -52,21 +55,89 @@ class CountingStore(SnapshotsStoreImpl):
         super().replace_snapshot(pods)
 
 
+# The shape of a real Spark executor pod (what Spark's KubernetesExecutorBuilder makes, plus the
+# defaults the API server adds): the model path's cost grows with every field, the raw path's
+# barely, so a one-container toy pod would understate the difference users see.
+SPARK_EXECUTOR_TEMPLATE: dict[str, Any] = {
+    "metadata": {
+        "annotations": {"spark.executor.memory": "4g", "prometheus.io/scrape": "true"},
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": f"{APP_ID}-driver",
+                "uid": "5f1c3c9e-6a0e-4d47-9a37-7b2f1f0e9d11",
+                "controller": True,
+            }
+        ],
+    },
+    "spec": {
+        "restartPolicy": "Never",
+        "hostname": "executor",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "spark",
+        "nodeSelector": {"workload": "spark"},
+        "tolerations": [
+            {"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ],
+        "securityContext": {"fsGroup": 185},
+        "volumes": [
+            {"name": "spark-local-dir-1", "emptyDir": {}},
+            {"name": "spark-conf-volume-exec", "configMap": {"name": "spark-exec-conf"}},
+        ],
+        "containers": [
+            {
+                "name": "spark-kubernetes-executor",
+                "image": "apache/spark:3.5.1",
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["executor"],
+                "ports": [{"name": "blockmanager", "containerPort": 7079, "protocol": "TCP"}],
+                "env": [
+                    {"name": "SPARK_USER", "value": "spark"},
+                    {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@d:7078"},
+                    {"name": "SPARK_EXECUTOR_CORES", "value": "4"},
+                    {"name": "SPARK_EXECUTOR_MEMORY", "value": "4g"},
+                    {"name": "SPARK_RESOURCE_PROFILE_ID", "value": "0"},
+                    {"name": "SPARK_CONF_DIR", "value": "/opt/spark/conf"},
+                    {"name": "SPARK_LOCAL_DIRS", "value": "/var/data/spark-local-dir-1"},
+                    {"name": "SPARK_JAVA_OPT_0", "value": "-Dspark.driver.port=7078"},
+                    {"name": "SPARK_JAVA_OPT_1", "value": "-Dspark.driver.blockManager.port=7079"},
+                    {
+                        "name": "SPARK_EXECUTOR_POD_IP",
+                        "valueFrom": {
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}
+                        },
+                    },
+                    {
+                        "name": "SPARK_EXECUTOR_POD_NAME",
+                        "valueFrom": {
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}
+                        },
+                    },
+                ],
+                "resources": {
+                    "requests": {"cpu": "4", "memory": "4505Mi"},
+                    "limits": {"cpu": "4", "memory": "4505Mi"},
+                },
+                "volumeMounts": [
+                    {"name": "spark-local-dir-1", "mountPath": "/var/data/spark-local-dir-1"},
+                    {"name": "spark-conf-volume-exec", "mountPath": "/opt/spark/conf"},
+                ],
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+            }
+        ],
+    },
+}
+
+
 def executor_manifest(executor_id: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"{APP_ID}-exec-{executor_id}",
-            "labels": {
-                "spark-app-selector": APP_ID,
-                "spark-role": "executor",
-                "spark-exec-id": str(executor_id),
-            },
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "spark-kubernetes-executor", "image": "spark:bench"}],
-        },
-    }
+    return ExecutorPodTemplateBuilder(
+        settings=KubernetesSettings(), namespace="default", template=SPARK_EXECUTOR_TEMPLATE
+    ).build(executor_id=executor_id, app_id=APP_ID)
 
 
 def make_events(sim: Any, count: int, first_id: int) -> tuple[str, int]:
@@ -123,12 +194,16 @@ def list_conversion(
     response = operations.gateway.request_bytes(
         "list pods", "list_namespaced_pod", "default", label_selector=SELECTOR
     )
-    started = time.perf_counter()
-    pods, _ = pods_from_list_json(response)
-    convert = time.perf_counter() - started
-    started = time.perf_counter()
-    operations.list_with_version(SELECTOR)
-    end_to_end = time.perf_counter() - started
+    convert = end_to_end = float("inf")
+    for _ in range(3):  # best of three: the least disturbed run on a shared machine
+        gc.collect()
+        started = time.perf_counter()
+        pods, _ = pods_from_list_json(response)
+        convert = min(convert, time.perf_counter() - started)
+        gc.collect()
+        started = time.perf_counter()
+        operations.list_with_version(SELECTOR)
+        end_to_end = min(end_to_end, time.perf_counter() - started)
     items = orjson.loads(response)["items"][:model_pods]
     text = [orjson.dumps(item).decode() for item in items]
     started = time.perf_counter()
