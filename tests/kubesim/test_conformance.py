@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -34,6 +35,18 @@ from tests.kubesim.conftest import (
 def status_of(exc: ApiException) -> dict[str, Any]:
     body: dict[str, Any] = orjson.loads(exc.body or "{}")
     return body
+
+
+def once_watching(sim: KubeSim, action: Callable[[], object]) -> threading.Thread:
+    """Run ``action`` in a helper thread as soon as a watch is open; the test reads the watch."""
+
+    def run() -> None:
+        if sim.wait_for_watchers(1, timeout=10):
+            action()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
 
 
 def collect(stream: Any, into: list[str]) -> None:
@@ -414,12 +427,7 @@ def test_exact_list_returns_the_state_at_that_version(core: CoreApi) -> None:
 def test_410_mid_watch(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
 
-    def expire() -> None:
-        if sim.wait_for_watchers(1, timeout=10):
-            sim.expire_watches()
-
-    t = threading.Thread(target=expire)
-    t.start()
+    t = once_watching(sim, sim.expire_watches)
     seen: list[str] = []
     stream = new_watch().stream(
         core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)
@@ -487,12 +495,7 @@ def test_query_booleans_parse_like_go(sim: KubeSim, value: str) -> None:
 def test_drop_watches_cuts_the_connection(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
 
-    def drop() -> None:
-        if sim.wait_for_watchers(1, timeout=10):
-            sim.drop_watches()
-
-    t = threading.Thread(target=drop)
-    t.start()
+    t = once_watching(sim, sim.drop_watches)
     seen: list[str] = []
     stream = new_watch().stream(
         core.list_namespaced_pod, NS, timeout_seconds=5, _request_timeout=(5, 15)

@@ -89,6 +89,12 @@ def _condition(
         c.pop("message", None)
 
 
+def _not_ready(status: Obj, now: str, reason: str, message: str) -> None:
+    """Ready and ContainersReady go False together whenever a container is not running."""
+    _condition(status, "Ready", "False", now, reason=reason, message=message)
+    _condition(status, "ContainersReady", "False", now, reason=reason, message=message)
+
+
 def _discard(_value: object) -> None:
     """Timer callbacks return nothing; this drops an action's result."""
 
@@ -310,15 +316,7 @@ class Cluster:
         st.setdefault("startTime", now)
         st["hostIP"] = "192.168.0.1"
         _condition(st, "Initialized", "True", now)
-        _condition(
-            st,
-            "Ready",
-            "False",
-            now,
-            reason="ContainersNotReady",
-            message="containers with unready status",
-        )
-        _condition(st, "ContainersReady", "False", now, reason="ContainersNotReady", message="")
+        _not_ready(st, now, "ContainersNotReady", "containers with unready status")
         st["containerStatuses"] = [
             {
                 "name": c["name"],
@@ -439,20 +437,11 @@ class Cluster:
                     entry["lastState"] = prev.get("lastState", {})
                 statuses.append(entry)
             st["containerStatuses"] = statuses
-            _condition(
-                st,
-                "Ready",
-                "False",
-                now,
-                reason="ContainersNotReady",
-                message="containers not ready",
-            )
-            _condition(st, "ContainersReady", "False", now, reason="ContainersNotReady", message="")
+            _not_ready(st, now, "ContainersNotReady", "containers not ready")
             if not restart:
                 st["phase"] = force_phase or ("Succeeded" if exit_code == 0 else "Failed")
                 reason_word = "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed"
-                _condition(st, "Ready", "False", now, reason=reason_word, message="")
-                _condition(st, "ContainersReady", "False", now, reason=reason_word, message="")
+                _not_ready(st, now, reason_word, "")
                 if pod_reason:
                     st["reason"] = pod_reason
                 if pod_message:
