@@ -105,11 +105,8 @@ def test_kill_executors_deletes_exactly_those_pods(
         wait_for(lambda: len(running_ids(sim, "kills")) == 5, what="five running")
         client.request_total(3)  # the seed does not replace killed executors below the target
         assert client.kill_executors(["1", "3"]) == 2
-        removals: list[ExecutorRemoval] = []
-        _follow(
-            stream,
-            lambda ups: removals.extend(ups[-1].removed) or len(removals) >= 2,
-        )
+        updates = _follow(stream, lambda ups: sum(len(u.removed) for u in ups) >= 2)
+        removals = [r for u in updates for r in u.removed]
         wait_for(lambda: {1, 3}.isdisjoint(_names(sim, "kills")), what="pods 1 and 3 gone")
     assert sorted(r.executor_id for r in removals) == [1, 3]
     assert not any(r.exit_caused_by_app for r in removals)

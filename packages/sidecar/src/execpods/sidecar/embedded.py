@@ -8,12 +8,12 @@ a real gRPC channel like any other client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from execpods.core import Clock
-
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.wiring import Runtime, connect
@@ -104,10 +104,8 @@ class EmbeddedSidecar:
         """Stop gracefully (streams end, pods deleted as configured) and wait for it."""
         loop, stop, thread = self._loop, self._stop, self._thread
         if loop is not None and stop is not None and not loop.is_closed():
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop has just ended
                 loop.call_soon_threadsafe(stop.set)
-            except RuntimeError:
-                pass  # the loop has just ended
         if thread is not None:
             thread.join(timeout)
             if thread.is_alive():

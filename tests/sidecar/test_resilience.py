@@ -1,0 +1,177 @@
+"""A create that vanishes, many concurrent streams, health and reflection, and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from execpods.client import AllocatorClient, AsyncAllocatorClient, ExecutorState, Snapshot
+from execpods.core import ExecutorPodsSnapshot, PodState
+from execpods.kubesim import KubeSim
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
+
+SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+
+
+class ShiftableClock:
+    """The system clock plus an offset the test moves: time jumps without anyone sleeping."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+def test_a_create_that_vanished_is_deleted_and_requested_again(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    """The create's answer is lost (503: outcome unknown) and the pod never shows up.
+
+    The allocator keeps it as requested-but-unseen, which holds back every later batch, until the
+    pod creation timeout (max(5 x batch delay, 60 s)) has passed on its clock. Rather than wait a
+    minute, the test moves the sidecar's clock past the timeout: the next round deletes the lost
+    executor by label (in case it exists after all) and requests a replacement.
+    """
+    clock = ShiftableClock()
+    sidecar = make_sidecar(
+        "vanish", clock=clock, conf={"spark.kubernetes.executor.enableApiPolling": "false"}
+    )
+    assert sim.wait_for_watchers(1)
+    sim.fail_requests(503, count=1)  # the watch is open and idle: the next request is the create
+    with AllocatorClient(sidecar.address) as client:
+        client.request_total(1)
+        wait_for(
+            lambda: any(r.verb == "create" and r.status == 503 for r in sim.requests()),
+            what="the lost create",
+        )
+        allocator = sidecar.runtime.allocator
+        assert set(allocator.requested_but_unseen()) == {1}
+        assert app_pods(sim, "vanish") == []
+        clock.offset += allocator.pod_creation_timeout + 1
+        wait_for(lambda: running_ids(sim, "vanish") == {2}, what="the replacement running")
+    records = sim.requests()
+    deletes = [
+        r
+        for r in records
+        if r.method == "DELETE" and "spark-exec-id in (1)" in r.query.get("labelSelector", "")
+    ]
+    assert len(deletes) == 1
+    creates = [r for r in records if r.verb == "create"]
+    assert [r.status for r in creates] == [503, 201]
+    assert records.index(deletes[0]) < records.index(creates[1])
+
+
+def _states(snapshot: Snapshot | ExecutorPodsSnapshot) -> dict[int, str]:
+    if isinstance(snapshot, Snapshot):
+        return {i: view.state.value for i, view in snapshot.executors.items()}
+    return {i: state.state.value for i, state in snapshot.items()}
+
+
+def test_a_hundred_streams_all_receive_every_snapshot(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    sidecar = make_sidecar("many", conf={"spark.kubernetes.executor.enableApiPolling": "false"})
+    assert sim.wait_for_watchers(1)  # the watch's initial list is in the store
+    reference: list[ExecutorPodsSnapshot] = []
+    sidecar.runtime.store.add_subscriber(0.05, reference.extend)
+    wait_for(lambda: reference, what="the reference subscriber's first delivery")
+    received: list[list[Snapshot]] = [[] for _ in range(100)]
+
+    async def follow(client: AsyncAllocatorClient, into: list[Snapshot]) -> None:
+        async for update in client.stream_snapshots(batch_interval_ms=50):
+            into.extend(update.snapshots)
+
+    async def scenario() -> None:
+        async with AsyncAllocatorClient(sidecar.address) as client:
+            tasks = [asyncio.create_task(follow(client, into)) for into in received]
+            await _until(lambda: all(received), "every stream's first message")
+            assert sidecar.server.service.open_streams == 100
+            await client.request_total(10)
+
+            def settled() -> bool:
+                last = reference[-1]
+                return last.count(PodState.RUNNING) == 10 and all(
+                    len(r) == len(reference) for r in received
+                )
+
+            await _until(settled, "every stream to have every snapshot")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+    expected = [_states(s) for s in reference]
+    assert len(expected) > 10
+    for stream in received:
+        assert [_states(s) for s in stream] == expected
+    wait_for(lambda: sidecar.server.service.open_streams == 0, what="the streams to close")
+
+
+_RUNNING = ExecutorState.RUNNING
+
+
+async def _until(condition: object, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:
+    sidecar = make_sidecar("health")
+    with grpc.insecure_channel(sidecar.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "execpods.v1.ExecutorAllocator"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        (response,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=5))
+        names = {s.name for s in response.list_services_response.service}
+    assert {"execpods.v1.ExecutorAllocator", "grpc.health.v1.Health"} <= names
+
+
+def test_sigterm_ends_streams_and_leaves_no_executor_pods(sim: KubeSim) -> None:
+    command = [
+        str(SIDECAR),
+        "serve",
+        "--app-id",
+        "sigterm",
+        "--api-url",
+        sim.url,
+        "--listen",
+        "127.0.0.1:0",
+        "--conf",
+        "spark.kubernetes.allocation.batch.delay=100ms",
+    ]
+    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
+        address = line.rsplit(" ", 1)[1]
+        with AllocatorClient(address) as client, client.stream_snapshots() as stream:
+            for update in stream:
+                if update.latest is not None and update.latest.count(_RUNNING) == 3:
+                    break
+            process.send_signal(signal.SIGTERM)
+            rest = list(stream)  # ends normally: no RpcError
+            assert process.wait(30) == 0
+        assert len(rest) <= 3
+        assert process.stdout.read() == ""
+    assert all(p["metadata"].get("deletionTimestamp") for p in app_pods(sim, "sigterm"))
+    wait_for(lambda: not app_pods(sim, "sigterm"), what="the executor pods to be gone")

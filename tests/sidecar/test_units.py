@@ -1,0 +1,114 @@
+"""The stream encoder and the driver view, on core snapshots (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from execpods.core import ExecutorExited, ExecutorPodsSnapshot
+from execpods.core.testing import failed_executor, pending_executor, running_executor
+from execpods.sidecar.driver_view import InferredDriverView, Removal
+from execpods.sidecar.streams import (
+    EncodingCache,
+    Pending,
+    SnapshotEncoder,
+    StreamFeed,
+    build_response,
+)
+from execpods.v1 import allocator_pb2 as pb
+
+GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")
+
+
+def _chain() -> list[ExecutorPodsSnapshot]:
+    first = ExecutorPodsSnapshot.from_pods([pending_executor(1), pending_executor(2)])
+    second = first.with_update(running_executor(1))
+    third = second.with_update(failed_executor(2, exit_code=7))
+    return [first, second, third]
+
+
+def test_first_and_listed_snapshots_are_full_others_carry_only_changes() -> None:
+    first, second, third = _chain()
+    relisted = ExecutorPodsSnapshot.from_pods([running_executor(1), running_executor(2)])
+    encoder = SnapshotEncoder(EncodingCache())
+    messages = [encoder.encode(s) for s in (first, second, third, relisted)]
+    assert [m.full for m in messages] == [True, False, False, True]
+    assert sorted(messages[0].executor_pods) == [1, 2]
+    assert list(messages[1].executor_pods) == [1]
+    assert messages[1].executor_pods[1].state == pb.ExecutorPodState.STATE_RUNNING
+    failed = messages[2].executor_pods[2]
+    assert (failed.state, failed.exit_code, failed.message) == (
+        pb.ExecutorPodState.STATE_FAILED,
+        7,
+        "Executor failed.",
+    )
+    assert sorted(messages[3].executor_pods) == [1, 2]
+
+
+def test_a_snapshot_not_derived_from_the_previous_one_goes_full() -> None:
+    first, _, third = _chain()
+    encoder = SnapshotEncoder(EncodingCache())
+    encoder.encode(first)
+    assert encoder.encode(third).full  # its parent (second) was never sent on this stream
+
+
+def test_streams_on_the_same_chain_share_encodings() -> None:
+    cache = EncodingCache()
+    chain = _chain()
+    for _ in range(3):
+        encoder = SnapshotEncoder(cache)
+        for snapshot in chain:
+            encoder.encode(snapshot)
+    assert (cache.misses, cache.hits) == (3, 6)
+
+
+def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
+    first, second, _ = _chain()
+    removal = Removal(9, GONE)
+    encoder = SnapshotEncoder(EncodingCache())
+    pending = Pending(snapshots=[first, second], removals=[removal])
+    head, rest = build_response(encoder, pending, first=True)
+    assert len(head.snapshots) == 1
+    assert head.snapshots[0].full
+    assert not head.removed_executors
+    assert [s.full for s in rest.snapshots] == [False]
+    assert [r.executor_id for r in rest.removed_executors] == [9]
+
+
+def test_a_feed_that_falls_behind_keeps_the_latest_snapshots() -> None:
+    async def scenario() -> Pending:
+        feed = StreamFeed(asyncio.get_running_loop(), max_pending=2)
+        feed.on_snapshots(_chain())
+        await feed.wait()
+        return feed.take()
+
+    pending = asyncio.run(scenario())
+    assert pending.dropped == 1
+    assert len(pending.snapshots) == 2
+
+
+def test_the_view_infers_known_executors_from_running_ones() -> None:
+    view = InferredDriverView()
+    first, second, third = _chain()
+    view.observe([first])
+    assert set(view.executor_ids()) == set()
+    view.observe([second, third])
+    assert set(view.executor_ids()) == {1}
+    assert view.is_executor_active(1)
+    view.update(registered=(), released=[1], explicit=False)
+    assert not view.is_executor_active(1)
+    heard: list[Removal] = []
+    unregister = view.add_listener(heard.append)
+    view.remove_executor(1, GONE)
+    unregister()
+    view.remove_executor(2, GONE)
+    assert [r.executor_id for r in heard] == [1]
+    view.observe([ExecutorPodsSnapshot.from_pods([running_executor(1)])])
+    assert set(view.executor_ids()) == set()  # a removed executor never comes back
+
+
+def test_explicit_mode_knows_only_what_the_driver_registered() -> None:
+    view = InferredDriverView()
+    view.observe([ExecutorPodsSnapshot.from_pods([running_executor(1), running_executor(2)])])
+    assert view.update(registered=[3], released=(), explicit=False) == [1, 2, 3]
+    assert view.update(registered=[2], released=(), explicit=True) == [2, 3]
+    assert view.update(registered=(), released=(), explicit=False) == [2, 3]  # sticky
