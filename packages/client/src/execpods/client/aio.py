@@ -9,33 +9,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import grpc
 import grpc.aio
-from execpods.client.convert import kill_request, request_total_result
-from execpods.client.model import RequestTotalResult, Snapshot, StreamUpdate
-from execpods.client.rebuild import SnapshotRebuilder
+from execpods.client.calls import DecodedCall
+from execpods.client.convert import kill_request, request_total_result, update_request
+from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
-class AsyncSnapshotStream:
+class AsyncSnapshotStream(DecodedCall):
     """An open `StreamSnapshots` call, decoded: `async for` it for `StreamUpdate`s.
 
     Every snapshot it yields is complete. Iteration ends cleanly after `cancel()` (or leaving an
     `async with` block); any other end of the call raises the `grpc.RpcError` that ended it.
     """
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-        self._rebuilder = SnapshotRebuilder()
-        self._cancelled = False
-
-    @property
-    def current(self) -> Snapshot | None:
-        """The newest complete snapshot received so far; None before the first message."""
-        return self._rebuilder.current
 
     def __aiter__(self) -> AsyncIterator[StreamUpdate]:
         return self
@@ -52,22 +42,13 @@ class AsyncSnapshotStream:
                 raise StopAsyncIteration from None
             raise
         except grpc.RpcError as error:
-            if self._ended_by_us() and error.code() == grpc.StatusCode.CANCELLED:
+            if self._is_our_cancel(error):
                 raise StopAsyncIteration from None
             raise
         if message is grpc.aio.EOF:
             raise StopAsyncIteration
         response: pb.StreamSnapshotsResponse = message
-        return self._rebuilder.apply(response)
-
-    def _ended_by_us(self) -> bool:
-        # A method, not the bare flag: `cancel()` may run while `read()` is awaited.
-        return self._cancelled
-
-    def cancel(self) -> None:
-        """Ends the call; a reader awaiting the next update stops iterating."""
-        self._cancelled = True
-        self._call.cancel()
+        return self._decode(response)
 
     async def __aenter__(self) -> Self:
         return self
@@ -122,9 +103,7 @@ class AsyncAllocatorClient:
         explicit: bool = False,
     ) -> frozenset[int]:
         """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
-        request = pb.UpdateDriverExecutorsRequest(
-            registered=list(registered), released=list(released), explicit=explicit
-        )
+        request = update_request(registered, released, explicit=explicit)
         response = await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
         return frozenset(response.known)
 

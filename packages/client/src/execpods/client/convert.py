@@ -115,6 +115,14 @@ def kill_request(executor_ids: Iterable[int | str]) -> pb.KillExecutorsRequest:
     return pb.KillExecutorsRequest(executor_ids=[_id_text(i) for i in executor_ids])
 
 
+def update_request(
+    registered: Iterable[int], released: Iterable[int], *, explicit: bool
+) -> pb.UpdateDriverExecutorsRequest:
+    return pb.UpdateDriverExecutorsRequest(
+        registered=list(registered), released=list(released), explicit=explicit
+    )
+
+
 def _id_text(executor_id: int | str) -> str:
     if isinstance(executor_id, bool):
         # bool is an int; True would silently become "True", which is surely a mistake.

@@ -10,33 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import grpc
-from execpods.client.convert import kill_request, request_total_result
-from execpods.client.model import RequestTotalResult, Snapshot, StreamUpdate
-from execpods.client.rebuild import SnapshotRebuilder
+from execpods.client.calls import DecodedCall
+from execpods.client.convert import kill_request, request_total_result, update_request
+from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
-class SnapshotStream:
+class SnapshotStream(DecodedCall):
     """An open `StreamSnapshots` call, decoded: iterate it for `StreamUpdate`s, oldest first.
 
     Every snapshot it yields is complete (deltas are rebuilt). Iteration ends cleanly after
     `cancel()` (from any thread, or by leaving a `with` block); any other end of the call raises
     the `grpc.RpcError` that ended it.
     """
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-        self._rebuilder = SnapshotRebuilder()
-        self._cancelled = False
-
-    @property
-    def current(self) -> Snapshot | None:
-        """The newest complete snapshot received so far; None before the first message."""
-        return self._rebuilder.current
 
     def __iter__(self) -> Iterator[StreamUpdate]:
         return self
@@ -45,15 +35,10 @@ class SnapshotStream:
         try:
             message: pb.StreamSnapshotsResponse = next(self._call)
         except grpc.RpcError as error:
-            if self._cancelled and error.code() == grpc.StatusCode.CANCELLED:
+            if self._is_our_cancel(error):
                 raise StopIteration from None
             raise
-        return self._rebuilder.apply(message)
-
-    def cancel(self) -> None:
-        """Ends the call; a reader blocked in `next()` stops iterating."""
-        self._cancelled = True
-        self._call.cancel()
+        return self._decode(message)
 
     def __enter__(self) -> Self:
         return self
@@ -114,9 +99,7 @@ class AllocatorClient:
         explicit: bool = False,
     ) -> frozenset[int]:
         """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
-        request = pb.UpdateDriverExecutorsRequest(
-            registered=list(registered), released=list(released), explicit=explicit
-        )
+        request = update_request(registered, released, explicit=explicit)
         response = self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
         return frozenset(response.known)
 
