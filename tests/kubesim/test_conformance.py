@@ -7,6 +7,7 @@ in deterministic mode, so no test sleeps to wait for the kubelet: tests move the
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -715,3 +716,15 @@ def test_delete_reads_the_body_and_keeps_the_connection_usable(sim: KubeSim) -> 
         assert [p["metadata"]["name"] for p in orjson.loads(resp.read())["items"]] == ["p1"]
     finally:
         conn.close()
+
+
+def test_malformed_requests_get_a_status_body(sim: KubeSim) -> None:
+    with socket.create_connection((sim.host, sim.port), timeout=10) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        reply = sock.makefile("rb").read()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert orjson.loads(body)["kind"] == "Status"
+    code, status = raw(sim, "OPTIONS", f"/api/v1/namespaces/{NS}/pods")
+    assert code == 405
+    assert status["reason"] == "MethodNotAllowed"
