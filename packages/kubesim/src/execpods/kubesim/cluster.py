@@ -23,6 +23,13 @@ from typing import Any
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.pods import TERMINAL_PHASES, rfc3339
+from execpods.kubesim.podstatus import (
+    Termination,
+    condition,
+    image_pull_failed,
+    running,
+    terminated,
+)
 from execpods.kubesim.store import Event, Obj, PodStore
 
 __all__ = ["ANNOTATION_PREFIX", "Cluster", "ClusterConfig", "NodeInfo"]
@@ -64,35 +71,6 @@ class NodeInfo:
     ready: bool
     pods: int
     capacity: int
-
-
-def _condition(
-    status: Obj, ctype: str, value: str, now: str, *, reason: str = "", message: str = ""
-) -> None:
-    conds: list[Obj] = status.setdefault("conditions", [])
-    for c in conds:
-        if c.get("type") == ctype:
-            if c.get("status") != value:
-                c["lastTransitionTime"] = now
-            c["status"] = value
-            break
-    else:
-        c = {"type": ctype, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
-        conds.append(c)
-    if reason:
-        c["reason"] = reason
-    else:
-        c.pop("reason", None)
-    if message:
-        c["message"] = message
-    else:
-        c.pop("message", None)
-
-
-def _not_ready(status: Obj, now: str, reason: str, message: str) -> None:
-    """Ready and ContainersReady go False together whenever a container is not running."""
-    _condition(status, "Ready", "False", now, reason=reason, message=message)
-    _condition(status, "ContainersReady", "False", now, reason=reason, message=message)
 
 
 def _discard(_value: object) -> None:
@@ -206,7 +184,7 @@ class Cluster:
                 )
 
                 def unschedulable(p: Obj) -> Obj:
-                    _condition(
+                    condition(
                         p["status"],
                         "PodScheduled",
                         "False",
@@ -223,7 +201,7 @@ class Cluster:
 
         def bind(p: Obj) -> Obj:
             p["spec"]["nodeName"] = node
-            _condition(p["status"], "PodScheduled", "True", self._now())
+            condition(p["status"], "PodScheduled", "True", self._now())
             return p
 
         if self._update(key, uid, bind) is not None:
@@ -255,6 +233,9 @@ class Cluster:
             delay = max(0.0, c.start_latency + self.rng.uniform(-c.start_jitter, c.start_jitter))
         self._kubelet_later(delay, lambda: self._start(key, uid))
 
+    def _container_id(self) -> str:
+        return f"containerd://{self.rng.getrandbits(64):016x}"
+
     def _node_up(self, pod: Obj) -> bool:
         node = pod["spec"].get("nodeName")
         return bool(node) and self._nodes.get(node, False)
@@ -272,12 +253,15 @@ class Cluster:
         if annotations.get(ANNOTATION_PREFIX + "image-pull-failure") == "true" or images & set(
             self.config.image_pull_failures
         ):
-            self._update(key, uid, self._image_pull_failed)
+            self._update(key, uid, lambda p: image_pull_failed(p, self._now()))
             return
         with self._lock:
             self._ip += 1
             ip = f"10.244.{(self._ip >> 8) & 255}.{self._ip & 255}"
-        if self._update(key, uid, lambda p: self._running(p, ip)) is None:
+        if (
+            self._update(key, uid, lambda p: running(p, self._now(), ip, self._container_id))
+            is None
+        ):
             return
         self._plan_exit(key, uid, annotations)
 
@@ -309,63 +293,6 @@ class Cluster:
                     )
                 ),
             )
-
-    def _image_pull_failed(self, pod: Obj) -> Obj:
-        now = self._now()
-        st = pod["status"]
-        st.setdefault("startTime", now)
-        st["hostIP"] = "192.168.0.1"
-        _condition(st, "Initialized", "True", now)
-        _not_ready(st, now, "ContainersNotReady", "containers with unready status")
-        st["containerStatuses"] = [
-            {
-                "name": c["name"],
-                "image": c["image"],
-                "imageID": "",
-                "ready": False,
-                "started": False,
-                "restartCount": 0,
-                "state": {
-                    "waiting": {
-                        "reason": "ErrImagePull",
-                        "message": f'failed to pull image "{c["image"]}": not found',
-                    }
-                },
-                "lastState": {},
-            }
-            for c in pod["spec"]["containers"]
-        ]
-        return pod
-
-    def _running(self, pod: Obj, ip: str) -> Obj:
-        now = self._now()
-        st = pod["status"]
-        previous = {c.get("name"): c for c in st.get("containerStatuses") or []}
-        st["phase"] = "Running"
-        st.setdefault("startTime", now)
-        st["hostIP"] = "192.168.0.1"
-        st["podIP"] = ip
-        st["podIPs"] = [{"ip": ip}]
-        for ctype in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
-            _condition(st, ctype, "True", now)
-        statuses = []
-        for c in pod["spec"]["containers"]:
-            prev = previous.get(c["name"], {})
-            statuses.append(
-                {
-                    "name": c["name"],
-                    "image": c["image"],
-                    "imageID": f"docker-pullable://{c['image']}",
-                    "containerID": f"containerd://{self.rng.getrandbits(64):016x}",
-                    "ready": True,
-                    "started": True,
-                    "restartCount": prev.get("restartCount", 0),
-                    "state": {"running": {"startedAt": now}},
-                    "lastState": prev.get("lastState", {}),
-                }
-            )
-        st["containerStatuses"] = statuses
-        return pod
 
     # -- terminations (also the control API) ---------------------------------------------------
 
@@ -400,53 +327,18 @@ class Cluster:
         key: Key = (namespace, name)
         puid: str = pod["metadata"]["uid"]
 
+        end = Termination(
+            exit_code=exit_code,
+            reason=reason,
+            message=message,
+            restart=restart,
+            force_phase=force_phase,
+            pod_reason=pod_reason,
+            pod_message=pod_message,
+        )
+
         def mutate(p: Obj) -> Obj:
-            now = self._now()
-            st = p["status"]
-            previous = {c.get("name"): c for c in st.get("containerStatuses") or []}
-            statuses = []
-            for c in p["spec"]["containers"]:
-                prev = previous.get(c["name"], {})
-                running = (prev.get("state") or {}).get("running") or {}
-                term: Obj = {
-                    "exitCode": exit_code,
-                    "reason": reason,
-                    "startedAt": running.get("startedAt", now),
-                    "finishedAt": now,
-                    "containerID": prev.get("containerID", ""),
-                }
-                if message:
-                    term["message"] = message
-                restarts = prev.get("restartCount", 0)
-                entry = {
-                    "name": c["name"],
-                    "image": c["image"],
-                    "imageID": prev.get("imageID", ""),
-                    "containerID": prev.get("containerID", ""),
-                    "ready": False,
-                    "started": False,
-                    "restartCount": restarts + 1 if restart else restarts,
-                }
-                if restart:
-                    entry["state"] = {
-                        "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}
-                    }
-                    entry["lastState"] = {"terminated": term}
-                else:
-                    entry["state"] = {"terminated": term}
-                    entry["lastState"] = prev.get("lastState", {})
-                statuses.append(entry)
-            st["containerStatuses"] = statuses
-            _not_ready(st, now, "ContainersNotReady", "containers not ready")
-            if not restart:
-                st["phase"] = force_phase or ("Succeeded" if exit_code == 0 else "Failed")
-                reason_word = "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed"
-                _not_ready(st, now, reason_word, "")
-                if pod_reason:
-                    st["reason"] = pod_reason
-                if pod_message:
-                    st["message"] = pod_message
-            return p
+            return terminated(p, self._now(), end)
 
         result = self._update(key, puid, mutate)
         if result is not None and restart:

@@ -1,0 +1,166 @@
+"""Pod status transitions the kubelet makes: pure functions over a pod (a copy being written).
+
+Kept apart from the scheduling and timing logic in ``cluster.py`` so each reads on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from execpods.kubesim.store import Obj
+
+__all__ = ["Termination", "condition", "image_pull_failed", "not_ready", "running", "terminated"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Termination:
+    """How containers ended and what follows: a restart, or the pod's final phase."""
+
+    exit_code: int
+    reason: str
+    message: str = ""
+    restart: bool = False
+    force_phase: str | None = None
+    pod_reason: str | None = None
+    pod_message: str | None = None
+
+
+def condition(
+    status: Obj, ctype: str, value: str, now: str, *, reason: str = "", message: str = ""
+) -> None:
+    """Set a pod condition by type, moving ``lastTransitionTime`` only when the value changes."""
+    conds: list[Obj] = status.setdefault("conditions", [])
+    for c in conds:
+        if c.get("type") == ctype:
+            if c.get("status") != value:
+                c["lastTransitionTime"] = now
+            c["status"] = value
+            break
+    else:
+        c = {"type": ctype, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
+        conds.append(c)
+    if reason:
+        c["reason"] = reason
+    else:
+        c.pop("reason", None)
+    if message:
+        c["message"] = message
+    else:
+        c.pop("message", None)
+
+
+def not_ready(status: Obj, now: str, reason: str, message: str) -> None:
+    """Ready and ContainersReady go False together whenever a container is not running."""
+    condition(status, "Ready", "False", now, reason=reason, message=message)
+    condition(status, "ContainersReady", "False", now, reason=reason, message=message)
+
+
+def image_pull_failed(pod: Obj, now: str) -> Obj:
+    """Containers stuck in ErrImagePull; the pod stays Pending."""
+    st = pod["status"]
+    st.setdefault("startTime", now)
+    st["hostIP"] = "192.168.0.1"
+    condition(st, "Initialized", "True", now)
+    not_ready(st, now, "ContainersNotReady", "containers with unready status")
+    st["containerStatuses"] = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": False,
+            "started": False,
+            "restartCount": 0,
+            "state": {
+                "waiting": {
+                    "reason": "ErrImagePull",
+                    "message": f'failed to pull image "{c["image"]}": not found',
+                }
+            },
+            "lastState": {},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return pod
+
+
+def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj:
+    """Every container running and ready."""
+    st = pod["status"]
+    previous = {c.get("name"): c for c in st.get("containerStatuses") or []}
+    st["phase"] = "Running"
+    st.setdefault("startTime", now)
+    st["hostIP"] = "192.168.0.1"
+    st["podIP"] = ip
+    st["podIPs"] = [{"ip": ip}]
+    for ctype in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+        condition(st, ctype, "True", now)
+    statuses = []
+    for c in pod["spec"]["containers"]:
+        prev = previous.get(c["name"], {})
+        statuses.append(
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": f"docker-pullable://{c['image']}",
+                "containerID": container_id(),
+                "ready": True,
+                "started": True,
+                "restartCount": prev.get("restartCount", 0),
+                "state": {"running": {"startedAt": now}},
+                "lastState": prev.get("lastState", {}),
+            }
+        )
+    st["containerStatuses"] = statuses
+    return pod
+
+
+def terminated(p: Obj, now: str, end: Termination) -> Obj:
+    """Containers ended with ``end.exit_code``: waiting to restart, or the pod finished."""
+    exit_code, reason, message, restart = end.exit_code, end.reason, end.message, end.restart
+    force_phase, pod_reason, pod_message = end.force_phase, end.pod_reason, end.pod_message
+    st = p["status"]
+    previous = {c.get("name"): c for c in st.get("containerStatuses") or []}
+    statuses = []
+    for c in p["spec"]["containers"]:
+        prev = previous.get(c["name"], {})
+        running = (prev.get("state") or {}).get("running") or {}
+        term: Obj = {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": running.get("startedAt", now),
+            "finishedAt": now,
+            "containerID": prev.get("containerID", ""),
+        }
+        if message:
+            term["message"] = message
+        restarts = prev.get("restartCount", 0)
+        entry = {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": prev.get("imageID", ""),
+            "containerID": prev.get("containerID", ""),
+            "ready": False,
+            "started": False,
+            "restartCount": restarts + 1 if restart else restarts,
+        }
+        if restart:
+            entry["state"] = {
+                "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}
+            }
+            entry["lastState"] = {"terminated": term}
+        else:
+            entry["state"] = {"terminated": term}
+            entry["lastState"] = prev.get("lastState", {})
+        statuses.append(entry)
+    st["containerStatuses"] = statuses
+    not_ready(st, now, "ContainersNotReady", "containers not ready")
+    if not restart:
+        st["phase"] = force_phase or ("Succeeded" if exit_code == 0 else "Failed")
+        reason_word = "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed"
+        not_ready(st, now, reason_word, "")
+        if pod_reason:
+            st["reason"] = pod_reason
+        if pod_message:
+            st["message"] = pod_message
+    return p
