@@ -112,3 +112,25 @@ def test_explicit_mode_knows_only_what_the_driver_registered() -> None:
     assert view.update(registered=[3], released=(), explicit=False) == [1, 2, 3]
     assert view.update(registered=[2], released=(), explicit=True) == [2, 3]
     assert view.update(registered=(), released=(), explicit=False) == [2, 3]  # sticky
+
+
+def test_a_removal_waits_for_the_snapshot_it_was_decided_on() -> None:
+    first, second, _ = _chain()
+
+    async def scenario() -> list[Pending]:
+        feed = StreamFeed(asyncio.get_running_loop(), max_pending=10)
+        feed.on_snapshots([first])
+        await feed.wait()
+        taken = [feed.take()]
+        feed.on_removal(Removal(1, GONE, seen_serial=second.serial))
+        taken.append(feed.take())  # held: the stream has not got `second` yet
+        feed.on_snapshots([second])
+        await feed.wait()
+        taken.append(feed.take())
+        return taken
+
+    before, held, after = asyncio.run(scenario())
+    assert before.snapshots == [first]
+    assert held.removals == []
+    assert [r.executor_id for r in after.removals] == [1]
+    assert after.snapshots == [second]

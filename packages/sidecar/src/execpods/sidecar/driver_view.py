@@ -48,6 +48,9 @@ class Removal:
 
     executor_id: int
     reason: ExecutorExited
+    seen_serial: int = 0
+    """Serial of the newest snapshot the lifecycle manager had seen when it decided this: a
+    stream sends the removal only once it has that snapshot (or a later one) to send with it."""
 
 
 RemovalListener = Callable[[Removal], None]
@@ -89,7 +92,8 @@ class InferredDriverView:
             reason.exit_code,
             reason.exit_caused_by_app,
         )
-        removal = Removal(executor_id, reason)
+        last = self._last  # observe() and remove_executor() run on the lifecycle manager's thread
+        removal = Removal(executor_id, reason, 0 if last is None else last.serial)
         for listener in listeners:
             try:
                 listener(removal)

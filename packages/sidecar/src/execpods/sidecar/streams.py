@@ -4,7 +4,9 @@ A `StreamFeed` is what one stream subscribes with. The store calls it on a sched
 batch of snapshots; the driver view calls it on the lifecycle manager's thread with a removal.
 Both only append to the feed's pending lists under a lock and wake the stream's coroutine with
 `loop.call_soon_threadsafe`, so no thread ever waits on a slow client, and everything that
-arrived while the stream was busy goes out in the next message. A stream that falls more than
+arrived while the stream was busy goes out in the next message. A removal is held back until the
+stream has the snapshot the lifecycle manager decided it on (the removal's `seen_serial`), so a
+driver never hears that an executor is gone before it can see why. A stream that falls more than
 `max_pending` snapshots behind keeps only the latest one and sends it in full (the contract allows
 a full snapshot at any point; a delta chain is only worth keeping while it is short).
 
@@ -170,6 +172,8 @@ class StreamFeed:
         self._max_pending = max_pending
         self._lock = threading.Lock()
         self._pending = Pending()
+        self._held: list[Removal] = []
+        self._newest_serial = 0
         self._wakeup = asyncio.Event()
         self._closed = False
 
@@ -180,6 +184,11 @@ class StreamFeed:
         with self._lock:
             pending = self._pending
             pending.snapshots.extend(snapshots)
+            self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
+            if self._held:
+                ready = [r for r in self._held if r.seen_serial <= self._newest_serial]
+                self._held = [r for r in self._held if r.seen_serial > self._newest_serial]
+                pending.removals.extend(ready)
             excess = len(pending.snapshots) - self._max_pending
             if excess > 0:
                 pending.dropped += excess
@@ -189,6 +198,9 @@ class StreamFeed:
     def on_removal(self, removal: Removal) -> None:
         """The driver view's listener (the lifecycle manager's thread)."""
         with self._lock:
+            if removal.seen_serial > self._newest_serial:
+                self._held.append(removal)
+                return
             self._pending.removals.append(removal)
         self._wake()
 

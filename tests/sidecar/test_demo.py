@@ -1,0 +1,21 @@
+"""The demo runs end to end (small and quick here) and leaves no pod behind."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from execpods.sidecar.cli import build_parser
+from execpods.sidecar.demo import run_demo
+
+
+@pytest.mark.slow
+def test_the_demo_finishes_with_no_pods_left() -> None:
+    args = build_parser().parse_args(
+        ["demo", "--executors", "6", "--start-latency", "0.2", "--batch-delay", "100ms"]
+    )
+    out = io.StringIO()
+    assert run_demo(args, out) == 0
+    text = out.getvalue()
+    assert "exit code 137" in text
+    assert "pods left in the cluster: 0" in text
