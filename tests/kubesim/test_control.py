@@ -108,3 +108,14 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_benchmark_runs_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from execpods.kubesim import bench
+
+    assert bench.main(["--pods", "60", "--requests", "30", "--watchers", "3", "--json"]) == 0
+    out = capsys.readouterr().out
+    figures = orjson.loads(out[out.index("{") :])
+    assert figures["raw_create"] > 0
+    assert figures["fanout_events_per_s"] > 0
+    assert "every watcher saw every pod after" in out
