@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run every package's benchmark and print its figures (python3 tools/dev.py bench [--quick]).
+"""Run every package's benchmark and print its figures (python3 tools/dev.py bench).
 
 Each benchmark is a module with a `main()`; they run one after another in fresh interpreters so
 one cannot warm or disturb the next.
@@ -7,6 +7,7 @@ one cannot warm or disturb the next.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import subprocess
 import sys
@@ -20,9 +21,17 @@ MODULES = (
 
 
 def main() -> int:
-    passthrough = sys.argv[1:]
+    parser = argparse.ArgumentParser(description="Run every package's benchmark.")
+    parser.add_argument(
+        "--only", help="run only the benchmark whose module contains this (e.g. core, k8s)"
+    )
+    args, passthrough = parser.parse_known_args()
+    if passthrough and not args.only:
+        parser.error("extra arguments go to one benchmark: name it with --only")
     failed = []
     for module in MODULES:
+        if args.only and args.only not in module:
+            continue
         if importlib.util.find_spec(module) is None:
             print(f"== {module}: not present, skipped", flush=True)
             continue
