@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from execpods.client import AllocatorClient, RequestTotalResult, StreamUpdate
+from execpods.client import AllocatorClient, RequestTotalResult, SnapshotStream, StreamUpdate
 
 from tests.client.script import SCRIPT, check_script_updates
 from tests.client.servicer import FakeAllocator, Served
@@ -71,11 +71,18 @@ def test_the_stream_rebuilds_snapshots_and_ends_when_cancelled(served: Served) -
 def test_cancel_wakes_a_reader_blocked_on_the_next_update(served: Served) -> None:
     served.servicer.script = SCRIPT[:1]
     received: list[StreamUpdate] = []
+    first = threading.Event()
+
+    def read(stream: SnapshotStream) -> None:
+        for update in stream:
+            received.append(update)
+            first.set()
+
     with AllocatorClient(served.target) as client:
         stream = client.stream_snapshots()
-        reader = threading.Thread(target=lambda: received.extend(stream), daemon=True)
+        reader = threading.Thread(target=read, args=(stream,), daemon=True)
         reader.start()
-        assert served.servicer.script_sent.wait(WAIT_S)
+        assert first.wait(WAIT_S)
         with stream:  # leaving the block cancels
             pass
         reader.join(WAIT_S)
