@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -175,3 +176,14 @@ def test_sigterm_ends_streams_and_leaves_no_executor_pods(sim: KubeSim) -> None:
         assert process.stdout.read() == ""
     assert all(p["metadata"].get("deletionTimestamp") for p in app_pods(sim, "sigterm"))
     wait_for(lambda: not app_pods(sim, "sigterm"), what="the executor pods to be gone")
+
+
+def test_serves_on_a_unix_socket(sim: KubeSim, make_sidecar: SidecarFactory) -> None:
+    with tempfile.TemporaryDirectory(prefix="execpods-", dir="/tmp") as folder:
+        address = f"unix:{folder}/sidecar.sock"
+        sidecar = make_sidecar("unix", conf={"execpods.sidecar.listen": address})
+        assert sidecar.address == address
+        with AllocatorClient(address) as client:
+            assert client.request_total(1).total == 1
+            wait_for(lambda: running_ids(sim, "unix") == {1}, what="one running")
+        sidecar.stop()

@@ -40,7 +40,7 @@ class SidecarServer:
         self._initial = initial_executors
         self._health: Any = health.aio.HealthServicer()
         options: list[tuple[str, Any]] = [("grpc.so_reuseport", 0)]
-        limit = runtime.settings.sidecar.max_concurrent_streams
+        limit = runtime.settings.sidecar.max_concurrent_rpcs
         self._server: Any = grpc.aio.server(
             options=options, maximum_concurrent_rpcs=limit if limit > 0 else None
         )

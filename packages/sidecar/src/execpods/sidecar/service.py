@@ -112,7 +112,10 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 f"total={request.total} is invalid: it must not be negative",
             )
         runtime = self._runtime
-        await asyncio.wrap_future(runtime.backend.request_total_executors(request.total))
+        try:
+            await asyncio.wrap_future(runtime.backend.request_total_executors(request.total))
+        except RuntimeError:  # the request scheduler is shut down
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = ExecutorCounts.of(runtime.store.current_snapshot)
         logger.info("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
@@ -133,6 +136,8 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except PodOperationError as error:
             logger.warning("Could not kill executors %s: %s", ids, error)
             await _abort(context, status_of(error), f"could not delete the pods: {error}")
+        except RuntimeError:  # the request scheduler is shut down
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         logger.info("Killed executors %s: %d pods deleted.", sorted(ids), deleted)
         return pb.KillExecutorsResponse(deleted_pods=deleted)
 

@@ -85,10 +85,10 @@ class SidecarSettings(SettingsBase):
         parse=parse_int,
         rule=_positive_int,
     )
-    max_concurrent_streams: int = setting(
-        "execpods.sidecar.maxConcurrentStreams",
+    max_concurrent_rpcs: int = setting(
+        "execpods.sidecar.maxConcurrentRpcs",
         0,
-        "Most concurrent RPCs the server accepts (0 = no limit).",
+        "Most concurrent RPCs, streams included, the server accepts (0 = no limit).",
         parse=parse_int,
         rule=_non_negative_int,
     )
