@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings, main
 
 BASE = ["serve", "--app-id", "app", "--api-url", "http://127.0.0.1:1"]
@@ -93,3 +94,11 @@ def test_settings_lists_every_property(capsys: pytest.CaptureFixture[str]) -> No
         "spark.kubernetes.namespace",
     ):
         assert key in out
+
+
+def test_a_missing_driver_pod_fails_start_up_naming_the_setting(
+    capsys: pytest.CaptureFixture[str], sim: KubeSim
+) -> None:
+    argv = ["serve", "--app-id", "app", "--api-url", sim.url, "--driver-pod-name", "nosuch"]
+    assert main(argv, environ={}) == 1
+    assert "spark.kubernetes.driver.pod.name" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from execpods.core import SettingsError
+from execpods.core import ExecpodsError, SettingsError
 from execpods.sidecar.demo import add_demo_arguments, run_demo
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_specs
@@ -250,6 +250,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except SettingsError as error:
         print(f"{PROG}: error: {_with_flag(str(error))}", file=sys.stderr)
         return 2
+    except ExecpodsError as error:  # e.g. the driver pod does not exist, the API refused
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
