@@ -100,5 +100,15 @@ def test_a_missing_driver_pod_fails_start_up_naming_the_setting(
     capsys: pytest.CaptureFixture[str], sim: KubeSim
 ) -> None:
     argv = ["serve", "--app-id", "app", "--api-url", sim.url, "--driver-pod-name", "nosuch"]
-    assert main(argv, environ={}) == 1
+    assert main([*argv, "--image", "spark:test"], environ={}) == 1
     assert "spark.kubernetes.driver.pod.name" in capsys.readouterr().err
+
+
+def test_serving_without_an_executor_image_is_refused_naming_the_setting(
+    capsys: pytest.CaptureFixture[str], sim: KubeSim
+) -> None:
+    assert main(["serve", "--app-id", "app", "--api-url", sim.url], environ={}) == 2
+    error = capsys.readouterr().err
+    assert "spark.kubernetes.executor.container.image is not set" in error
+    assert "--image" in error
+    assert sim.pods() == [], "nothing was created"

@@ -159,7 +159,7 @@ def test_sigterm_ends_streams_and_leaves_no_executor_pods(sim: KubeSim) -> None:
         "--conf",
         "spark.kubernetes.allocation.batch.delay=100ms",
     ]
-    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3"}
+    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3", "EXECPODS_IMAGE": "spark:test"}
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
         assert process.stdout is not None
         line = process.stdout.readline().strip()

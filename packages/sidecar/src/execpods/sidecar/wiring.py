@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
@@ -17,6 +17,7 @@ from execpods.core import (
     ExecutorPodsBackend,
     PodOperations,
     Scheduler,
+    SettingsError,
     SnapshotSource,
     SnapshotsStore,
     SnapshotsStoreImpl,
@@ -119,10 +120,6 @@ def assemble(
     )
 
 
-DEFAULT_IMAGE = "apache/spark:3.5.3"
-"""Used when no image is configured, so that a bare `serve` works against a simulator."""
-
-
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     """The runtime over the adapter: one API client, pod operations, builder, watch and poll.
 
@@ -131,12 +128,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     """
     k8s = settings.kubernetes
     if k8s.image is None and k8s.pod_template_file is None:
-        logger.warning(
-            "No executor image configured (spark.kubernetes.container.image); using %s.",
-            DEFAULT_IMAGE,
+        # As Spark: guessing an image would start executors that do not match the driver.
+        raise SettingsError(
+            "spark.kubernetes.executor.container.image is not set (nor "
+            "spark.kubernetes.container.image): executor pods need an image, or a pod template "
+            "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
-        k8s = replace(k8s, container_image=DEFAULT_IMAGE)
-        settings = replace(settings, kubernetes=k8s)
     api_client = api_client_from(k8s)
     try:
         namespace = resolve_namespace(k8s)
