@@ -66,6 +66,19 @@ def test_constructing_in_code_is_validated_too() -> None:
         CoreSettings(initial_executors=-1)
 
 
+def test_unset_optional_settings_are_left_out_of_properties() -> None:
+    from dataclasses import dataclass
+
+    from execpods.core.settings import SettingsBase, parse_str, setting
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Optional(SettingsBase):
+        name: str | None = setting("x.name", None, "optional", parse=parse_str)
+
+    assert Optional().to_properties() == {}
+    assert Optional(name="a").to_properties() == {"x.name": "a"}
+
+
 def test_unknown_keys_are_found() -> None:
     properties = {
         "spark.kubernetes.allocation.batch.size": "3",

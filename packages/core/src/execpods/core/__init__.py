@@ -5,7 +5,7 @@ the Protocols (pod operations, pod builder, driver view, clock, scheduler) they 
 client libraries, and no threads until a `ThreadScheduler` is given work.
 """
 
-from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator, executors_to_request
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.errors import (
@@ -69,6 +69,7 @@ __all__ = [
     "DeterministicScheduler",
     "DriverView",
     "ExecpodsError",
+    "ExecutorCounts",
     "ExecutorExited",
     "ExecutorLabels",
     "ExecutorPod",
@@ -100,6 +101,7 @@ __all__ = [
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "executors_to_request",
     "exit_reason",
     "parse_duration",
     "unknown_keys",

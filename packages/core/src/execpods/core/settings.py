@@ -151,9 +151,11 @@ class SettingsBase:
         return cls(**values)
 
     def to_properties(self) -> dict[str, str]:
-        """The settings as property strings (durations in ms), e.g. to show or to pass on."""
+        """The settings as property strings (durations in ms); unset optional ones are left out."""
         rendered: dict[str, str] = {}
         for spec, value in self._specs_and_values():
+            if value is None:
+                continue
             if isinstance(value, bool):
                 rendered[spec.key] = str(value).lower()
             elif isinstance(value, float):

@@ -18,13 +18,13 @@ import grpc
 from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
+    ExecutorCounts,
     PodAdmissionRejected,
     PodForbidden,
     PodInvalid,
     PodNotFound,
     PodOperationError,
 )
-from execpods.core.allocator import ExecutorCounts
 from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, StreamFeed, build_response
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
