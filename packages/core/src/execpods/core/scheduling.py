@@ -96,19 +96,13 @@ def _run_logged(task: _Task) -> None:
         logger.exception("A scheduled task failed; it keeps its schedule.")
 
 
-class ThreadScheduler:
-    """A scheduled executor on a few daemon threads, started lazily by the first task."""
+class _SchedulingMethods:
+    """The three ways to schedule, on top of one `_add(delay, period, action)`."""
 
-    def __init__(self, *, workers: int = 2, name: str = "execpods") -> None:
-        if workers < 1:
-            raise ValueError(f"a scheduler needs at least one worker, not {workers}")
-        self._clock = SystemClock()
-        self._queue = _TaskQueue()
-        self._cond = threading.Condition()
-        self._workers = workers
-        self._name = name
-        self._threads: list[threading.Thread] = []
-        self._shut_down = False
+    __slots__ = ()
+
+    def _add(self, delay: float, period: float | None, action: Action) -> _Task:
+        raise NotImplementedError
 
     def submit(self, action: Action) -> Cancellable:
         return self._add(0.0, None, action)
@@ -122,6 +116,21 @@ class ThreadScheduler:
         if delay <= 0:
             raise ValueError(f"a periodic task needs a positive delay, not {delay}")
         return self._add(initial_delay, delay, action)
+
+
+class ThreadScheduler(_SchedulingMethods):
+    """A scheduled executor on a few daemon threads, started lazily by the first task."""
+
+    def __init__(self, *, workers: int = 2, name: str = "execpods") -> None:
+        if workers < 1:
+            raise ValueError(f"a scheduler needs at least one worker, not {workers}")
+        self._clock = SystemClock()
+        self._queue = _TaskQueue()
+        self._cond = threading.Condition()
+        self._workers = workers
+        self._name = name
+        self._threads: list[threading.Thread] = []
+        self._shut_down = False
 
     def _add(self, delay: float, period: float | None, action: Action) -> _Task:
         task = _Task(action, period)
@@ -179,7 +188,7 @@ class ThreadScheduler:
                 thread.join(timeout)
 
 
-class DeterministicScheduler:
+class DeterministicScheduler(_SchedulingMethods):
     """Runs tasks only when the test moves virtual time (like jmock's DeterministicScheduler).
 
     It shares a `ManualClock` with the code under test, so a task due at t runs with the clock
@@ -190,19 +199,6 @@ class DeterministicScheduler:
         self.clock = clock if clock is not None else ManualClock()
         self._queue = _TaskQueue()
         self._shut_down = False
-
-    def submit(self, action: Action) -> Cancellable:
-        return self._add(0.0, None, action)
-
-    def schedule(self, delay: float, action: Action) -> Cancellable:
-        return self._add(delay, None, action)
-
-    def schedule_with_fixed_delay(
-        self, initial_delay: float, delay: float, action: Action
-    ) -> Cancellable:
-        if delay <= 0:
-            raise ValueError(f"a periodic task needs a positive delay, not {delay}")
-        return self._add(initial_delay, delay, action)
 
     def _add(self, delay: float, period: float | None, action: Action) -> _Task:
         task = _Task(action, period)
