@@ -77,7 +77,10 @@ class InferredDriverView:
 
     def is_executor_active(self, executor_id: int) -> bool:
         with self._lock:
-            return executor_id in self._known_locked() and executor_id not in self._released
+            if executor_id in self._removed or executor_id in self._released:
+                return False
+            inferred = not self._explicit and executor_id in self._seen_running
+            return inferred or executor_id in self._registered
 
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         with self._lock:
