@@ -1,0 +1,60 @@
+"""Helpers shared by the conformance modules (the official client against the simulator)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from execpods.kubesim import KubeSim
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubesim.conftest import NS, CoreApi, pod_body
+
+
+def status_of(exc: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = orjson.loads(exc.body or "{}")
+    return body
+
+
+def once_watching(sim: KubeSim, action: Callable[[], object]) -> threading.Thread:
+    """Run ``action`` in a helper thread as soon as a watch is open; the test reads the watch."""
+
+    def run() -> None:
+        if sim.wait_for_watchers(1, timeout=10):
+            action()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def collect(stream: Any, into: list[str]) -> None:
+    """Append each event's type to ``into`` until the stream ends or raises."""
+    for event in stream:
+        into.append(event["type"])
+
+
+def names(pods: Any) -> list[str]:
+    return sorted(p.metadata.name for p in pods.items)
+
+
+def raw(sim: KubeSim, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
+    try:
+        data = None if body is None else orjson.dumps(body)
+        hdrs = {"Content-Type": "application/json", **headers}
+        conn.request(method, path, body=data, headers=hdrs)
+        resp = conn.getresponse()
+        text = resp.read()
+        return resp.status, orjson.loads(text) if text else None
+    finally:
+        conn.close()
+
+
+def running_pod(sim: KubeSim, core: CoreApi, name: str = "p") -> None:
+    """Create pod `name` and let the kubelet run it."""
+    core.create_namespaced_pod(NS, pod_body(name, labels={"app": "a"}))
+    sim.run_until_idle()

@@ -1,0 +1,248 @@
+"""Conformance, part 3: deletion, faults, discovery and the transport.
+
+The pinned official ``kubernetes`` client, over HTTP, against the simulator. Every behaviour the
+simulator promises (see docs/kubesim.md) has a test in these modules. The simulator runs in
+deterministic mode, so no test sleeps to wait for the kubelet: tests move the virtual clock.
+"""
+
+import http.client
+import socket
+import time
+
+import orjson
+import pytest
+from execpods.kubesim import KubeSim
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubesim.conftest import (
+    NS,
+    ClientApi,
+    CoreApi,
+    core_api,
+    open_watch,
+    pod_body,
+    read_events,
+)
+from tests.kubesim.support import names, raw, running_pod, status_of
+
+# -- deletion --------------------------------------------------------------------------------------
+
+
+def test_graceful_delete_event_order(sim: KubeSim, core: CoreApi) -> None:
+    running_pod(sim, core)
+    resp = open_watch(core, timeout=3, resource_version=sim.resource_version)
+    deleted = core.delete_namespaced_pod("p", NS, grace_period_seconds=10)
+    assert deleted.metadata.deletion_timestamp is not None
+    assert deleted.metadata.deletion_grace_period_seconds == 10
+    assert core.read_namespaced_pod("p", NS).metadata.deletion_timestamp is not None
+    sim.run_until_idle()
+    events = read_events(resp, limit=3)
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert events[0]["object"]["metadata"]["deletionTimestamp"].endswith("Z")
+    final = events[2]["object"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert final["exitCode"] == 143
+    with pytest.raises(ApiException):
+        core.read_namespaced_pod("p", NS)
+
+
+def test_delete_is_immediate_for_unscheduled_and_terminated_pods(
+    sim: KubeSim, core: CoreApi
+) -> None:
+    core.create_namespaced_pod(NS, pod_body("unscheduled"))
+    core.create_namespaced_pod(
+        NS, pod_body("done", annotations={"kubesim.execpods.io/exit-after": "1"})
+    )
+    resp = open_watch(core, timeout=2, resource_version=sim.resource_version)
+    core.delete_namespaced_pod("unscheduled", NS)
+    sim.run_until_idle()
+    assert core.read_namespaced_pod("done", NS).status.phase == "Succeeded"
+    core.delete_namespaced_pod("done", NS)
+    assert core.list_namespaced_pod(NS).items == []
+    events = [(e["type"], e["object"]["metadata"]["name"]) for e in read_events(resp, limit=5)]
+    assert ("DELETED", "unscheduled") in events
+    assert events[-1] == ("DELETED", "done")
+    assert ("MODIFIED", "unscheduled") not in events
+
+
+def test_finalizers_hold_the_pod_until_removed(sim: KubeSim, core: CoreApi) -> None:
+    core.create_namespaced_pod(NS, pod_body("p", finalizers=["example.com/keep"]))
+    sim.run_until_idle()
+    core.delete_namespaced_pod("p", NS, grace_period_seconds=5)
+    sim.run_until_idle()
+    held = core.read_namespaced_pod("p", NS)
+    assert held.status.phase == "Failed"
+    assert held.metadata.deletion_timestamp is not None
+    core.patch_namespaced_pod("p", NS, {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod("p", NS)
+    assert exc.value.status == 404
+
+
+def test_redelete_only_shortens_grace_and_zero_is_immediate(sim: KubeSim, core: CoreApi) -> None:
+    running_pod(sim, core)
+    sim.pause_kubelet()
+    core.delete_namespaced_pod("p", NS, grace_period_seconds=20)
+    longer = core.delete_namespaced_pod("p", NS, grace_period_seconds=60)
+    assert longer.metadata.deletion_grace_period_seconds == 20
+    shorter = core.delete_namespaced_pod("p", NS, grace_period_seconds=5)
+    assert shorter.metadata.deletion_grace_period_seconds == 5
+    core.delete_namespaced_pod("p", NS, grace_period_seconds=0)
+    assert core.list_namespaced_pod(NS).items == []
+
+
+def test_deletecollection_by_exec_id_and_phase(sim: KubeSim, core: CoreApi) -> None:
+    # 2 nodes x 3 pods: the first 6 run, the rest stay Pending (Unschedulable).
+    for i in range(8):
+        core.create_namespaced_pod(NS, pod_body(f"exec-{i}", labels={"spark-exec-id": str(i)}))
+    sim.run_until_idle()
+    pending = names(core.list_namespaced_pod(NS, field_selector="status.phase=Pending"))
+    assert pending == ["exec-6", "exec-7"]
+    resp = core.delete_collection_namespaced_pod(
+        NS,
+        label_selector="spark-exec-id in (3,6,7)",
+        field_selector="status.phase=Pending",
+        _preload_content=False,
+    )
+    result = orjson.loads(resp.data)
+    assert result["kind"] == "PodList"
+    assert sorted(p["metadata"]["name"] for p in result["items"]) == ["exec-6", "exec-7"]
+    remaining = names(core.list_namespaced_pod(NS))
+    assert remaining == [f"exec-{i}" for i in range(6)]
+    resp = core.delete_collection_namespaced_pod(
+        NS, label_selector="spark-exec-id in (3,4)", _preload_content=False
+    )
+    marked = orjson.loads(resp.data)["items"]
+    assert all(p["metadata"]["deletionTimestamp"] for p in marked)
+    sim.run_until_idle()
+    assert names(core.list_namespaced_pod(NS)) == ["exec-0", "exec-1", "exec-2", "exec-5"]
+
+
+# -- faults, discovery, transport ------------------------------------------------------------------
+
+
+def test_server_errors_for_a_period_of_virtual_time(sim: KubeSim, core: CoreApi) -> None:
+    sim.fail_requests(503, seconds=5)
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_pod(NS)
+    assert exc.value.status == 503
+    assert status_of(exc.value)["reason"] == "ServiceUnavailable"
+    sim.advance(5)
+    assert core.list_namespaced_pod(NS).items == []
+    sim.fail_requests(500, count=1)
+    with pytest.raises(ApiException) as once:
+        core.list_namespaced_pod(NS)
+    assert once.value.status == 500
+    assert core.list_namespaced_pod(NS).items == []
+
+
+def test_throttle_sends_429_with_retry_after(core: CoreApi, sim: KubeSim) -> None:
+    sim.throttle(1, retry_after=7)
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(NS, pod_body("p"))
+    assert exc.value.status == 429
+    assert exc.value.headers is not None
+    assert exc.value.headers["Retry-After"] == "7"
+    assert core.create_namespaced_pod(NS, pod_body("p")).metadata.name == "p"
+
+
+@pytest.mark.parametrize(("code", "reason"), [(403, "Forbidden"), (422, "Invalid")])
+def test_admission_failures_on_create(core: CoreApi, sim: KubeSim, code: int, reason: str) -> None:
+    sim.reject_creates(code, count=1, message="quota" if code == 422 else "")
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(NS, pod_body("p"))
+    assert exc.value.status == code
+    assert status_of(exc.value)["reason"] == reason
+    assert core.list_namespaced_pod(NS).items == []
+    core.create_namespaced_pod(NS, pod_body("p"))
+
+
+def test_added_latency_per_request(core: CoreApi, sim: KubeSim) -> None:
+    core.list_namespaced_pod(NS)
+    sim.set_latency(0.2)
+    started = time.monotonic()
+    core.list_namespaced_pod(NS)
+    assert time.monotonic() - started >= 0.2
+    sim.clear_faults()
+    started = time.monotonic()
+    core.list_namespaced_pod(NS)
+    assert time.monotonic() - started < 0.2
+
+
+def test_request_log_records_method_path_query_status(sim: KubeSim, core: CoreApi) -> None:
+    sim.clear_requests()
+    core.create_namespaced_pod(NS, pod_body("p"))
+    core.list_namespaced_pod(NS, label_selector="app=a")
+    with pytest.raises(ApiException):
+        core.read_namespaced_pod("missing", NS)
+    log = sim.requests()
+    assert [(r.method, r.path, r.status) for r in log] == [
+        ("POST", f"/api/v1/namespaces/{NS}/pods", 201),
+        ("GET", f"/api/v1/namespaces/{NS}/pods", 200),
+        ("GET", f"/api/v1/namespaces/{NS}/pods/missing", 404),
+    ]
+    assert log[1].query == {"labelSelector": "app=a"}
+    assert sim.request_counts() == {"create": 1, "list": 1, "get": 1}
+
+
+def test_discovery_and_version(api_client: ClientApi) -> None:
+    version = client.VersionApi(api_client).get_code()
+    assert version.major == "1"
+    assert version.git_version.startswith("v1.")
+    assert client.CoreApi(api_client).get_api_versions().versions == ["v1"]
+    resources = core_api(api_client).get_api_resources()
+    pods = next(r for r in resources.resources if r.name == "pods")
+    assert pods.namespaced
+    assert "deletecollection" in pods.verbs
+
+
+def test_keep_alive_and_no_nagle_delay(sim: KubeSim) -> None:
+    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
+    try:
+        conn.request("POST", f"/api/v1/namespaces/{NS}/pods", body=orjson.dumps(pod_body("p")))
+        conn.getresponse().read()
+        sock = conn.sock
+        started = time.monotonic()
+        for _ in range(100):
+            conn.request("GET", f"/api/v1/namespaces/{NS}/pods/p")
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert resp.getheader("Content-Length")
+            resp.read()
+        elapsed = time.monotonic() - started
+        assert conn.sock is sock  # one connection served every request
+    finally:
+        conn.close()
+    assert elapsed < 2.0  # with Nagle's delay 100 requests take about 4 s
+
+
+def test_delete_reads_the_body_and_keeps_the_connection_usable(sim: KubeSim) -> None:
+    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
+    try:
+        for i in range(2):
+            conn.request(
+                "POST", f"/api/v1/namespaces/{NS}/pods", body=orjson.dumps(pod_body(f"p{i}"))
+            )
+            assert conn.getresponse().read()
+        body = orjson.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+        conn.request("DELETE", f"/api/v1/namespaces/{NS}/pods/p0", body=body)
+        deleted = conn.getresponse()
+        assert deleted.status == 200
+        assert orjson.loads(deleted.read())["metadata"]["name"] == "p0"
+        conn.request("GET", f"/api/v1/namespaces/{NS}/pods")
+        resp = conn.getresponse()
+        assert [p["metadata"]["name"] for p in orjson.loads(resp.read())["items"]] == ["p1"]
+    finally:
+        conn.close()
+
+
+def test_malformed_requests_get_a_status_body(sim: KubeSim) -> None:
+    with socket.create_connection((sim.host, sim.port), timeout=10) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        reply = sock.makefile("rb").read()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert orjson.loads(body)["kind"] == "Status"
+    code, status = raw(sim, "OPTIONS", f"/api/v1/namespaces/{NS}/pods")
+    assert code == 405
+    assert status["reason"] == "MethodNotAllowed"
