@@ -82,6 +82,8 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     server: ApiServer
     _headers: dict[str, str]
+    # The request being served, until it is in the request log: method, path, query, verb, start.
+    _pending: tuple[str, str, dict[str, str], str, float] | None = None
 
     # Silence the default stderr access log; requests go to the request log and DEBUG logging.
     def log_message(self, format: str, *args: Any) -> None:
@@ -193,10 +195,30 @@ class _Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self._log_once(code)
         self.wfile.write(head + body)
+
+    def _log_once(self, status: int) -> None:
+        """Put this request in the request log, once, before its answer goes out.
+
+        A client that has read the answer must find the request in the log (tests assert on it
+        right after a call), so the record cannot wait until after the write.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        method, path, query, verb, started = pending
+        elapsed = time.perf_counter() - started
+        self.server.context.api.log.add(
+            RequestRecord(
+                method=method, path=path, query=query, status=status, verb=verb, duration=elapsed
+            )
+        )
+        _log.debug("%s %s -> %d (%.1f ms)", method, self.path, status, elapsed * 1000)
 
     def _dispatch(self, method: str) -> None:
         started = time.perf_counter()
+        self._pending = None
         split = urlsplit(self.path)
         path = split.path.rstrip("/") or "/"
         query = dict(parse_qsl(split.query, keep_blank_values=True))
@@ -210,6 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._control(method, path, body, ctx)
             return
         verb = _verb(method, path, query)
+        self._pending = (method, path, query, verb, started)
         status = 500
         try:
             status = self._api(method, path, query, body, ctx)
@@ -223,13 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 500
             internal = ApiError(500, "InternalError", "Internal error occurred in kubesim")
             self._send(500, orjson.dumps(internal.status()))
-        elapsed = time.perf_counter() - started
-        ctx.api.log.add(
-            RequestRecord(
-                method=method, path=path, query=query, status=status, verb=verb, duration=elapsed
-            )
-        )
-        _log.debug("%s %s -> %d (%.1f ms)", method, self.path, status, elapsed * 1000)
+        self._log_once(status)  # when no answer went out (the client hung up)
 
     def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
         try:
@@ -364,6 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
             except ApiError as err:
                 error = err.status()
         wfile = self.wfile
+        self._log_once(200)  # a watch is in the log from its start, not only once it ends
         try:
             first = [head] + [self._chunk(data) for _, data in initial]
             wfile.write(b"".join(first))
