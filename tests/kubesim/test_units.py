@@ -133,3 +133,23 @@ def test_virtual_clock_runs_timers_in_order_only_when_advanced() -> None:
     assert clock.run_until_idle() == 1
     assert seen == [("a", 101.0), ("b", 102.0)]
     assert not clock.step()
+
+
+def test_closed_watches_stop_counting_at_once() -> None:
+    """A test that drops watches and then waits for the client's next watch must not be fooled
+    by the closed one, which stays registered until its server thread has finished writing."""
+    store = PodStore()
+    closed, _ = store.watch(None, lambda o: True, None)
+    assert store.watcher_count() == 1
+    assert store.close_watchers() == 1
+    assert closed.closed
+    assert store.watcher_count() == 0
+    assert not store.wait_for_watchers(1, 0)
+    store.create(pod("a"))
+    assert closed.wait(0) == []  # nothing is pushed to a closed watch
+    again, _ = store.watch(None, lambda o: True, None)
+    assert store.wait_for_watchers(1, 0)
+    assert store.close_watchers() == 1  # only the open one
+    store.unwatch(closed)  # the server thread's late unwatch is harmless
+    store.unwatch(again)
+    assert store.watcher_count() == 0

@@ -312,6 +312,7 @@ class PodStore:
             self._watchers.discard(watcher)
 
     def watcher_count(self) -> int:
+        """Open watches: a closed one no longer counts, even while its stream is finishing."""
         return len(self._watchers)
 
     def wait_for_watchers(self, count: int, timeout: float) -> bool:
@@ -320,9 +321,15 @@ class PodStore:
             return self._lock.wait_for(lambda: len(self._watchers) >= count, timeout)
 
     def close_watchers(self, *, abrupt: bool = False, error: Obj | None = None) -> int:
-        """End every open watch (a fault, or shutdown); returns how many there were."""
+        """End every open watch (a fault, or shutdown); returns how many there were.
+
+        They leave the open set at once rather than when their server threads finish writing,
+        so that ``wait_for_watchers`` right after this waits for the client's next watch instead
+        of counting one that is already over.
+        """
         with self._lock:
             watchers = list(self._watchers)
+            self._watchers.clear()
         for w in watchers:
             w.close(abrupt=abrupt, error=error)
         return len(watchers)
