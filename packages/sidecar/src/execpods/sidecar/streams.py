@@ -112,7 +112,7 @@ class EncodingCache:
             self.hits += 1
             return found
         self.misses += 1
-        encoded = _encode_snapshot(snapshot, changed)
+        encoded = _encode_snapshot(snapshot, None if changed is None else previous, changed)
         self._entries[key] = encoded
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
@@ -120,21 +120,38 @@ class EncodingCache:
 
 
 def _encode_snapshot(
-    snapshot: ExecutorPodsSnapshot, changed: frozenset[int] | None
+    snapshot: ExecutorPodsSnapshot,
+    previous: ExecutorPodsSnapshot | None,
+    changed: frozenset[int] | None,
 ) -> pb.ExecutorPodsSnapshot:
+    """`snapshot` in full (`changed` None), or as a delta against its parent `previous`.
+
+    A delta holds only the executors whose state *as the contract spells it* changed: a pod event
+    that touched nothing the client can see (a label, a condition, the resource version) is in
+    `changed` but not on the wire.
+    """
+    full = changed is None or previous is None
     message = pb.ExecutorPodsSnapshot(
-        full_snapshot_ts_ms=round(snapshot.full_snapshot_ts * 1000), full=changed is None
+        full_snapshot_ts_ms=round(snapshot.full_snapshot_ts * 1000), full=full
     )
     pods = snapshot.executor_pods
     target = message.executor_pods
-    if changed is None:
+    if changed is None or previous is None:
         for executor_id, state in pods.items():
             fill_state(target[executor_id], state)
-    else:
-        for executor_id in changed:
-            changed_state = pods.get(executor_id)
-            if changed_state is not None:  # a delta never removes executors
-                fill_state(target[executor_id], changed_state)
+        return message
+    before = previous.executor_pods
+    for executor_id in changed:
+        now = pods.get(executor_id)
+        if now is None:  # a delta never removes executors
+            continue
+        old = before.get(executor_id)
+        if old is now:
+            continue
+        encoded = encode_state(now)
+        if old is not None and encode_state(old) == encoded:
+            continue
+        target[executor_id].CopyFrom(encoded)
     return message
 
 
