@@ -14,7 +14,13 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     SnapshotsStoreImpl,
 )
-from execpods.k8s import ApiGateway, KubernetesPodOperations, KubernetesSettings, connect
+from execpods.k8s import (
+    ApiGateway,
+    KubernetesApiClient,
+    KubernetesPodOperations,
+    KubernetesSettings,
+    connect,
+)
 from execpods.kubesim import KubeSim
 
 APP_ID = "spark-app-1"
@@ -81,14 +87,14 @@ def sim() -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def api_client(sim: KubeSim) -> Iterator[Any]:
+def api_client(sim: KubeSim) -> Iterator[KubernetesApiClient]:
     client = connect(api_url=sim.url)
     yield client
     client.close()
 
 
 @pytest.fixture
-def operations(api_client: Any) -> KubernetesPodOperations:
+def operations(api_client: KubernetesApiClient) -> KubernetesPodOperations:
     return KubernetesPodOperations(ApiGateway(api_client, namespace="default", request_timeout=5))
 
 

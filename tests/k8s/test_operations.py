@@ -15,7 +15,7 @@ from execpods.core import (
     PodNotFound,
     PodSelector,
 )
-from execpods.k8s import ApiGateway, KubernetesPodOperations, connect
+from execpods.k8s import ApiGateway, KubernetesApiClient, KubernetesPodOperations, connect
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, executor_pod
@@ -133,7 +133,9 @@ def test_an_unreachable_server_is_unavailable() -> None:
     client.close()
 
 
-def test_a_slow_server_times_out_as_unavailable(sim: KubeSim, api_client: object) -> None:
+def test_a_slow_server_times_out_as_unavailable(
+    sim: KubeSim, api_client: KubernetesApiClient
+) -> None:
     operations = KubernetesPodOperations(
         ApiGateway(api_client, namespace="default", request_timeout=0.2)
     )

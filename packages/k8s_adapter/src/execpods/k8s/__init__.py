@@ -14,6 +14,7 @@ from execpods.k8s.builder import (
     load_template,
     sanitize_prefix,
 )
+from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
 from execpods.k8s.convert import (
     MalformedPod,
@@ -40,9 +41,11 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "ApiGateway",
     "Backoff",
+    "ClientConfiguration",
     "DriverPodNotFound",
     "EventWaiter",
     "ExecutorPodTemplateBuilder",
+    "KubernetesApiClient",
     "KubernetesPodOperations",
     "KubernetesSettings",
     "MalformedPod",

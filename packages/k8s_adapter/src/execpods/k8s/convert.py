@@ -24,6 +24,7 @@ from execpods.core import (
     ContainerWaiting,
     ExecutorPod,
 )
+from execpods.k8s.clienttypes import KubernetesApiClient
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:
     return pods_from_list(parsed)
 
 
-def pod_from_model(model: object, api_client: Any) -> ExecutorPod | None:
+def pod_from_model(model: object, api_client: KubernetesApiClient) -> ExecutorPod | None:
     """The client-model path (`V1Pod` -> ExecutorPod), kept only for the benchmark comparison."""
     raw: object = api_client.sanitize_for_serialization(model)
     return pod_from_dict(raw)

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import orjson
 from execpods.core import ApiUnavailable
+from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
 from kubernetes import client as k8s_client
 from urllib3 import BaseHTTPResponse
@@ -28,7 +29,7 @@ class ApiGateway:
 
     def __init__(
         self,
-        api_client: Any,
+        api_client: KubernetesApiClient,
         *,
         namespace: str,
         request_timeout: float = 30.0,
@@ -41,7 +42,7 @@ class ApiGateway:
         self.connect_timeout = connect_timeout
 
     @property
-    def api_client(self) -> Any:
+    def api_client(self) -> KubernetesApiClient:
         return self._api_client
 
     def request(
