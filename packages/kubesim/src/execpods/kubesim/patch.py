@@ -206,6 +206,10 @@ def json_patch(doc: Any, ops: Any) -> Any:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise ApiError.bad_request(f"invalid JSON patch operation: {op!r}")
         kind, path = op["op"], op["path"]
+        if kind in ("move", "copy") and "from" not in op:
+            raise ApiError.bad_request(f"JSON patch operation {kind!r} needs 'from': {op!r}")
+        if not isinstance(path, str) or not isinstance(op.get("from", ""), str):
+            raise ApiError.bad_request(f"JSON patch paths must be strings: {op!r}")
         if kind == "add":
             doc = _add(doc, path, copy.deepcopy(op.get("value")), replace=False)
         elif kind == "replace":

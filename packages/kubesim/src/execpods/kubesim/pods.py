@@ -22,6 +22,7 @@ __all__ = [
     "default_spec",
     "rfc3339",
     "validate_pod",
+    "validate_status",
 ]
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -70,6 +71,7 @@ def validate_pod(pod: Obj) -> None:
                 causes.append(_cause("metadata.labels", f"Invalid value: {k!r}: bad label key"))
             if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
                 causes.append(_cause(f"metadata.labels.{k}", f"Invalid value: {v!r}"))
+    causes.extend(_metadata_shape(meta))
     spec = pod.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if not containers or not isinstance(containers, list):
@@ -98,6 +100,51 @@ def validate_pod(pod: Obj) -> None:
             )
     if causes:
         raise ApiError.invalid(name or meta.get("generateName") or "", causes)
+
+
+def _metadata_shape(meta: Obj) -> list[dict[str, str]]:
+    """Annotations must be a map of strings and finalizers a list of strings: the simulated
+    cluster reads both, so a malformed value is refused here rather than breaking it later."""
+    causes: list[dict[str, str]] = []
+    annotations = meta.get("annotations")
+    if annotations is not None and (
+        not isinstance(annotations, dict)
+        or not all(isinstance(v, str) for v in annotations.values())
+    ):
+        causes.append(_cause("metadata.annotations", "must be a map of strings"))
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and (
+        not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)
+    ):
+        causes.append(_cause("metadata.finalizers", "must be a list of strings"))
+    return causes
+
+
+def validate_status(name: str, status: Any) -> None:
+    """Raise 422 if a ``/status`` write's status is not shaped like a pod status.
+
+    The kubelet simulation reads the stored status (phase, conditions, container statuses), so
+    a status of the wrong shape must be refused at the API rather than break it afterwards.
+    """
+    causes: list[dict[str, str]] = []
+    if not isinstance(status, dict):
+        causes.append(_cause("status", "must be an object"))
+    else:
+        if not isinstance(status.get("phase", ""), str):
+            causes.append(_cause("status.phase", "must be a string"))
+        for field in (
+            "conditions",
+            "containerStatuses",
+            "initContainerStatuses",
+            "ephemeralContainerStatuses",
+        ):
+            value = status.get(field)
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(v, dict) for v in value)
+            ):
+                causes.append(_cause(f"status.{field}", "must be a list of objects"))
+    if causes:
+        raise ApiError.invalid(name, causes)
 
 
 def default_spec(spec: Obj) -> Obj:

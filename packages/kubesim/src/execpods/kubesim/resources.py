@@ -17,7 +17,13 @@ from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
 from execpods.kubesim.patch import apply_patch
-from execpods.kubesim.pods import SERVER_META, admit_new_pod, default_spec, validate_pod
+from execpods.kubesim.pods import (
+    SERVER_META,
+    admit_new_pod,
+    default_spec,
+    validate_pod,
+    validate_status,
+)
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate
 
@@ -253,6 +259,12 @@ class PodApi:
             if rv_text == "0":
                 raise ApiError.bad_request('resourceVersionMatch "Exact" is forbidden for "0"')
             exact = _int_rv(rv_text)
+            if exact > self.store.resource_version:
+                raise ApiError(
+                    504,
+                    "Timeout",
+                    f"Too large resource version: {exact}, current: {self.store.resource_version}",
+                )
         elif rv_text not in ("", "0"):
             _int_rv(rv_text)
         start_after: tuple[str, str] | None = None
@@ -275,7 +287,10 @@ class PodApi:
                 for o in items
                 if (o["metadata"]["namespace"], o["metadata"]["name"]) > start_after
             ]
-        limit = int(query.get("limit") or 0)
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise ApiError.bad_request(f"invalid limit: {query['limit']!r}") from None
         if 0 < limit < len(items):
             last = items[limit - 1]["metadata"]
             state = {"rv": rv, "ns": last["namespace"], "name": last["name"]}
@@ -321,6 +336,7 @@ class PodApi:
         if status:
             result = dict(old)
             result["status"] = new.get("status") or {}
+            validate_status(name, result["status"])
             return result
         meta = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
@@ -404,8 +420,12 @@ class PodApi:
         grace = options.get("gracePeriodSeconds")
         if grace is None and query.get("gracePeriodSeconds"):
             grace = _int_rv(query["gracePeriodSeconds"], "gracePeriodSeconds")
+        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
+            raise ApiError.bad_request(f"invalid gracePeriodSeconds: {grace!r}")
         pre = options.get("preconditions") or {}
-        return (None if grace is None else int(grace)), pre
+        if not isinstance(pre, dict):
+            raise ApiError.bad_request("DeleteOptions.preconditions must be a JSON object")
+        return grace, pre
 
     def delete(self, namespace: str, name: str, query: dict[str, str], options: Any) -> Obj:
         grace, pre = self._grace(query, options)

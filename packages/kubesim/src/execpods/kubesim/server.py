@@ -133,7 +133,10 @@ class _Handler(BaseHTTPRequestHandler):
         if headers.get("expect", "").lower() == "100-continue":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
-            self._read_body()
+            try:
+                self._read_body()
+            except ApiError:
+                self.close_connection = True
             err = ApiError(405, "MethodNotAllowed", f"{method} is not supported")
             self._send(405, orjson.dumps(err.status()))
             return
@@ -160,13 +163,25 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing ------------------------------------------------------------------------------
 
     def _read_body(self) -> bytes:
+        """The whole request body; a body whose framing cannot be read is a 400 (ApiError)."""
+        try:
+            return self._read_framed_body()
+        except ValueError:
+            raise ApiError.bad_request("malformed request body length or chunking") from None
+
+    def _read_framed_body(self) -> bytes:
         length = self.header("Content-Length")
         if length:
-            return self.rfile.read(int(length))
+            size = int(length)
+            if size < 0:
+                raise ValueError(length)
+            return self.rfile.read(size)
         if self.header("Transfer-Encoding").lower() == "chunked":
             parts = []
             while True:
                 size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size < 0:
+                    raise ValueError(size)
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
@@ -224,7 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
         query = dict(parse_qsl(split.query, keep_blank_values=True))
         try:
             body = self._read_body()
-        except (ValueError, OSError):
+        except ApiError as err:
+            # The rest of the stream cannot be framed: answer, then end the connection.
+            self._reject(err.code, err.message)
+            return
+        except OSError:
             self.close_connection = True
             return
         ctx = self.server.context
