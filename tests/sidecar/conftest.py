@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from execpods.core import SnapshotsStoreImpl
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
@@ -77,6 +78,13 @@ def running_ids(sim: KubeSim, app_id: str) -> set[int]:
         if pod.get("status", {}).get("phase") == "Running"
         and not pod["metadata"].get("deletionTimestamp")
     }
+
+
+def store_subscribers(sidecar: EmbeddedSidecar) -> int:
+    """How many subscribers the sidecar's snapshot store has (the core store keeps no count)."""
+    store = sidecar.runtime.store
+    assert isinstance(store, SnapshotsStoreImpl)
+    return len(store._subscribers)  # a leak check needs the store's own list
 
 
 def creates(sim: KubeSim) -> int:

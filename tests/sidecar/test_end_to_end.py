@@ -95,7 +95,33 @@ def test_a_failed_pod_is_replaced_and_reported_once(
     assert removal.exit_caused_by_app
     assert "disk full" in removal.message
     assert "exit code 3" in removal.message
+    assert "exitCode=3, reason=Error, message=disk full" in removal.message
     assert running_ids(sim, "fails") == {1, 3, 4, 5}
+
+
+def test_an_evicted_pod_is_reported_with_the_apis_reason_and_message(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    sidecar = make_sidecar("evicted")
+    with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
+        client.request_total(2)
+        wait_for(lambda: len(running_ids(sim, "evicted")) == 2, what="two running")
+        sim.evict("evicted-exec-1", message="The node was low on resource: ephemeral-storage.")
+        updates = _follow(stream, lambda ups: bool(ups[-1].removed))
+    (removal,) = updates[-1].removed
+    assert (removal.executor_id, removal.exit_code, removal.exit_caused_by_app) == (1, 137, True)
+    assert "exit code 137" in removal.message
+    assert "The API gave the following brief reason: Evicted" in removal.message
+    assert "low on resource: ephemeral-storage" in removal.message
+    # The stream showed why before the removal arrived: the failed state with the API's words.
+    failed = next(
+        s.executors[1]
+        for u in updates
+        for s in u.snapshots
+        if s.executors.get(1) and s.executors[1].state is ExecutorState.FAILED
+    )
+    assert (failed.reason, failed.exit_code, failed.phase) == ("Evicted", 137, "Failed")
+    assert "ephemeral-storage" in failed.message
 
 
 def test_kill_executors_deletes_exactly_those_pods(

@@ -1,26 +1,25 @@
-"""A create that vanishes, many concurrent streams, health and reflection, and SIGTERM."""
+"""A create that vanishes, many concurrent streams, leaks, health and reflection, unix sockets."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import grpc
-from execpods.client import AllocatorClient, AsyncAllocatorClient, ExecutorState, Snapshot
+from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
 from execpods.core import ExecutorPodsSnapshot, PodState
 from execpods.kubesim import KubeSim
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
-
-SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+from tests.sidecar.conftest import (
+    SidecarFactory,
+    app_pods,
+    running_ids,
+    store_subscribers,
+    wait_for,
+)
 
 
 class ShiftableClock:
@@ -86,6 +85,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
 ) -> None:
     sidecar = make_sidecar("many", conf={"spark.kubernetes.executor.enableApiPolling": "false"})
     assert sim.wait_for_watchers(1)  # the watch's initial list is in the store
+    baseline = store_subscribers(sidecar)
     reference: list[ExecutorPodsSnapshot] = []
     sidecar.runtime.store.add_subscriber(0.05, reference.extend)
     wait_for(lambda: reference, what="the reference subscriber's first delivery")
@@ -119,9 +119,31 @@ def test_a_hundred_streams_all_receive_every_snapshot(
     for stream in received:
         assert [_states(s) for s in stream] == expected
     wait_for(lambda: sidecar.server.service.open_streams == 0, what="the streams to close")
+    # Every cancelled stream let go of its store subscription: only the reference one is left.
+    assert store_subscribers(sidecar) == baseline + 1
+    assert sidecar.runtime.driver_view.listener_count == 0
 
 
-_RUNNING = ExecutorState.RUNNING
+def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: SidecarFactory) -> None:
+    """Cancelled streams and a closed channel leave no subscriber or listener behind."""
+    sidecar = make_sidecar("leaks")
+    baseline = store_subscribers(sidecar)
+    service = sidecar.server.service
+    for _ in range(3):
+        with AllocatorClient(sidecar.address) as client:
+            cancelled = [client.stream_snapshots(batch_interval_ms=20) for _ in range(4)]
+            abandoned = [client.stream_snapshots(batch_interval_ms=20) for _ in range(4)]
+            for stream in cancelled + abandoned:
+                assert next(stream).snapshots[0].was_full
+            assert store_subscribers(sidecar) == baseline + 8
+            assert sidecar.runtime.driver_view.listener_count == 8
+            for stream in cancelled:
+                stream.cancel()
+            wait_for(lambda: service.open_streams == 4, what="four streams to end")
+        # Leaving the block closes the channel under the abandoned streams.
+        wait_for(lambda: service.open_streams == 0, what="every stream to end")
+        assert store_subscribers(sidecar) == baseline
+        assert sidecar.runtime.driver_view.listener_count == 0
 
 
 async def _until(condition: object, what: str, timeout: float = 30.0) -> None:
@@ -144,38 +166,6 @@ def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:
         (response,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=5))
         names = {s.name for s in response.list_services_response.service}
     assert {"execpods.v1.ExecutorAllocator", "grpc.health.v1.Health"} <= names
-
-
-def test_sigterm_ends_streams_and_leaves_no_executor_pods(sim: KubeSim) -> None:
-    command = [
-        str(SIDECAR),
-        "serve",
-        "--app-id",
-        "sigterm",
-        "--api-url",
-        sim.url,
-        "--listen",
-        "127.0.0.1:0",
-        "--conf",
-        "spark.kubernetes.allocation.batch.delay=100ms",
-    ]
-    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3", "EXECPODS_IMAGE": "spark:test"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
-        address = line.rsplit(" ", 1)[1]
-        with AllocatorClient(address) as client, client.stream_snapshots() as stream:
-            for update in stream:
-                if update.latest is not None and update.latest.count(_RUNNING) == 3:
-                    break
-            process.send_signal(signal.SIGTERM)
-            rest = list(stream)  # ends normally: no RpcError
-            assert process.wait(30) == 0
-        assert len(rest) <= 3
-        assert process.stdout.read() == ""
-    assert all(p["metadata"].get("deletionTimestamp") for p in app_pods(sim, "sigterm"))
-    wait_for(lambda: not app_pods(sim, "sigterm"), what="the executor pods to be gone")
 
 
 def test_serves_on_a_unix_socket(sim: KubeSim, make_sidecar: SidecarFactory) -> None:

@@ -152,6 +152,12 @@ class InferredDriverView:
 
         return unregister
 
+    @property
+    def listener_count(self) -> int:
+        """How many removal listeners (open streams) are registered."""
+        with self._lock:
+            return len(self._listeners)
+
     def _known_locked(self) -> set[int]:
         known = set(self._registered)
         if not self._explicit:

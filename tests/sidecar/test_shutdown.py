@@ -1,0 +1,72 @@
+"""`execpods-sidecar serve` as a subprocess: SIGTERM and SIGINT end it cleanly.
+
+Streams end normally (status OK), the process exits 0, and the application's executor pods are
+deleted, unless spark.kubernetes.executor.deleteOnTermination is false (here set through a
+properties file), in which case they are left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from execpods.client import AllocatorClient, ExecutorState
+from execpods.kubesim import KubeSim
+
+from tests.sidecar.conftest import app_pods, running_ids, wait_for
+
+SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+
+
+@pytest.mark.parametrize(
+    ("signum", "delete_on_termination"),
+    [(signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["SIGTERM", "SIGINT", "SIGTERM-keep-pods"],
+)
+def test_a_signal_ends_streams_and_deletes_the_executor_pods_unless_told_to_keep_them(
+    sim: KubeSim, tmp_path: Path, signum: signal.Signals, delete_on_termination: bool
+) -> None:
+    app_id = f"signal-{signum.name.lower()}"
+    properties = tmp_path / "sidecar.conf"
+    properties.write_text(
+        "spark.kubernetes.allocation.batch.delay 100ms\n"
+        f"spark.kubernetes.executor.deleteOnTermination {str(delete_on_termination).lower()}\n",
+        encoding="utf-8",
+    )
+    command = [
+        str(SIDECAR),
+        "serve",
+        "--app-id",
+        app_id,
+        "--api-url",
+        sim.url,
+        "--listen",
+        "127.0.0.1:0",
+        "--properties-file",
+        str(properties),
+    ]
+    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3", "EXECPODS_IMAGE": "spark:test"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
+        address = line.rsplit(" ", 1)[1]
+        with AllocatorClient(address) as client, client.stream_snapshots() as stream:
+            for update in stream:
+                if update.latest is not None and update.latest.count(ExecutorState.RUNNING) == 3:
+                    break
+            process.send_signal(signum)
+            rest = list(stream)  # ends normally: no RpcError
+            assert process.wait(30) == 0
+        assert len(rest) <= 3
+        assert process.stdout.read() == ""
+    if delete_on_termination:
+        assert all(p["metadata"].get("deletionTimestamp") for p in app_pods(sim, app_id))
+        wait_for(lambda: not app_pods(sim, app_id), what="the executor pods to be gone")
+    else:
+        assert running_ids(sim, app_id) == {1, 2, 3}
+        assert not any(r.method == "DELETE" for r in sim.requests())
