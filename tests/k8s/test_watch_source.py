@@ -7,10 +7,19 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import pytest
-from execpods.core import CoreSettings, PodState
-from execpods.k8s import KubernetesPodOperations, KubernetesSettings, WatchSource
+from execpods.core import CoreSettings, ExecutorPodsSnapshot, PodState
+from execpods.k8s import (
+    ApiGateway,
+    KubernetesPodOperations,
+    KubernetesSettings,
+    WatchSource,
+    connect,
+)
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, FAST, RecordingStore, eventually, executor_pod
@@ -64,6 +73,11 @@ class VirtualWaiter:
     @property
     def stopped(self) -> bool:
         return self._event.is_set()
+
+
+def state_of(snapshot: ExecutorPodsSnapshot, executor_id: int) -> PodState | None:
+    state = snapshot.get(executor_id)
+    return None if state is None else state.state
 
 
 def name(executor_id: int) -> str:
@@ -319,3 +333,126 @@ def test_deleted_events_mark_the_executor_deleted(
         lambda s: s.get(1) is not None and s.get(1).state is PodState.DELETED  # type: ignore[union-attr]
     )
     source.stop()
+
+
+def test_the_watch_keeps_the_latest_version_from_bookmarks(store: RecordingStore) -> None:
+    with KubeSim(deterministic=True, bookmark_interval=0.05) as sim:
+        client = connect(api_url=sim.url)
+        operations = KubernetesPodOperations(
+            ApiGateway(client, namespace="default", request_timeout=5)
+        )
+        source = start_watch(sim, operations, store)
+        listed = source.resource_version
+        sim.create_pod(executor_pod(1, app_id="another-app"))  # outside the selection: no event
+        latest = str(sim.resource_version)
+        assert latest != listed
+        assert eventually(lambda: source.resource_version == latest)  # carried by a BOOKMARK
+        assert source.stats.bookmarks >= 1
+        assert store.updates == []
+        sim.clear_requests()
+        sim.drop_watches(abrupt=True)
+        assert eventually(lambda: any(r.verb == "watch" for r in sim.requests()))
+        resumed = next(r for r in sim.requests() if r.verb == "watch")
+        assert resumed.query["resourceVersion"] == latest  # resumed from the bookmark's version
+        assert source.stats.lists == 1
+        source.stop()
+        client.close()
+
+
+class CannedApiServer:
+    """A real HTTP server replaying a fixed list and watch stream, for what no conformant API
+    server (the simulator included) would send: a malformed pod in a watch stream.
+
+    The first watch gets `events`, one JSON line each, then the stream ends; later watches stay
+    open, empty, until the server closes. The official client talks to it over real HTTP.
+    """
+
+    def __init__(self, pod_list: dict[str, object], events: list[dict[str, object]]) -> None:
+        closing = threading.Event()
+        watches: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True
+
+            def do_GET(self) -> None:
+                query = parse_qs(urlsplit(self.path).query)
+                watching = query.get("watch", ["false"])[0].lower() in ("1", "true")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if not watching:
+                    body = orjson.dumps(pod_list)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_header("Connection", "close")
+                self.end_headers()
+                watches.append(query.get("resourceVersion", [""])[0])
+                if len(watches) == 1:
+                    self.wfile.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
+                else:
+                    closing.wait(WAIT_LIMIT)
+                self.close_connection = True
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.watches = watches
+        self._closing = closing
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(WAIT_LIMIT)
+
+
+WAIT_LIMIT = 10.0
+
+
+def api_pod(executor_id: int, phase: object) -> dict[str, object]:
+    pod = executor_pod(executor_id)
+    pod["metadata"]["resourceVersion"] = str(10 + executor_id)
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_a_malformed_pod_in_the_stream_is_skipped_and_the_stream_continues(
+    store: RecordingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[dict[str, object]] = [
+        {"type": "MODIFIED", "object": api_pod(1, phase=3)},  # a phase of the wrong type
+        {"type": "MODIFIED", "object": {"metadata": {"labels": {}}}},  # no name at all
+        {"type": "MODIFIED", "object": api_pod(2, phase="Failed")},
+    ]
+    pod_list: dict[str, object] = {
+        "kind": "PodList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [api_pod(1, "Running"), api_pod(2, "Running")],
+    }
+    server = CannedApiServer(pod_list, events)
+    client = connect(api_url=server.url)
+    operations = KubernetesPodOperations(ApiGateway(client, namespace="default", request_timeout=5))
+    source = WatchSource(store, operations, settings=FAST, rng=random.Random(7))
+    _RUNNING.append(source)
+    try:
+        with caplog.at_level(logging.WARNING, logger="execpods.k8s"):
+            source.start(APP_ID)
+            assert store.wait_snapshot(lambda s: state_of(s, 2) is PodState.FAILED)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(name(1) in m and "status.phase" in m for m in warnings), warnings
+        assert any("metadata.name" in m for m in warnings), warnings
+        assert source.stats.failures == 0  # skipped, not a broken stream
+        assert source.stats.events == 1
+        assert state_of(store.current_snapshot, 1) is PodState.RUNNING  # its last good state
+        assert server.watches[0] == "10"
+        assert source.resource_version == "12"  # the version of the last good event
+    finally:
+        source.stop()
+        client.close()
+        server.close()

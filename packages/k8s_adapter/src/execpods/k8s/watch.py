@@ -246,10 +246,12 @@ class WatchSource:
         if self._waiter.stopped:
             interrupt(response)
         received = 0
+        ended = False
         try:
             for line in iter_lines(response):
                 self._handle(line, selector)
                 received += 1
+            ended = True
         except (urllib3.exceptions.HTTPError, OSError) as error:
             if self._waiter.stopped:
                 return True
@@ -259,6 +261,10 @@ class WatchSource:
         finally:
             with self._lock:
                 self._response = None
+            if not ended:
+                # Left mid-stream (an ERROR event, a broken connection): the rest of the stream
+                # is unread, so this connection must not go back to the pool for reuse.
+                response.close()
             response.release_conn()
         elapsed = self._clock.monotonic() - started
         return received > 0 or elapsed >= self._settings.watch_timeout / 2
