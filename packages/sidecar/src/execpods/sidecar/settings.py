@@ -81,7 +81,8 @@ class SidecarSettings(SettingsBase):
     stream_max_pending: int = setting(
         "execpods.sidecar.stream.maxPendingSnapshots",
         10_000,
-        "Snapshots a slow stream may fall behind by before it is sent the latest one in full.",
+        "Snapshots a slow stream may fall behind by; beyond it the oldest are dropped and the "
+        "stream catches up with a full snapshot.",
         parse=parse_int,
         rule=_positive_int,
     )

@@ -6,9 +6,11 @@ Both only append to the feed's pending lists under a lock and wake the stream's 
 `loop.call_soon_threadsafe`, so no thread ever waits on a slow client, and everything that
 arrived while the stream was busy goes out in the next message. A removal is held back until the
 stream has the snapshot the lifecycle manager decided it on (the removal's `seen_serial`), so a
-driver never hears that an executor is gone before it can see why. A stream that falls more than
-`max_pending` snapshots behind keeps only the latest one and sends it in full (the contract allows
-a full snapshot at any point; a delta chain is only worth keeping while it is short).
+driver never hears that an executor is gone before it can see why. A stream whose client reads
+slowly (gRPC flow control holds its writes) never holds up the store or other streams: its feed
+keeps only the newest `max_pending` snapshots (execpods.sidecar.stream.maxPendingSnapshots), and
+the first one it sends after dropping older ones goes in full, since it no longer derives from
+what the stream sent (the contract allows a full snapshot at any point).
 
 `SnapshotEncoder` turns a stream's snapshots into messages: the first snapshot of a stream and
 every snapshot made from a full list go whole (`full = true`); any other carries only the
