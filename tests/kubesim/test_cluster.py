@@ -183,6 +183,34 @@ def test_seeded_random_failure_rate() -> None:
         assert {p["status"]["phase"] for p in s.pods()} == {"Running"}
 
 
+def test_seeded_random_failure_rate_is_reproducible() -> None:
+    """A partial failure rate picks the same pods, at the same times, for the same seed."""
+
+    def failures(seed: int) -> dict[str, float]:
+        cfg = ClusterConfig(nodes=1, pods_per_node=50, failure_rate=0.5, seed=seed)
+        with KubeSim(cluster=cfg, deterministic=True) as s:
+            for i in range(20):
+                s.create_pod(pod_body(f"p{i}"))
+            t0 = s.now()
+            failed_at: dict[str, float] = {}
+            while s.step():
+                for pod in s.pods():
+                    if pod["status"]["phase"] == "Failed":
+                        failed_at.setdefault(pod["metadata"]["name"], s.now() - t0)
+            for pod in s.pods():
+                if pod["metadata"]["name"] in failed_at:
+                    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+                    assert (term["exitCode"], term["message"]) == (1, "random failure")
+                else:
+                    assert pod["status"]["phase"] == "Running"
+            return failed_at
+
+    first, again, other = failures(11), failures(11), failures(12)
+    assert first == again
+    assert first != other
+    assert 0 < len(first) < 20  # about half, not all or none
+
+
 def test_pause_and_resume_kubelet(sim: KubeSim, core: CoreApi) -> None:
     sim.pause_kubelet()
     core.create_namespaced_pod(NS, pod_body("p"))

@@ -45,6 +45,14 @@ def test_watch_without_rv_starts_with_synthetic_added(sim: KubeSim, core: CoreAp
     assert seen == [("ADDED", "a")]
 
 
+def test_watch_from_rv_zero_starts_from_the_current_state(sim: KubeSim, core: CoreApi) -> None:
+    core.create_namespaced_pod(NS, pod_body("a"))
+    core.create_namespaced_pod(NS, pod_body("b"))
+    core.delete_namespaced_pod("a", NS)  # unscheduled: gone at once
+    events = read_events(open_watch(core, timeout=1, resource_version="0"))
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]
+
+
 def test_watch_from_rv_streams_strictly_later_events(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("old"))
     rv = core.list_namespaced_pod(NS).metadata.resource_version

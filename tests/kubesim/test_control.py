@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from execpods.kubesim import KubeSim
+from kubernetes import config
 
-from tests.kubesim.conftest import NS, pod_body
+from tests.kubesim.conftest import NS, core_api, pod_body
+from tests.kubesim.support import names
 
 
 def call(host: str, port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -65,8 +69,10 @@ def test_control_endpoint_scripts_a_scenario(sim: KubeSim) -> None:
     assert code == 404
 
 
-def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kc.yaml"
+@contextlib.contextmanager
+def cli(kubeconfig: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Start ``kubesim`` as its own process; yield it and the URL it printed; kill it if the
+    test did not stop it."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -76,16 +82,7 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
             "0",
             "--kubeconfig-out",
             str(kubeconfig),
-            "--nodes",
-            "2",
-            "--node-capacity",
-            "5",
-            "--start-latency",
-            "0.1",
-            "0.05",
-            "--seed",
-            "4",
-            "--deterministic",
+            *flags,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -96,6 +93,19 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         assert proc.stdout.readline().strip() == str(kubeconfig)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    flags = ["--nodes", "2", "--node-capacity", "5", "--start-latency", "0.1", "0.05"]
+    with cli(kubeconfig, *flags, "--seed", "4", "--deterministic") as (proc, url):
         assert url in kubeconfig.read_text()
         port = int(url.rsplit(":", 1)[1])
         code, version = call("127.0.0.1", port, "GET", "/version")
@@ -104,10 +114,91 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         assert [n["capacity"] for n in state["nodes"]] == [5, 5]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+
+
+# A driver in "another language": a separate process that knows only HTTP and JSON (here the
+# standard library's urllib), scripting a scenario against a standalone simulator.
+DRIVER = r"""
+import json, sys, urllib.request
+
+base = sys.argv[1]
+
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+def pods():
+    items = call("GET", "/api/v1/namespaces/default/pods")["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+def phases():
+    return {name: p["status"]["phase"] for name, p in pods().items()}
+
+out = {}
+for name, image in (("a", "busybox"), ("b", "broken:1"), ("c", "busybox")):
+    call("POST", "/api/v1/namespaces/default/pods", {
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": image}]},
+    })
+call("POST", "/_kubesim/advance", {"seconds": 0.5})
+out["bound_before_delay"] = sorted(n for n, p in pods().items() if p["spec"].get("nodeName"))
+call("POST", "/_kubesim/advance", {"seconds": 1})
+out["bound_after_delay"] = sorted(n for n, p in pods().items() if p["spec"].get("nodeName"))
+call("POST", "/_kubesim/advance", {"seconds": 1.4})  # now 2.9: bound at 1.0, start takes 2
+out["phases_before_start"] = phases()
+call("POST", "/_kubesim/advance", {"seconds": 0.2})
+out["phases_after_start"] = phases()
+status = pods()
+out["b_waiting"] = status["b"]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+out["c_condition"] = [c for c in status["c"]["status"]["conditions"]
+                      if c["type"] == "PodScheduled"][0]
+oom = call("POST", "/_kubesim/pods/default/a/oom")
+out["a_exit"] = oom["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+out["counts"] = call("GET", "/_kubesim/requests/counts")
+print(json.dumps(out))
+"""
+
+
+def test_cli_flags_and_a_driver_in_another_process(tmp_path: Path) -> None:
+    """The standalone CLI applies its flags and a foreign process scripts it end to end."""
+    kubeconfig = tmp_path / "out" / "kubesim.yaml"
+    flags = ["--nodes", "2", "--node-capacity", "1", "--schedule-delay", "1"]
+    flags += ["--start-latency", "2", "0", "--image-pull-failure", "broken:1", "--seed", "5"]
+    with cli(kubeconfig, *flags, "--deterministic") as (proc, url):
+        driver = tmp_path / "driver.py"
+        driver.write_text(DRIVER)
+        ran = subprocess.run(
+            [sys.executable, "-I", str(driver), url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        out = orjson.loads(ran.stdout)
+        assert out["bound_before_delay"] == []  # --schedule-delay 1
+        assert out["bound_after_delay"] == ["a", "b"]  # --node-capacity 1 on --nodes 2
+        assert out["phases_before_start"] == {"a": "Pending", "b": "Pending", "c": "Pending"}
+        assert out["phases_after_start"] == {"a": "Running", "b": "Pending", "c": "Pending"}
+        assert out["b_waiting"] == "ErrImagePull"  # --image-pull-failure broken:1
+        assert (out["c_condition"]["status"], out["c_condition"]["reason"]) == (
+            "False",
+            "Unschedulable",
+        )
+        assert out["a_exit"] == 137
+        assert out["counts"] == {"create": 3, "list": 5}
+        # --kubeconfig-out is a kubeconfig the official client loads.
+        loader: Any = config.new_client_from_config
+        api = loader(config_file=str(kubeconfig))
+        try:
+            assert names(core_api(api).list_namespaced_pod(NS)) == ["a", "b", "c"]
+        finally:
+            api.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
 
 
 def test_benchmark_runs_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> None:
