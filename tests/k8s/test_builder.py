@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,22 @@ def test_cpu_request_and_limit() -> None:
     assert resources["limits"]["cpu"] == "2"
 
 
-@pytest.mark.parametrize("app_id", ["Spark_App.With Caps", "-x-", "a" * 80, "__"])
+AWKWARD_APP_IDS = [
+    "Spark_App.With Caps",
+    "-x-",
+    "a" * 80,
+    "__",
+    "UPPER",
+    "a_b" * 30,
+    "x" * 50 + "_yz",  # the cut lands just after the separator
+]
+
+
+@pytest.mark.parametrize("app_id", AWKWARD_APP_IDS)
 def test_names_are_dns_1123_labels(app_id: str) -> None:
     name = builder().build(executor_id=123456, app_id=app_id)["metadata"]["name"]
     assert len(name) <= 63
     assert name.endswith("-exec-123456")
-    import re
-
     assert re.match(DNS_LABEL, name), name
 
 
@@ -104,10 +114,13 @@ def test_the_template_is_the_starting_point(
         "  annotations: {note: kept}\n"
         "spec:\n"
         "  nodeSelector: {pool: spark}\n"
+        "  volumes: [{name: scratch, emptyDir: {}}]\n"
         "  containers:\n"
         "  - name: main\n"
         "    image: from-template:1\n"
         "    env: [{name: FROM_TEMPLATE, value: 'yes'}, {name: SPARK_EXECUTOR_ID, value: old}]\n"
+        "    volumeMounts: [{name: scratch, mountPath: /scratch}]\n"
+        "    resources: {requests: {ephemeral-storage: 1Gi}, limits: {memory: 1Mi}}\n"
         "  - name: sidecar\n"
         "    image: side:1\n",
         encoding="utf-8",
@@ -119,11 +132,16 @@ def test_the_template_is_the_starting_point(
     assert pod["metadata"]["labels"]["spark-exec-id"] == "4"
     assert pod["metadata"]["annotations"] == {"note": "kept"}
     assert pod["spec"]["nodeSelector"] == {"pool": "spark"}
+    assert pod["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
     main, sidecar = pod["spec"]["containers"]
+    assert main["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+    assert main["resources"]["requests"]["ephemeral-storage"] == "1Gi"  # kept
+    assert main["resources"]["limits"]["memory"] == "1408Mi"  # ours wins over the template's
     assert main["image"] == "from-template:1"
     env = {e["name"]: e["value"] for e in main["env"]}
     assert env["FROM_TEMPLATE"] == "yes"
-    assert env["SPARK_EXECUTOR_ID"] == "4"
+    assert env["SPARK_EXECUTOR_ID"] == "4"  # ours wins on a name clash
+    assert [e["name"] for e in main["env"]].count("SPARK_EXECUTOR_ID") == 1
     assert sidecar == {"name": "sidecar", "image": "side:1"}
     assert made.build(executor_id=4, app_id="app") == pod  # deterministic, template untouched
 
@@ -154,6 +172,8 @@ def test_executors_are_owned_by_the_driver_pod(
     assert owner["name"] == "driver"
     assert owner["uid"] == driver["metadata"]["uid"]
     assert owner["kind"] == "Pod"
+    assert owner["apiVersion"] == "v1"
+    assert owner["controller"] is True
     operations.create(pod)
     created = sim.pod("a-exec-1")
     assert created is not None
@@ -174,3 +194,67 @@ def test_built_pods_are_accepted_by_the_api(
     operations.create(pod)
     assert sim.pod("app-exec-9") is not None
     assert executor_pod(1)["metadata"]["name"] == "spark-app-1-exec-1"
+
+
+@pytest.mark.parametrize(
+    ("properties", "memory"),
+    [
+        ({}, "1408Mi"),  # 1 GiB heap + the 384 MiB minimum overhead
+        ({"spark.executor.memory": "8g"}, "9011Mi"),  # + 10% (819 MiB) above the minimum
+        ({"spark.executor.memory": "3840m"}, "4224Mi"),  # 10% is exactly 384
+        ({"spark.executor.memory": "4g", "spark.executor.memoryOverhead": "100m"}, "4196Mi"),
+    ],
+)
+def test_memory_is_heap_plus_overhead(properties: dict[str, str], memory: str) -> None:
+    resources = builder(**properties).build(executor_id=1, app_id="a")["spec"]["containers"][0][
+        "resources"
+    ]
+    assert resources["requests"]["memory"] == memory
+    assert resources["limits"]["memory"] == memory
+
+
+def test_environment_from_settings_and_the_driver(operations: KubernetesPodOperations) -> None:
+    settings = KubernetesSettings.from_properties(
+        {
+            "spark.kubernetes.container.image": IMAGE,
+            "spark.executorEnv.SHARED": "from-settings",
+            "spark.executorEnv.ONLY_SETTINGS": "1",
+            "spark.executorEnv.SPARK_EXECUTOR_ID": "ignored",
+        }
+    )
+    made = ExecutorPodTemplateBuilder.create(
+        settings,
+        operations,
+        extra_env={"SHARED": "from-driver", "SPARK_DRIVER_URL": "spark://d:7078"},
+    )
+    container = made.build(executor_id=5, app_id="app-9")["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {
+        "SHARED": "from-driver",  # what the driver passes wins over the settings
+        "ONLY_SETTINGS": "1",
+        "SPARK_DRIVER_URL": "spark://d:7078",
+        "SPARK_EXECUTOR_ID": "5",  # the builder's own values win over both
+        "SPARK_APPLICATION_ID": "app-9",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_EXECUTOR_MEMORY": "1024m",
+        "SPARK_EXECUTOR_POD_NAME": "app-9-exec-5",
+    }
+
+
+@pytest.mark.parametrize(
+    ("template", "complaint"),
+    [
+        ("spec: [1, 2]\n", "spec is not a mapping"),
+        ("spec: {containers: [image-only]}\n", "spec.containers"),
+        ("spec: {containers: {name: c}}\n", "spec.containers"),
+        ("spec: {containers: [{name: c, image: i, env: {A: b}}]}\n", "env of container 'c'"),
+    ],
+)
+def test_a_template_build_could_not_use_is_refused_at_start(
+    tmp_path: Path, operations: KubernetesPodOperations, template: str, complaint: str
+) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text(template, encoding="utf-8")
+    settings = KubernetesSettings(container_image=IMAGE, pod_template_file=str(path))
+    with pytest.raises(SettingsError, match=complaint):
+        ExecutorPodTemplateBuilder.create(settings, operations)

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from execpods.core import CoreSettings, DeterministicScheduler, PodState
-from execpods.k8s import KubernetesPodOperations, KubernetesSettings, PollSource
+from execpods.k8s import ApiGateway, KubernetesPodOperations, KubernetesSettings, PollSource
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod
@@ -113,4 +113,57 @@ def test_the_default_scheduler_polls_on_its_own_thread(
     source = PollSource(store, operations, core_settings=core)
     source.start(APP_ID)
     assert store.wait_for(lambda s: len(s.replacements) >= 2)
+    source.stop()
+
+
+def test_listed_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    running_executors(sim, 1)
+    no_id = executor_pod(2)
+    del no_id["metadata"]["labels"]["spark-exec-id"]
+    no_id["metadata"]["name"] = "no-id"
+    bad_id = executor_pod(3, **{"spark-exec-id": "three"})
+    bad_id["metadata"]["name"] = "bad-id"
+    sim.create_pod(no_id)
+    sim.create_pod(bad_id)
+    scheduler = DeterministicScheduler()
+    source = PollSource(store, operations, scheduler=scheduler)
+    source.start(APP_ID)
+    with caplog.at_level(logging.WARNING):
+        scheduler.tick(INTERVAL)
+    assert set(store.current_snapshot) == {1}
+    messages = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "no-id" in messages
+    assert "bad-id" in messages
+    assert source.failures == 0
+    scheduler.tick(INTERVAL)  # and the poll goes on
+    assert len(store.replacements) == 2
+    source.stop()
+
+
+def test_a_timed_out_poll_is_logged_and_the_next_one_runs(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    running_executors(sim, 1)
+    sim.set_latency(0.3)  # slower than the client's timeout: a transport failure, not an answer
+    slow = KubernetesPodOperations(
+        ApiGateway(operations.gateway.api_client, namespace="default", request_timeout=0.1)
+    )
+    scheduler = DeterministicScheduler()
+    source = PollSource(store, slow, scheduler=scheduler)
+    source.start(APP_ID)
+    with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
+        scheduler.tick(INTERVAL)
+    assert source.failures == 1
+    assert any("Timeout" in r.getMessage() for r in caplog.records), caplog.records
+    sim.set_latency(0)
+    scheduler.tick(INTERVAL)
+    assert [p.name for p in store.replacements[-1]] == [f"{APP_ID}-exec-1"]
     source.stop()

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
-from execpods.core import CoreSettings, ExecutorPodsSnapshot, PodState
+from execpods.core import CoreSettings, ExecutorPod, ExecutorPodsSnapshot, PodState
 from execpods.k8s import (
     ApiGateway,
     KubernetesPodOperations,
@@ -456,3 +456,36 @@ def test_a_malformed_pod_in_the_stream_is_skipped_and_the_stream_continues(
         source.stop()
         client.close()
         server.close()
+
+
+class FlakyStore(RecordingStore):
+    """A store whose next `update_pod` fails: a bug downstream, not an API failure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next = False
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise ValueError("a bug in a consumer")
+        super().update_pod(pod)
+
+
+def test_an_unexpected_error_is_logged_and_the_event_is_not_lost(
+    sim: KubeSim, operations: KubernetesPodOperations, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore()
+    waiter = VirtualWaiter(sim)
+    source = start_watch(sim, operations, store, waiter=waiter)
+    store.fail_next = True
+    with caplog.at_level(logging.ERROR, logger="execpods.k8s.watch"):
+        sim.create_pod(executor_pod(1))
+        assert store.wait_snapshot(lambda s: 1 in s)  # resumed from before the failed event
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.exc_info is not None
+    assert "a bug in a consumer" in str(record.exc_info[1])
+    assert source.stats.failures == 1
+    assert len(waiter.waits) == 1  # backed off once, then carried on
+    source.stop()
+    store.stop()

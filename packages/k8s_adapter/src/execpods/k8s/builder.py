@@ -93,6 +93,25 @@ def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any
     return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
 
 
+def _check_template(template: Mapping[str, Any]) -> None:
+    """Refuse at start-up a template whose shape `build` could not work on."""
+    key = "spark.kubernetes.executor.podTemplateFile"
+    for section in ("metadata", "spec"):
+        if template.get(section) is not None and not isinstance(template[section], dict):
+            raise SettingsError(f"{key}: the template's {section} is not a mapping")
+    spec = template.get("spec") or {}
+    containers = spec.get("containers")
+    if containers is not None and (
+        not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers)
+    ):
+        raise SettingsError(f"{key}: the template's spec.containers is not a list of mappings")
+    for container in containers or []:
+        if container.get("env") is not None and not isinstance(container["env"], list):
+            raise SettingsError(
+                f"{key}: the env of container {container.get('name')!r} is not a list"
+            )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorPodTemplateBuilder:
     """The core's `ExecutorPodBuilder`: deterministic manifests from settings and a template."""
@@ -105,6 +124,7 @@ class ExecutorPodTemplateBuilder:
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
+        _check_template(self.template)
         prefix = self.settings.pod_name_prefix
         if prefix is not None and _DNS_LABEL.match(prefix) is None:
             raise SettingsError(
