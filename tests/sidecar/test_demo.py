@@ -17,5 +17,9 @@ def test_the_demo_finishes_with_no_pods_left() -> None:
     out = io.StringIO()
     assert run_demo(args, out) == 0
     text = out.getvalue()
+    assert "asking for 6 executors" in text  # --executors is what the driver asks for
+    assert "replaced: 6 executors running again" in text
+    assert "scaled down to 2 executors" in text
     assert "exit code 137" in text
+    assert "terminated(exitCode=137, reason=OOMKilled" in text  # the API's reason, in full
     assert "pods left in the cluster: 0" in text

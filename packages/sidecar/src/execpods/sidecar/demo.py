@@ -170,13 +170,25 @@ class SampleDriver:
 
 def _describe(removal: ExecutorRemoval) -> str:
     lines = removal.message.strip().splitlines()
-    details = [line for line in lines[1:] if "state=terminated" in line or "message: " in line]
-    first_lines = [lines[0], *(_shorten(line) for line in details if not line.endswith("None"))]
+    details = [
+        _terminated(line) if "state=terminated" in line else line
+        for line in lines[1:]
+        if ("state=terminated" in line or "reason: " in line or "message: " in line)
+        and not line.endswith("None")
+    ]
+    first_lines = [lines[0], *(_shorten(line) for line in details)]
     cause = "the app" if removal.exit_caused_by_app else "a user or the framework"
     return (
         f"  executor {removal.executor_id} removed: exit code {removal.exit_code}, caused by "
         f"{cause}\n      " + "\n      ".join(first_lines)
     )
+
+
+def _terminated(status: str) -> str:
+    """`container NAME terminated(exitCode=.., reason=.., message=..)` from a status line."""
+    name = status.partition("name=")[2].partition(",")[0]
+    state = status.partition("state=")[2].partition("), ")[0]
+    return f"container {name} {state})"
 
 
 def _shorten(text: str, width: int = 100) -> str:
