@@ -21,6 +21,17 @@ def terminated(core: CoreApi, name: str) -> Any:
     return core.read_namespaced_pod(name, NS).status.container_statuses[0].state.terminated
 
 
+def reached_at(sim: KubeSim, phase_name: str) -> dict[str, float]:
+    """Run every cluster action, one at a time; when each pod first reached ``phase_name``."""
+    t0 = sim.now()
+    times: dict[str, float] = {}
+    while sim.step():
+        for pod in sim.pods():
+            if pod["status"]["phase"] == phase_name:
+                times.setdefault(pod["metadata"]["name"], sim.now() - t0)
+    return times
+
+
 def test_nothing_happens_until_the_clock_moves(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
     pod = core.read_namespaced_pod("p", NS)
@@ -46,12 +57,7 @@ def test_start_latency_is_seeded_and_reproducible() -> None:
         with KubeSim(cluster=cfg, deterministic=True) as s:
             for i in range(5):
                 s.create_pod(pod_body(f"p{i}"))
-            t0 = s.now()
-            times: dict[str, float] = {}
-            while s.step():
-                for pod in s.pods():
-                    if pod["status"]["phase"] == "Running":
-                        times.setdefault(pod["metadata"]["name"], s.now() - t0)
+            times = reached_at(s, "Running")
             return [times[f"p{i}"] for i in range(5)]
 
     first, again, other = start_times(1), start_times(1), start_times(2)
@@ -191,12 +197,7 @@ def test_seeded_random_failure_rate_is_reproducible() -> None:
         with KubeSim(cluster=cfg, deterministic=True) as s:
             for i in range(20):
                 s.create_pod(pod_body(f"p{i}"))
-            t0 = s.now()
-            failed_at: dict[str, float] = {}
-            while s.step():
-                for pod in s.pods():
-                    if pod["status"]["phase"] == "Failed":
-                        failed_at.setdefault(pod["metadata"]["name"], s.now() - t0)
+            failed_at = reached_at(s, "Failed")
             for pod in s.pods():
                 if pod["metadata"]["name"] in failed_at:
                     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
