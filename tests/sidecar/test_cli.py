@@ -53,7 +53,8 @@ def test_precedence_file_then_environment_then_conf_then_flags(tmp_path: Path) -
         "spark.app.id=from-file\n"
         "spark.kubernetes.namespace from-file\n"
         "spark.kubernetes.allocation.batch.size = 7\n"
-        "spark.executorEnv.FOO=bar\n",
+        "spark.executorEnv.FOO=bar\n"
+        "execpods.kubernetes.apiUrl http://127.0.0.1:8\n",
         encoding="utf-8",
     )
     env = {
@@ -79,7 +80,7 @@ def test_precedence_file_then_environment_then_conf_then_flags(tmp_path: Path) -
     assert settings.sidecar.app_id == "from-flag"
     assert settings.kubernetes.namespace == "conf-ns"
     assert settings.sidecar.listen == "unix:/tmp/execpods.sock"
-    assert settings.kubernetes.api_url == "http://127.0.0.1:9"
+    assert settings.kubernetes.api_url == "http://127.0.0.1:9"  # the environment beats the file
     assert settings.core.batch_size == 7
     assert settings.core.initial_executors == 4
     assert dict(settings.kubernetes.executor_env) == {"FOO": "bar"}
@@ -112,3 +113,11 @@ def test_serving_without_an_executor_image_is_refused_naming_the_setting(
     assert "spark.kubernetes.executor.container.image is not set" in error
     assert "--image" in error
     assert sim.pods() == [], "nothing was created"
+
+
+def test_the_properties_file_may_come_from_the_environment(tmp_path: Path) -> None:
+    conf = tmp_path / "sidecar.conf"
+    conf.write_text("spark.app.id from-env-file\n", encoding="utf-8")
+    args = build_parser().parse_args(["serve"])
+    settings = load_settings(args, {"EXECPODS_PROPERTIES_FILE": str(conf)})
+    assert settings.sidecar.app_id == "from-env-file"
