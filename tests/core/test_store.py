@@ -146,7 +146,9 @@ def test_cancel_and_stop_end_deliveries(
     subscription = store.add_subscriber(1.0, cancelled.extend)
     store.add_subscriber(1.0, kept.extend)
     scheduler.run_until_idle()
+    assert store.subscriber_count == 2
     subscription.cancel()
+    assert store.subscriber_count == 1
     store.update_pod(pod_with_index(1))
     scheduler.tick(1.0)
     assert cancelled == [snapshot()]

@@ -81,10 +81,10 @@ def running_ids(sim: KubeSim, app_id: str) -> set[int]:
 
 
 def store_subscribers(sidecar: EmbeddedSidecar) -> int:
-    """How many subscribers the sidecar's snapshot store has (the core store keeps no count)."""
+    """How many subscribers the sidecar's snapshot store has."""
     store = sidecar.runtime.store
     assert isinstance(store, SnapshotsStoreImpl)
-    return len(store._subscribers)  # a leak check needs the store's own list
+    return store.subscriber_count
 
 
 def creates(sim: KubeSim) -> int:

@@ -95,6 +95,11 @@ class SnapshotsStoreImpl:
     def current_snapshot(self) -> ExecutorPodsSnapshot:
         return self._current
 
+    @property
+    def subscriber_count(self) -> int:
+        """How many subscribers are registered (for health checks and leak tests)."""
+        return len(self._subscribers)
+
     def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
         if interval <= 0:
             raise ValueError(f"a subscriber's interval must be positive, not {interval}")
