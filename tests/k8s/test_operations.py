@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import pytest
 from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
+    CoreSettings,
+    ExecutorPodsAllocator,
+    ManualClock,
     PodAdmissionRejected,
     PodConflict,
     PodForbidden,
@@ -15,10 +19,17 @@ from execpods.core import (
     PodNotFound,
     PodSelector,
 )
-from execpods.k8s import ApiGateway, KubernetesApiClient, KubernetesPodOperations, connect
+from execpods.k8s import (
+    ApiGateway,
+    ExecutorPodTemplateBuilder,
+    KubernetesApiClient,
+    KubernetesPodOperations,
+    KubernetesSettings,
+    connect,
+)
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import APP_ID, executor_pod
+from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod
 
 APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
 
@@ -142,3 +153,37 @@ def test_a_slow_server_times_out_as_unavailable(
     sim.set_latency(1.0)
     with pytest.raises(ApiUnavailable, match="Timeout"):
         operations.list(APP)
+
+
+def test_creation_errors_reach_the_core_allocator_typed(
+    sim: KubeSim,
+    operations: KubernetesPodOperations,
+    store: RecordingStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The core's allocator over the adapter: it decides from the error's type alone."""
+    builder = ExecutorPodTemplateBuilder(
+        settings=KubernetesSettings(container_image=IMAGE), namespace="default"
+    )
+    allocator = ExecutorPodsAllocator(
+        settings=CoreSettings(),
+        pod_builder=builder,
+        pod_operations=operations,
+        store=store,
+        clock=ManualClock(),
+    )
+    allocator.start(APP_ID)
+    allocator.set_total_expected_executors(3)
+    sim.reject_creates(422)  # a quota: the pod was refused, nothing to track
+    with caplog.at_level(logging.WARNING, logger="execpods.core"):
+        allocator.on_new_snapshots([store.current_snapshot])
+    assert "PodAdmissionRejected" in caplog.text
+    assert "exceeded quota" in caplog.text
+    assert dict(allocator.requested_but_unseen()) == {}
+    assert sim.pods() == []
+    caplog.clear()
+    sim.fail_requests(500, count=1)  # the answer is lost: the pod may exist, so it is tracked
+    with caplog.at_level(logging.WARNING, logger="execpods.core"):
+        allocator.on_new_snapshots([store.current_snapshot])
+    assert "ApiUnavailable" in caplog.text
+    assert set(allocator.requested_but_unseen()) == {2}
