@@ -23,6 +23,7 @@ from execpods.k8s import (
     map_error,
     parse_memory_mib,
 )
+from execpods.k8s.errors import status_event_error
 
 
 def test_defaults() -> None:
@@ -140,3 +141,14 @@ def test_transport_failures_are_unavailable_and_outcome_unknown() -> None:
     assert isinstance(error, ApiUnavailable)
     assert error.outcome_unknown
     assert map_error(ValueError("a bug"), what="x") is None
+
+
+def test_watch_error_events_map_like_responses() -> None:
+    expired = status_event_error({"code": 410, "message": "too old"}, what="watch")
+    assert isinstance(expired, ResourceExpired)
+    throttled = status_event_error(
+        {"code": 429, "message": "slow", "details": {"retryAfterSeconds": 4}}, what="watch"
+    )
+    assert isinstance(throttled, ApiThrottled)
+    assert throttled.retry_after == 4.0
+    assert isinstance(status_event_error("not a status", what="watch"), ApiUnavailable)

@@ -131,4 +131,5 @@ def status_event_error(obj: object, *, what: str) -> PodOperationError:
         code if isinstance(code, int) else 500,
         message if isinstance(message, str) else repr(obj),
         what=what,
+        retry_after=_retry_after(None, status),
     )
