@@ -80,6 +80,17 @@ def executor_pod(executor_id: int, app_id: str = APP_ID, **labels: str) -> dict[
     }
 
 
+def mislabelled_executor_pods() -> list[dict[str, Any]]:
+    """The app's pods that are no executor the core can use: "no-id" lacks the spark-exec-id
+    label, "bad-id" has one that is not a number."""
+    no_id = executor_pod(101)
+    del no_id["metadata"]["labels"]["spark-exec-id"]
+    no_id["metadata"]["name"] = "no-id"
+    bad_id = executor_pod(102, **{"spark-exec-id": "two"})
+    bad_id["metadata"]["name"] = "bad-id"
+    return [no_id, bad_id]
+
+
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
     with KubeSim(deterministic=True) as simulator:

@@ -9,7 +9,7 @@ from execpods.core import CoreSettings, DeterministicScheduler, PodState
 from execpods.k8s import ApiGateway, KubernetesPodOperations, KubernetesSettings, PollSource
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod
+from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod, mislabelled_executor_pods
 
 CORE = CoreSettings()
 INTERVAL = CORE.api_polling_interval
@@ -19,6 +19,16 @@ def running_executors(sim: KubeSim, *ids: int) -> None:
     for executor_id in ids:
         sim.create_pod(executor_pod(executor_id))
     sim.run_until_idle()
+
+
+def started(
+    store: RecordingStore, operations: KubernetesPodOperations
+) -> tuple[PollSource, DeterministicScheduler]:
+    """A poll source started on a scheduler the test ticks."""
+    scheduler = DeterministicScheduler()
+    source = PollSource(store, operations, scheduler=scheduler)
+    source.start(APP_ID)
+    return source, scheduler
 
 
 def test_items_returned_by_the_api_are_pushed_to_the_store(
@@ -60,9 +70,7 @@ def test_a_failed_list_is_logged_and_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     running_executors(sim, 1)
-    scheduler = DeterministicScheduler()
-    source = PollSource(store, operations, scheduler=scheduler)
-    source.start(APP_ID)
+    source, scheduler = started(store, operations)
     sim.fail_requests(503, count=1)
     with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
         scheduler.tick(INTERVAL)
@@ -123,16 +131,9 @@ def test_listed_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     running_executors(sim, 1)
-    no_id = executor_pod(2)
-    del no_id["metadata"]["labels"]["spark-exec-id"]
-    no_id["metadata"]["name"] = "no-id"
-    bad_id = executor_pod(3, **{"spark-exec-id": "three"})
-    bad_id["metadata"]["name"] = "bad-id"
-    sim.create_pod(no_id)
-    sim.create_pod(bad_id)
-    scheduler = DeterministicScheduler()
-    source = PollSource(store, operations, scheduler=scheduler)
-    source.start(APP_ID)
+    for pod in mislabelled_executor_pods():
+        sim.create_pod(pod)
+    source, scheduler = started(store, operations)
     with caplog.at_level(logging.WARNING):
         scheduler.tick(INTERVAL)
     assert set(store.current_snapshot) == {1}
@@ -156,9 +157,7 @@ def test_a_timed_out_poll_is_logged_and_the_next_one_runs(
     slow = KubernetesPodOperations(
         ApiGateway(operations.gateway.api_client, namespace="default", request_timeout=0.1)
     )
-    scheduler = DeterministicScheduler()
-    source = PollSource(store, slow, scheduler=scheduler)
-    source.start(APP_ID)
+    source, scheduler = started(store, slow)
     with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
         scheduler.tick(INTERVAL)
     assert source.failures == 1

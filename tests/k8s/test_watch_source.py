@@ -22,7 +22,14 @@ from execpods.k8s import (
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import APP_ID, FAST, RecordingStore, eventually, executor_pod
+from tests.k8s.conftest import (
+    APP_ID,
+    FAST,
+    RecordingStore,
+    eventually,
+    executor_pod,
+    mislabelled_executor_pods,
+)
 
 
 class SimClock:
@@ -307,14 +314,9 @@ def test_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     source = start_watch(sim, operations, store)
-    no_id = executor_pod(1)
-    del no_id["metadata"]["labels"]["spark-exec-id"]
-    no_id["metadata"]["name"] = "no-id"
-    bad_id = executor_pod(2, **{"spark-exec-id": "two"})
-    bad_id["metadata"]["name"] = "bad-id"
     with caplog.at_level(logging.WARNING):
-        sim.create_pod(no_id)
-        sim.create_pod(bad_id)
+        for pod in mislabelled_executor_pods():
+            sim.create_pod(pod)
         sim.create_pod(executor_pod(3))
         assert store.wait_snapshot(lambda s: 3 in s)
         assert store.wait_for(lambda s: len(s.updates) >= 3)
