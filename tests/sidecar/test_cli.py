@@ -26,6 +26,11 @@ def _error(capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, s
         ([*BASE, "--executor-memory", "lots"], ["spark.executor.memory", "lots"]),
         ([*BASE, "--initial-executors", "-1"], ["spark.executor.instances", "--initial-executors"]),
         (["serve", "--api-url", "http://127.0.0.1:1"], ["spark.app.id", "--app-id"]),
+        (
+            ["serve", "--app-id", "my app", "--api-url", "http://127.0.0.1:1"],
+            ["spark.app.id='my app'", "label value"],
+        ),
+        (["serve", "--app-id", "a" * 64, "--api-url", "http://127.0.0.1:1"], ["up to 63"]),
         ([*BASE, "--properties-file", "/nonexistent/x.conf"], ["--properties-file"]),
         ([*BASE, "--conf", "spark.kubernetes.executor.deleteOnTermination=maybe"], ["maybe"]),
     ],
