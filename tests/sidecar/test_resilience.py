@@ -53,12 +53,12 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
     sim.fail_requests(503, count=1)  # the watch is open and idle: the next request is the create
     with AllocatorClient(sidecar.address) as client:
         client.request_total(1)
-        wait_for(
-            lambda: any(r.verb == "create" and r.status == 503 for r in sim.requests()),
-            what="the lost create",
-        )
         allocator = sidecar.runtime.allocator
-        assert set(allocator.requested_but_unseen()) == {1}
+        # The allocator has the 503 in hand once it tracks the executor as requested-but-unseen.
+        wait_for(lambda: set(allocator.requested_but_unseen()) == {1}, what="the lost create")
+        assert [(r.verb, r.status) for r in sim.requests() if r.verb == "create"] == [
+            ("create", 503)
+        ]
         assert app_pods(sim, "vanish") == []
         clock.offset += allocator.pod_creation_timeout + 1
         wait_for(lambda: running_ids(sim, "vanish") == {2}, what="the replacement running")

@@ -131,8 +131,12 @@ class ExecutorPodsAllocator:
             return dict(self._targets)
 
     def requested_but_unseen(self) -> Mapping[int, float]:
-        """Executor id -> monotonic time it was requested, for those not yet in any snapshot."""
-        return {executor_id: r.created_at for executor_id, r in self._requested.items()}
+        """Executor id -> monotonic time it was requested, for those not yet in any snapshot.
+
+        Safe to call from any thread: the dict is copied in one step before it is read.
+        """
+        requested = dict(self._requested)
+        return {executor_id: r.created_at for executor_id, r in requested.items()}
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """One allocation round (the store calls it serially)."""
