@@ -126,10 +126,6 @@ class ExecutorPodsAllocator:
         with self._lock:
             return sum(self._targets.values())
 
-    def targets(self) -> Mapping[int, int]:
-        with self._lock:
-            return dict(self._targets)
-
     def requested_but_unseen(self) -> Mapping[int, float]:
         """Executor id -> monotonic time it was requested, for those not yet in any snapshot.
 
@@ -209,10 +205,7 @@ class ExecutorPodsAllocator:
 
     def _delete_executor_pods(self, executor_ids: list[int]) -> None:
         assert self._app_id is not None
-        selector = PodSelector(
-            labels=self._labels.for_app(self._app_id),
-            label_in={self._labels.executor_id: frozenset(str(i) for i in executor_ids)},
-        )
+        selector = PodSelector.executors_of(self._labels, self._app_id, executor_ids)
         try:
             self._pods.delete_by_selector(selector)
         except PodOperationError as error:

@@ -80,11 +80,7 @@ class ExecutorPodsBackend:
             done: Future[int] = Future()
             done.set_result(0)
             return done
-        labels = self._settings.labels
-        selector = PodSelector(
-            labels=labels.for_app(self.app_id),
-            label_in={labels.executor_id: frozenset(str(i) for i in ids)},
-        )
+        selector = PodSelector.executors_of(self._settings.labels, self.app_id, ids)
         return self._run_async(lambda: self._pods.delete_by_selector(selector))
 
     def _run_async(self, action: Callable[[], T]) -> Future[T]:
@@ -123,6 +119,6 @@ class ExecutorPodsBackend:
 
     def _delete_all_executors(self) -> None:
         deleted = self._pods.delete_by_selector(
-            PodSelector(labels=self._settings.labels.for_app(self.app_id))
+            PodSelector.executors_of(self._settings.labels, self.app_id)
         )
         logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)

@@ -7,7 +7,7 @@ tool keep working on pods execpods creates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -35,11 +35,6 @@ class ExecutorLabels:
     def selector_for_app(self, app_id: str) -> str:
         """A label selector string for all executor pods of `app_id`."""
         return ",".join(f"{key}={value}" for key, value in self.for_app(app_id).items())
-
-    def selector_for_executors(self, app_id: str, executor_ids: Iterable[int]) -> str:
-        """A selector for the given executors of `app_id` (`spark-exec-id in (...)`)."""
-        ids = ",".join(str(i) for i in sorted(set(executor_ids)))
-        return f"{self.selector_for_app(app_id)},{self.executor_id} in ({ids})"
 
     def executor_id_of(self, name: str, labels: Mapping[str, str]) -> int | None:
         """The executor id a pod carries, or None (with a warning) when it is missing or invalid.

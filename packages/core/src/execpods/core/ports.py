@@ -7,11 +7,12 @@ The adapter implements `PodOperations` and `ExecutorPodBuilder` over a real API 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from execpods.core.labels import ExecutorLabels
 from execpods.core.pods import ExecutorPod, PodManifest
 
 UNKNOWN_EXIT_CODE = -1
@@ -29,6 +30,16 @@ class PodSelector:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     label_in: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     phase: str | None = None
+
+    @classmethod
+    def executors_of(
+        cls, labels: ExecutorLabels, app_id: str, executor_ids: Iterable[int] | None = None
+    ) -> PodSelector:
+        """The executor pods of `app_id`; only those with `executor_ids` when given."""
+        if executor_ids is None:
+            return cls(labels=labels.for_app(app_id))
+        ids = frozenset(str(i) for i in executor_ids)
+        return cls(labels=labels.for_app(app_id), label_in={labels.executor_id: ids})
 
     def label_selector(self) -> str:
         parts = [f"{key}={value}" for key, value in self.labels.items()]

@@ -114,6 +114,3 @@ class ExecutorPodsSnapshot:
     def as_dict(self) -> Mapping[int, ExecutorPodState]:
         """A plain dict copy, handy in assertions."""
         return dict(self.executor_pods.items())
-
-
-EMPTY_SNAPSHOT = ExecutorPodsSnapshot()

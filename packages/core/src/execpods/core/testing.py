@@ -9,7 +9,7 @@ calls `notify_subscribers()`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -247,7 +247,3 @@ def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
             ),
         ),
     )
-
-
-def snapshot_of(pods: Sequence[ExecutorPod]) -> ExecutorPodsSnapshot:
-    return ExecutorPodsSnapshot.from_pods(pods)
