@@ -76,11 +76,7 @@ def check() -> None:
 
 
 def demo() -> None:
-    sidecar = _tool("execpods-sidecar")
-    if sidecar.exists():
-        _run(sidecar, "demo", *sys.argv[2:])
-    else:
-        _run(_tool("python"), "-m", "execpods.core.demo", *sys.argv[2:])
+    _run(_tool("execpods-sidecar"), "demo", *sys.argv[2:])
 
 
 def bench() -> None:
