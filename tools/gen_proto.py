@@ -42,7 +42,9 @@ def generate(into: Path) -> Path:
         f"--mypy_grpc_out={into}",
         *protos,
     ]
-    subprocess.run(command, check=True, cwd=PROTO_ROOT)
+    done = subprocess.run(command, cwd=PROTO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # the plugins' chatter is shown only when something went wrong
+        sys.exit(f"protoc failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     package = into / "execpods" / "v1"
     (package / "__init__.py").write_text('"""Generated gRPC code for execpods.v1."""\n')
     (package / "py.typed").write_text("")
