@@ -25,7 +25,7 @@ from execpods.kubesim.pods import (
     validate_status,
 )
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
-from execpods.kubesim.store import Obj, PodStore, Predicate
+from execpods.kubesim.store import Obj, PodStore, Predicate, watch_line
 
 __all__ = ["KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
@@ -238,7 +238,7 @@ class PodApi:
 
     def bookmark(self, rv: int) -> bytes:
         obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
-        return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+        return watch_line("BOOKMARK", obj)
 
     # -- verbs ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import orjson
 from execpods.kubesim import resources
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
-from execpods.kubesim.store import Watcher
+from execpods.kubesim.store import Watcher, watch_line
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
@@ -391,7 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
         ).encode("latin-1")
         watcher: Watcher | None = None
         error: dict[str, Any] | None = None
-        initial: list[tuple[str, bytes]] = []
+        initial: list[bytes] = []
         if api.faults.take_expire():
             error = ApiError.gone("too old resource version (injected by kubesim)").status()
         else:
@@ -402,7 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
         wfile = self.wfile
         self._log_once(200)  # a watch is in the log from its start, not only once it ends
         try:
-            first = [head] + [self._chunk(data) for _, data in initial]
+            first = [head] + [self._chunk(line) for line in initial]
             wfile.write(b"".join(first))
             if watcher is not None:
                 error = self._stream(watcher, timeout, bookmarks, bookmark_interval, api)
@@ -412,8 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
             tail = []
             if error is not None:
-                line = orjson.dumps({"type": "ERROR", "object": error}) + b"\n"
-                tail.append(self._chunk(line))
+                tail.append(self._chunk(watch_line("ERROR", error)))
             tail.append(b"0\r\n\r\n")
             wfile.write(b"".join(tail))
         except OSError:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from execpods.kubesim.errors import ApiError
 
-__all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj"]
+__all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj", "watch_line"]
 
 _log = logging.getLogger(__name__)
 
@@ -31,6 +31,11 @@ def copy_obj(obj: Obj) -> Obj:
     """A deep copy (orjson round trip: faster than ``copy.deepcopy`` for JSON data)."""
     result: Obj = orjson.loads(orjson.dumps(obj))
     return result
+
+
+def watch_line(event_type: str, obj: Obj) -> bytes:
+    """One watch event as the stream carries it: a JSON object and a newline."""
+    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
 
 
 def key_of(obj: Obj) -> Key:
@@ -52,7 +57,7 @@ class Event:
         """The watch line for this event as ``event_type``, serialised once and shared."""
         data = self._encoded.get(event_type)
         if data is None:
-            data = orjson.dumps({"type": event_type, "object": self.new}) + b"\n"
+            data = watch_line(event_type, self.new)
             self._encoded[event_type] = data
         return data
 
@@ -120,6 +125,21 @@ class Watcher:
         return "ADDED" if now else None
 
 
+def _select(
+    state: dict[Key, Obj], namespace: str | None, predicate: Predicate | None
+) -> list[tuple[Key, Obj]]:
+    return [
+        (k, o)
+        for k, o in state.items()
+        if (namespace is None or k[0] == namespace) and (predicate is None or predicate(o))
+    ]
+
+
+def _in_key_order(matches: list[tuple[Key, Obj]]) -> list[Obj]:
+    matches.sort(key=lambda item: item[0])
+    return [o for _, o in matches]
+
+
 class PodStore:
     """Pods keyed by (namespace, name) with a global, monotonically increasing resourceVersion."""
 
@@ -172,10 +192,7 @@ class PodStore:
             rv = self._rv
             state: dict[Key, Obj]
             if exact_rv is None or exact_rv >= rv:
-                if namespace is None:
-                    state = self._objects
-                else:
-                    state = self._by_namespace.get(namespace, {})
+                state = self._current(namespace)
             else:
                 if exact_rv < self._compacted:
                     raise ApiError.gone(
@@ -191,13 +208,12 @@ class PodStore:
                     else:
                         state[k] = ev.old
                 rv = exact_rv
-            matches = [
-                (k, o)
-                for k, o in state.items()
-                if (namespace is None or k[0] == namespace) and (predicate is None or predicate(o))
-            ]
-        matches.sort(key=lambda item: item[0])
-        return [o for _, o in matches], rv
+            matches = _select(state, namespace, predicate)
+        return _in_key_order(matches), rv
+
+    def _current(self, namespace: str | None) -> dict[Key, Obj]:
+        # Caller holds the lock.
+        return self._objects if namespace is None else self._by_namespace.get(namespace, {})
 
     # -- listeners (the simulated cluster) -----------------------------------------------------
 
@@ -281,21 +297,17 @@ class PodStore:
 
     def watch(
         self, namespace: str | None, predicate: Predicate, since: int | None
-    ) -> tuple[Watcher, builtins.list[tuple[str, bytes]]]:
-        """Open a watch and return it with the events to send first.
+    ) -> tuple[Watcher, builtins.list[bytes]]:
+        """Open a watch and return it with the watch lines to send first.
 
         Without ``since``: one synthetic ADDED per current matching object. With ``since``: every
         retained event after it, or 410 if the window has been compacted past it.
         """
+        matches: builtins.list[tuple[Key, Obj]] = []
         with self._lock:
-            initial: list[tuple[str, bytes]] = []
             if since is None:
                 watcher = Watcher(namespace=namespace, predicate=predicate, start_rv=self._rv)
-                for k in sorted(self._objects):
-                    obj = self._objects[k]
-                    if (namespace is None or k[0] == namespace) and predicate(obj):
-                        data = orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
-                        initial.append(("ADDED", data))
+                matches = _select(self._current(namespace), namespace, predicate)
             else:
                 if since < self._compacted:
                     raise ApiError.gone(f"too old resource version: {since} ({self._compacted})")
@@ -305,7 +317,8 @@ class PodStore:
                         watcher.push(ev)
             self._watchers.add(watcher)
             self._lock.notify_all()
-        return watcher, initial
+        # Committed objects are never mutated, so they can be encoded outside the lock.
+        return watcher, [watch_line("ADDED", obj) for obj in _in_key_order(matches)]
 
     def unwatch(self, watcher: Watcher) -> None:
         with self._lock:
