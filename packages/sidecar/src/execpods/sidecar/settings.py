@@ -14,11 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from execpods.core import CoreSettings, SettingsBase, SettingsError, unknown_keys
-from execpods.core.settings import SettingSpec, duration_setting, parse_int, parse_str, setting
-from execpods.k8s import KubernetesSettings
-
-EXECUTOR_ENV_PREFIX = "spark.executorEnv."
-"""The adapter reads every `spark.executorEnv.NAME` key; `unknown_keys` cannot know them all."""
+from execpods.core.settings import (
+    SettingSpec,
+    duration_setting,
+    non_negative,
+    parse_int,
+    parse_str,
+    positive,
+    setting,
+)
+from execpods.k8s import KubernetesSettings, is_known_key
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -45,14 +50,6 @@ def listen_address_problem(value: str) -> str | None:
     if int(match.group("port")) > 65535:
         return "has a port above 65535"
     return None
-
-
-def _non_negative_int(value: int) -> str | None:
-    return None if value >= 0 else "must not be negative"
-
-
-def _positive_int(value: int) -> str | None:
-    return None if value > 0 else "must be positive"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,14 +81,14 @@ class SidecarSettings(SettingsBase):
         "Snapshots a slow stream may fall behind by; beyond it the oldest are dropped and the "
         "stream catches up with a full snapshot.",
         parse=parse_int,
-        rule=_positive_int,
+        rule=positive,
     )
     max_concurrent_rpcs: int = setting(
         "execpods.sidecar.maxConcurrentRpcs",
         0,
         "Most concurrent RPCs, streams included, the server accepts (0 = no limit).",
         parse=parse_int,
-        rule=_non_negative_int,
+        rule=non_negative,
     )
 
 
@@ -111,9 +108,13 @@ def all_specs() -> dict[str, SettingSpec]:
 
 
 def refused_keys(properties: Mapping[str, str]) -> list[str]:
-    """Keys no settings class reads (the `spark.executorEnv.` family is always accepted)."""
-    candidates = {k: v for k, v in properties.items() if not k.startswith(EXECUTOR_ENV_PREFIX)}
-    return unknown_keys(candidates, *SETTINGS_CLASSES)
+    """Keys no settings class reads.
+
+    The adapter's `is_known_key` judges its own keys, since it also reads the open-ended
+    `spark.executorEnv.NAME` family that no list of specs can name.
+    """
+    rest = {k: v for k, v in properties.items() if not is_known_key(k)}
+    return unknown_keys(rest, CoreSettings, SidecarSettings)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
