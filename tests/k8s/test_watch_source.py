@@ -15,8 +15,10 @@ import pytest
 from execpods.core import CoreSettings, ExecutorPod, ExecutorPodsSnapshot, PodState
 from execpods.k8s import (
     ApiGateway,
+    EventWaiter,
     KubernetesPodOperations,
     KubernetesSettings,
+    Waiter,
     WatchSource,
     connect,
 )
@@ -25,6 +27,7 @@ from execpods.kubesim import KubeSim
 from tests.k8s.conftest import (
     APP_ID,
     FAST,
+    WAIT,
     RecordingStore,
     eventually,
     executor_pod,
@@ -71,8 +74,12 @@ class VirtualWaiter:
 
     def wait_for_waits(self, count: int, timeout: float = 10.0) -> bool:
         """Block until the source has backed off `count` times in all."""
+        return self.wait_until(lambda: len(self.waits) >= count, timeout)
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Block until `predicate()` holds after a wait (the only thing that moves virtual time)."""
         with self._cond:
-            return self._cond.wait_for(lambda: len(self.waits) >= count, timeout)
+            return self._cond.wait_for(predicate, timeout)
 
     def stop(self) -> None:
         self._event.set()
@@ -80,6 +87,18 @@ class VirtualWaiter:
     @property
     def stopped(self) -> bool:
         return self._event.is_set()
+
+
+class SignallingWaiter(EventWaiter):
+    """The real-time waiter, which also tells the test that a wait (a backoff) has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, seconds: float) -> bool:
+        self.waiting.set()
+        return super().wait(seconds)
 
 
 def state_of(snapshot: ExecutorPodsSnapshot, executor_id: int) -> PodState | None:
@@ -107,7 +126,7 @@ def start_watch(
     operations: KubernetesPodOperations,
     store: RecordingStore,
     *,
-    waiter: VirtualWaiter | None = None,
+    waiter: Waiter | None = None,
     settings: KubernetesSettings = FAST,
 ) -> WatchSource:
     source = WatchSource(
@@ -184,7 +203,7 @@ def test_a_410_mid_stream_relists_without_losing_an_update(
     sim.expire_next(1)  # the resumed watch is refused too: the loop must re-list
     sim.expire_watches()  # ERROR 410 on the open stream
     sim.fail_pod(name(1), exit_code=3)  # an update that no watch stream carries
-    assert store.wait_snapshot(lambda s: s.get(1) is not None and s.get(1).state is PodState.FAILED)  # type: ignore[union-attr]
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is PodState.FAILED)
     assert sim.wait_for_watchers(1, 10)
     assert source.stats.expired >= 1
     assert source.stats.lists >= 2
@@ -252,7 +271,7 @@ def test_request_rate_stays_bounded_during_a_30_second_outage(
     outage_start = sim.now()
     sim.fail_requests(503, seconds=30)
     sim.drop_watches(abrupt=True)
-    assert eventually(lambda: sim.now() - outage_start >= 30)
+    assert waiter.wait_until(lambda: sim.now() - outage_start >= 30)
     assert sim.wait_for_watchers(1, 10)
     recovered_at = sim.now()
     failed = [r for r in sim.requests() if r.status == 503]
@@ -298,10 +317,12 @@ def test_stop_during_a_long_backoff_returns_at_once(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
     settings = KubernetesSettings(backoff_initial=60, backoff_max=60)
-    source = start_watch(sim, operations, store, settings=settings)
+    waiter = SignallingWaiter()
+    source = start_watch(sim, operations, store, waiter=waiter, settings=settings)
     sim.fail_requests(503)
     sim.drop_watches(abrupt=True)
-    assert store.wait_for(lambda s: source.stats.failures >= 1)
+    assert waiter.waiting.wait(WAIT)  # backing off: a failure, then a 6-60 s wait
+    assert source.stats.failures >= 1
     started = time.monotonic()
     source.stop()
     assert time.monotonic() - started < 1.0
@@ -334,9 +355,7 @@ def test_deleted_events_mark_the_executor_deleted(
     sim.create_pod(executor_pod(1))  # pending, unscheduled: deleted at once, no grace
     source = start_watch(sim, operations, store)
     sim.delete_pod(name(1))
-    assert store.wait_snapshot(
-        lambda s: s.get(1) is not None and s.get(1).state is PodState.DELETED  # type: ignore[union-attr]
-    )
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is PodState.DELETED)
     source.stop()
 
 
@@ -396,7 +415,7 @@ class CannedApiServer:
                 if len(watches) == 1:
                     self.wfile.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
                 else:
-                    closing.wait(WAIT_LIMIT)
+                    closing.wait(WAIT)
                 self.close_connection = True
 
             def log_message(self, format: str, *args: object) -> None:
@@ -407,17 +426,16 @@ class CannedApiServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )  # `close` waits up to one poll interval for the server loop to notice
         self._thread.start()
 
     def close(self) -> None:
         self._closing.set()
         self._server.shutdown()
         self._server.server_close()
-        self._thread.join(WAIT_LIMIT)
-
-
-WAIT_LIMIT = 10.0
+        self._thread.join(WAIT)
 
 
 def api_pod(executor_id: int, phase: object) -> dict[str, object]:
