@@ -27,7 +27,7 @@ from execpods.kubesim.pods import (
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate, watch_line
 
-__all__ = ["KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
+__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -42,6 +42,9 @@ KUBERNETES_VERSION = {
 }
 
 _POD_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_HEALTH = ("/healthz", "/readyz", "/livez")
+#: The paths :func:`discovery` answers.
+DISCOVERY_PATHS = frozenset({"/version", "/api", "/apis", "/api/v1", *_HEALTH})
 
 
 def discovery(path: str, address: Any) -> Obj | None:
@@ -90,7 +93,7 @@ def discovery(path: str, address: Any) -> Obj | None:
                 },
             ],
         }
-    if path in ("/healthz", "/readyz", "/livez"):
+    if path in _HEALTH:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}
     return None
 

@@ -63,7 +63,7 @@ class ServerContext:
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
     """The Kubernetes verb of a request, for the request log's counters."""
-    if resources.discovery(path, ("", 0)) is not None:
+    if path in resources.DISCOVERY_PATHS:
         return "discovery"
     collection = path == "/api/v1/pods" or path.endswith("/pods")
     if method == "GET":
@@ -137,16 +137,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._read_body()
             except ApiError:
                 self.close_connection = True
-            err = ApiError(405, "MethodNotAllowed", f"{method} is not supported")
-            self._send(405, orjson.dumps(err.status()))
+            self._send_error(ApiError(405, "MethodNotAllowed", f"{method} is not supported"))
             return
         self._dispatch(method)
 
     def _reject(self, code: int, message: str) -> None:
         self.close_connection = True
-        err = ApiError(code, "BadRequest", message)
         with contextlib.suppress(OSError):
-            self._send(code, orjson.dumps(err.status()))
+            self._send_error(ApiError(code, "BadRequest", message))
 
     def header(self, name: str, default: str = "") -> str:
         """A request header by case-insensitive name."""
@@ -213,6 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._log_once(code)
         self.wfile.write(head + body)
 
+    def _send_error(self, err: ApiError) -> None:
+        """Answer with ``err`` as a v1 Status (and its headers, such as Retry-After)."""
+        self._send(err.code, orjson.dumps(err.status()), headers=err.headers)
+
     def _log_once(self, status: int) -> None:
         """Put this request in the request log, once, before its answer goes out.
 
@@ -257,14 +259,12 @@ class _Handler(BaseHTTPRequestHandler):
             status = self._api(method, path, query, body, ctx)
         except ApiError as err:
             status = err.code
-            self._send(err.code, orjson.dumps(err.status()), headers=err.headers)
+            self._send_error(err)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception:
             _log.exception("kubesim: internal error serving %s %s", method, self.path)
-            status = 500
-            internal = ApiError(500, "InternalError", "Internal error occurred in kubesim")
-            self._send(500, orjson.dumps(internal.status()))
+            self._send_error(ApiError(500, "InternalError", "Internal error occurred in kubesim"))
         self._log_once(status)  # when no answer went out (the client hung up)
 
     def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
@@ -273,13 +273,11 @@ class _Handler(BaseHTTPRequestHandler):
             code, result = ctx.control(method, path[len("/_kubesim/") :], data)
             self._send(code, orjson.dumps(result))
         except ApiError as err:
-            self._send(err.code, orjson.dumps(err.status()))
+            self._send_error(err)
         except RuntimeError as exc:
-            conflict = ApiError(409, "Conflict", f"kubesim control: {exc}")
-            self._send(409, orjson.dumps(conflict.status()))
+            self._send_error(ApiError(409, "Conflict", f"kubesim control: {exc}"))
         except (orjson.JSONDecodeError, TypeError, ValueError, KeyError) as exc:
-            bad = ApiError.bad_request(f"kubesim control: {exc}")
-            self._send(400, orjson.dumps(bad.status()))
+            self._send_error(ApiError.bad_request(f"kubesim control: {exc}"))
 
     # -- API routing ---------------------------------------------------------------------------
 
