@@ -7,7 +7,8 @@ every failure leaves here as one of the core's `PodOperationError`s (see `errors
 
 from __future__ import annotations
 
-import logging
+import contextlib
+from collections.abc import Iterator
 from typing import Any, cast
 
 import orjson
@@ -17,11 +18,21 @@ from execpods.k8s.errors import map_error
 from kubernetes import client as k8s_client
 from urllib3 import BaseHTTPResponse
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
 Timeout = float | tuple[float, float]
+
+
+@contextlib.contextmanager
+def _typed_errors(what: str) -> Iterator[None]:
+    """Re-raise an API or transport failure as the core's typed error; anything else as is."""
+    try:
+        yield
+    except Exception as error:
+        mapped = map_error(error, what=what)
+        if mapped is None:
+            raise
+        raise mapped from error
 
 
 class ApiGateway:
@@ -55,18 +66,13 @@ class ApiGateway:
     ) -> BaseHTTPResponse:
         """Call `CoreV1Api.<method>` and return the raw response (the caller must release it)."""
         call = getattr(self._core, method)
-        try:
+        with _typed_errors(what):
             response = call(
                 *args,
                 _preload_content=False,
                 _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 **kwargs,
             )
-        except Exception as error:
-            mapped = map_error(error, what=what)
-            if mapped is None:
-                raise
-            raise mapped from error
         return cast(BaseHTTPResponse, response)
 
     def request_json(
@@ -97,11 +103,7 @@ class ApiGateway:
         """Call and read the whole body, releasing the connection to the pool."""
         response = self.request(what, method, *args, timeout=timeout, **kwargs)
         try:
-            return response.data
-        except Exception as error:
-            mapped = map_error(error, what=what)
-            if mapped is None:
-                raise
-            raise mapped from error
+            with _typed_errors(what):
+                return response.data
         finally:
             response.release_conn()
