@@ -27,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from execpods.core import (
     ContainerTerminated,
@@ -51,34 +52,66 @@ _STATES = {
 }
 
 
-def encode_state(state: CorePodState) -> pb.ExecutorPodState:
-    """One executor's state as the contract spells it."""
-    message = pb.ExecutorPodState()
-    fill_state(message, state)
-    return message
+class _Visible(NamedTuple):
+    """What the contract shows of one executor's state: the fields of `pb.ExecutorPodState`."""
+
+    state: pb.ExecutorPodState.State.ValueType
+    pod_name: str
+    phase: str
+    reason: str
+    message: str
+    node_name: str
+    pod_ip: str
+    exit_code: int | None
+    container_reason: str
 
 
-def fill_state(message: pb.ExecutorPodState, state: CorePodState) -> None:
+def _visible(state: CorePodState) -> _Visible:
     pod = state.pod
-    message.state = _STATES[state.state]
-    message.pod_name = pod.name
-    message.phase = pod.phase or ""
-    message.reason = pod.reason or ""
-    message.message = pod.message or ""
-    message.node_name = pod.node_name or ""
-    message.pod_ip = pod.pod_ip or ""
     code = pod.terminated_exit_code(EXECUTOR_CONTAINER_NAME)
     if code is None:
         code = pod.terminated_exit_code()
-    if code is not None:
-        message.exit_code = code
     statuses = pod.container_statuses
     chosen = next((s for s in statuses if s.name == EXECUTOR_CONTAINER_NAME), None)
     if chosen is None and statuses:
         chosen = statuses[0]
     container = None if chosen is None else chosen.state
-    if isinstance(container, ContainerWaiting | ContainerTerminated) and container.reason:
-        message.container_reason = container.reason
+    container_reason = (
+        container.reason
+        if isinstance(container, ContainerWaiting | ContainerTerminated) and container.reason
+        else ""
+    )
+    return _Visible(
+        state=_STATES[state.state],
+        pod_name=pod.name,
+        phase=pod.phase or "",
+        reason=pod.reason or "",
+        message=pod.message or "",
+        node_name=pod.node_name or "",
+        pod_ip=pod.pod_ip or "",
+        exit_code=code,
+        container_reason=container_reason,
+    )
+
+
+def _fill(message: pb.ExecutorPodState, visible: _Visible) -> None:
+    message.state = visible.state
+    message.pod_name = visible.pod_name
+    message.phase = visible.phase
+    message.reason = visible.reason
+    message.message = visible.message
+    message.node_name = visible.node_name
+    message.pod_ip = visible.pod_ip
+    if visible.exit_code is not None:
+        message.exit_code = visible.exit_code
+    message.container_reason = visible.container_reason
+
+
+def encode_state(state: CorePodState) -> pb.ExecutorPodState:
+    """One executor's state as the contract spells it."""
+    message = pb.ExecutorPodState()
+    _fill(message, _visible(state))
+    return message
 
 
 def encode_removal(removal: Removal) -> pb.ExecutorRemoved:
@@ -106,54 +139,64 @@ class EncodingCache:
     def get(
         self, snapshot: ExecutorPodsSnapshot, previous: ExecutorPodsSnapshot | None
     ) -> pb.ExecutorPodsSnapshot:
+        """`snapshot` as a delta against `previous` when it derives from it, else in full."""
         changed = snapshot.changes_since(previous)
-        key = (snapshot.serial, None if changed is None or previous is None else previous.serial)
+        parent = None if changed is None else previous  # changes_since is None without one
+        key = (snapshot.serial, None if parent is None else parent.serial)
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
             self.hits += 1
             return found
         self.misses += 1
-        encoded = _encode_snapshot(snapshot, None if changed is None else previous, changed)
+        encoded = (
+            _encode_full(snapshot)
+            if parent is None or changed is None
+            else _encode_delta(snapshot, parent, changed)
+        )
         self._entries[key] = encoded
         if len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
         return encoded
 
 
-def _encode_snapshot(
-    snapshot: ExecutorPodsSnapshot,
-    previous: ExecutorPodsSnapshot | None,
-    changed: frozenset[int] | None,
-) -> pb.ExecutorPodsSnapshot:
-    """`snapshot` in full (`changed` None), or as a delta against its parent `previous`.
-
-    A delta holds only the executors whose state *as the contract spells it* changed: a pod event
-    that touched nothing the client can see (a label, a condition, the resource version) is in
-    `changed` but not on the wire.
-    """
-    full = changed is None or previous is None
-    message = pb.ExecutorPodsSnapshot(
+def _new_message(snapshot: ExecutorPodsSnapshot, *, full: bool) -> pb.ExecutorPodsSnapshot:
+    return pb.ExecutorPodsSnapshot(
         full_snapshot_ts_ms=round(snapshot.full_snapshot_ts * 1000), full=full
     )
-    pods = snapshot.executor_pods
+
+
+def _encode_full(snapshot: ExecutorPodsSnapshot) -> pb.ExecutorPodsSnapshot:
+    message = _new_message(snapshot, full=True)
     target = message.executor_pods
-    if changed is None or previous is None:
-        for executor_id, state in pods.items():
-            fill_state(target[executor_id], state)
-        return message
-    before = previous.executor_pods
+    for executor_id, state in snapshot.executor_pods.items():
+        _fill(target[executor_id], _visible(state))
+    return message
+
+
+def _encode_delta(
+    snapshot: ExecutorPodsSnapshot, parent: ExecutorPodsSnapshot, changed: frozenset[int]
+) -> pb.ExecutorPodsSnapshot:
+    """The executors of `changed` whose state *as the contract shows it* differs from `parent`.
+
+    A pod event that touched nothing the client can see (a label, a condition, the resource
+    version) is in `changed` but not on the wire. The comparison is on plain tuples: no message
+    is built for an executor that is then left out.
+    """
+    message = _new_message(snapshot, full=False)
+    target = message.executor_pods
+    now_pods, before_pods = snapshot.executor_pods, parent.executor_pods
     for executor_id in changed:
-        now = pods.get(executor_id)
+        now = now_pods.get(executor_id)
         if now is None:  # a delta never removes executors
             continue
-        old = before.get(executor_id)
+        old = before_pods.get(executor_id)
         if old is now:
             continue
-        encoded = encode_state(now)
-        if old is not None and encode_state(old) == encoded:
+        visible = _visible(now)
+        if old is not None and _visible(old) == visible:
             continue
-        target[executor_id].CopyFrom(encoded)
+        _fill(target[executor_id], visible)
     return message
 
 
