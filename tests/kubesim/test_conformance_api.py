@@ -250,3 +250,16 @@ def test_pod_spec_is_immutable_except_image(sim: KubeSim, core: CoreApi) -> None
     assert exc.value.status == 422
     patch = {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}}
     assert core.patch_namespaced_pod("p", NS, patch).spec.containers[0].image == "busybox:2"
+
+
+@pytest.mark.parametrize("content_type", [None, "application/merge-patch+json"])
+def test_a_patch_cannot_unbind_a_pod(sim: KubeSim, core: CoreApi, content_type: str | None) -> None:
+    """An omitted or deleted nodeName keeps the binding, for a patch as for a PUT."""
+    running_pod(sim, core)
+    node = core.read_namespaced_pod("p", NS).spec.node_name
+    kwargs = {"_content_type": content_type} if content_type else {}
+    after = core.patch_namespaced_pod("p", NS, {"spec": {"nodeName": None}}, **kwargs)
+    assert after.spec.node_name == node
+    stored = sim.pod("p")
+    assert stored is not None
+    assert stored["spec"]["nodeName"] == node

@@ -347,11 +347,15 @@ class PodApi:
                 meta[k] = old["metadata"][k]
         meta["name"] = name
         spec = new.get("spec")
+        if isinstance(spec, dict):
+            spec = default_spec(spec)
+            if "nodeName" in old["spec"]:  # a write that omits the binding keeps it
+                spec.setdefault("nodeName", old["spec"]["nodeName"])
         result = {
             "kind": "Pod",
             "apiVersion": "v1",
             "metadata": meta,
-            "spec": default_spec(spec) if isinstance(spec, dict) else spec,
+            "spec": spec,
             "status": old.get("status", {}),
         }
         validate_pod(result)
@@ -377,14 +381,9 @@ class PodApi:
             view["containers"] = [
                 {k: v for k, v in c.items() if k != "image"} for c in spec.get("containers", [])
             ]
-            if "nodeName" not in spec:
-                view.pop("nodeName", None)
             return view
 
-        old_view, new_view = mutable_view(old), mutable_view(new)
-        if "nodeName" not in new and "nodeName" in old:
-            old_view.pop("nodeName", None)
-        if old_view != new_view:
+        if mutable_view(old) != mutable_view(new):
             raise ApiError.invalid(
                 name,
                 [
@@ -399,13 +398,9 @@ class PodApi:
             )
 
     def replace(self, namespace: str, name: str, body: Any, *, status: bool) -> Obj:
-        def mutate(old: Obj) -> Obj:
-            result = self._merge_write(old, body, name, status=status)
-            if "nodeName" not in result["spec"] and "nodeName" in old["spec"]:
-                result["spec"]["nodeName"] = old["spec"]["nodeName"]
-            return result
-
-        return self.store.update(namespace, name, mutate)
+        return self.store.update(
+            namespace, name, lambda old: self._merge_write(old, body, name, status=status)
+        )
 
     def patch(
         self, namespace: str, name: str, content_type: str, body: Any, *, status: bool
