@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
-from execpods.kubesim.clock import VirtualClock
+from execpods.kubesim.clock import VIRTUAL_EPOCH, VirtualClock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.patch import apply_patch, json_patch, merge_patch, strategic_merge
+from execpods.kubesim.pods import rfc3339
+from execpods.kubesim.resources import as_table
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import PodStore
 from hypothesis import given
@@ -153,3 +156,18 @@ def test_closed_watches_stop_counting_at_once() -> None:
     store.unwatch(closed)  # the server thread's late unwatch is harmless
     store.unwatch(again)
     assert store.watcher_count() == 0
+
+
+def test_table_age_does_not_depend_on_the_local_timezone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubectl's AGE column: a UTC timestamp read back in a zone that is on summer time."""
+    created = VIRTUAL_EPOCH + 180 * 86_400  # in July
+    listed = pod("p")
+    listed["metadata"]["creationTimestamp"] = rfc3339(created)
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        row = as_table(listed, created + 30)["rows"][0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert row["cells"][4] == "30s"

@@ -8,6 +8,7 @@ place.
 from __future__ import annotations
 
 import base64
+import calendar
 import threading
 import time
 from typing import Any
@@ -149,7 +150,7 @@ def _row(pod: Obj, now: float) -> Obj:
         shown = "Terminating"
     created = meta.get("creationTimestamp", "")
     try:
-        born = time.mktime(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        born: float = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
     except ValueError:
         born = now
     cells = [
