@@ -106,7 +106,15 @@ def test_a_minimal_pod_gets_defaults() -> None:
         (lambda p: p["status"].__setitem__("containerStatuses", {}), "containerStatuses"),
         (
             lambda p: p["status"]["containerStatuses"][0]["state"]["terminated"].pop("exitCode"),
-            "exitCode",
+            r"status\.containerStatuses\[0\]\.terminated\.exitCode is not an integer",
+        ),
+        (
+            lambda p: p["status"]["containerStatuses"][1]["state"]["running"].update(startedAt=5),
+            r"status\.containerStatuses\[1\]\.running\.startedAt is not a string",
+        ),
+        (
+            lambda p: p["status"]["containerStatuses"].append("not a status"),
+            r"status\.containerStatuses\[4\] is not an object",
         ),
         (lambda p: p["status"].__setitem__("phase", 3), "status.phase"),
     ],

@@ -70,37 +70,58 @@ def _int(value: object, field_name: str, default: int | None = None) -> int:
     raise MalformedPod(f"{field_name} is not an integer: {value!r}")
 
 
-def _labels(value: object) -> dict[str, str]:
+def _labels(value: object) -> Mapping[str, str]:
+    """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here."""
     labels = _mapping(value, "metadata.labels")
     for key, label in labels.items():
         if not isinstance(label, str):
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
-    return dict(labels)
+    return labels
 
 
-def _container_state(raw: Mapping[str, Any], where: str) -> ContainerState | None:
+# The container helpers name fields relative to their container (".image"): the full path is
+# prefixed only when one is malformed, so no error text is formatted for the pods that are fine.
+
+
+def _container_state(raw: Mapping[str, Any]) -> ContainerState | None:
     terminated = raw.get("terminated")
     if terminated is not None:
-        t = _mapping(terminated, f"{where}.terminated")
+        t = _mapping(terminated, ".terminated")
         signal = t.get("signal")
         return ContainerTerminated(
-            exit_code=_int(t.get("exitCode"), f"{where}.terminated.exitCode"),
-            reason=_opt_str(t.get("reason"), f"{where}.terminated.reason"),
-            message=_opt_str(t.get("message"), f"{where}.terminated.message"),
-            signal=None if signal is None else _int(signal, f"{where}.terminated.signal"),
+            exit_code=_int(t.get("exitCode"), ".terminated.exitCode"),
+            reason=_opt_str(t.get("reason"), ".terminated.reason"),
+            message=_opt_str(t.get("message"), ".terminated.message"),
+            signal=None if signal is None else _int(signal, ".terminated.signal"),
         )
     running = raw.get("running")
     if running is not None:
-        r = _mapping(running, f"{where}.running")
-        return ContainerRunning(started_at=parse_timestamp(r.get("startedAt"), f"{where}.started"))
+        r = _mapping(running, ".running")
+        return ContainerRunning(
+            started_at=parse_timestamp(r.get("startedAt"), ".running.startedAt")
+        )
     waiting = raw.get("waiting")
     if waiting is not None:
-        w = _mapping(waiting, f"{where}.waiting")
+        w = _mapping(waiting, ".waiting")
         return ContainerWaiting(
-            reason=_opt_str(w.get("reason"), f"{where}.waiting.reason"),
-            message=_opt_str(w.get("message"), f"{where}.waiting.message"),
+            reason=_opt_str(w.get("reason"), ".waiting.reason"),
+            message=_opt_str(w.get("message"), ".waiting.message"),
         )
     return None
+
+
+def _container_status(item: object) -> ContainerStatus:
+    raw = _mapping(item, "")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise MalformedPod(".name is missing or not a string")
+    return ContainerStatus(
+        name=name,
+        state=_container_state(_mapping(raw.get("state"), ".state")),
+        ready=raw.get("ready") is True,
+        restart_count=_int(raw.get("restartCount"), ".restartCount", 0),
+        image=_opt_str(raw.get("image"), ".image"),
+    )
 
 
 def _container_statuses(value: object) -> tuple[ContainerStatus, ...]:
@@ -110,20 +131,10 @@ def _container_statuses(value: object) -> tuple[ContainerStatus, ...]:
         raise MalformedPod("status.containerStatuses is not a list")
     statuses = []
     for index, item in enumerate(value):
-        where = f"status.containerStatuses[{index}]"
-        raw = _mapping(item, where)
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise MalformedPod(f"{where}.name is missing or not a string")
-        statuses.append(
-            ContainerStatus(
-                name=name,
-                state=_container_state(_mapping(raw.get("state"), f"{where}.state"), where),
-                ready=raw.get("ready") is True,
-                restart_count=_int(raw.get("restartCount"), f"{where}.restartCount", 0),
-                image=_opt_str(raw.get("image"), f"{where}.image"),
-            )
-        )
+        try:
+            statuses.append(_container_status(item))
+        except MalformedPod as error:
+            raise MalformedPod(f"status.containerStatuses[{index}]{error}") from None
     return tuple(statuses)
 
 
