@@ -134,3 +134,21 @@ def test_a_removal_waits_for_the_snapshot_it_was_decided_on() -> None:
     assert held.removals == []
     assert [r.executor_id for r in after.removals] == [1]
     assert after.snapshots == [second]
+
+
+def test_a_removal_before_the_first_snapshot_waits_for_it() -> None:
+    """Even one decided on no snapshot at all: the stream must open with its current snapshot."""
+    first, _, _ = _chain()
+
+    async def scenario() -> tuple[Pending, Pending]:
+        feed = StreamFeed(asyncio.get_running_loop(), max_pending=10)
+        feed.on_removal(Removal(1, GONE, seen_serial=0))
+        held = feed.take()
+        feed.on_snapshots([first])
+        await feed.wait()
+        return held, feed.take()
+
+    held, opened = asyncio.run(scenario())
+    assert (held.snapshots, held.removals) == ([], [])
+    assert opened.snapshots == [first]
+    assert [r.executor_id for r in opened.removals] == [1]

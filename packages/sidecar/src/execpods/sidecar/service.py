@@ -194,21 +194,13 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             logger.debug("A stream ended (%d open).", len(self._feeds))
 
     async def _messages(self, feed: StreamFeed) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+        # The feed holds removals back until its first snapshot, so the first message that
+        # carries anything carries the current snapshot.
         encoder = SnapshotEncoder(self._cache)
         first = True
-        carried: list[Any] = []
         while True:
             await feed.wait()
             pending = feed.take()
-            if first and not pending.snapshots:
-                # Removals before the current snapshot wait for it: it must come first.
-                carried.extend(pending.removals)
-                if feed.closed:
-                    return
-                continue
-            if carried:
-                pending.removals[:0] = carried
-                carried = []
             if pending.snapshots or pending.removals:
                 for response in build_response(encoder, pending, first=first):
                     yield response

@@ -258,9 +258,13 @@ class StreamFeed:
         self._wake()
 
     def on_removal(self, removal: Removal) -> None:
-        """The driver view's listener (the lifecycle manager's thread)."""
+        """The driver view's listener (the lifecycle manager's thread).
+
+        Held back until the stream has the snapshot it was decided on, and in any case until the
+        stream's first snapshot, which must open the stream.
+        """
         with self._lock:
-            if removal.seen_serial > self._newest_serial:
+            if not self._newest_serial or removal.seen_serial > self._newest_serial:
                 self._held.append(removal)
                 return
             self._pending.removals.append(removal)
