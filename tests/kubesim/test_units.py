@@ -9,7 +9,7 @@ import pytest
 from execpods.kubesim.clock import VIRTUAL_EPOCH, VirtualClock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.patch import apply_patch, json_patch, merge_patch, strategic_merge
-from execpods.kubesim.pods import rfc3339
+from execpods.kubesim.pods import rfc3339, validate_pod
 from execpods.kubesim.resources import as_table
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import PodStore
@@ -45,6 +45,18 @@ def test_in_and_notin_are_complements(labels: dict[str, str], key: str, values: 
 def test_bad_label_selectors(text: str) -> None:
     with pytest.raises(SelectorError):
         parse_label_selector(text)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("x" * 64, "v"), ("example.com/" + "x" * 64, "v"), ("k", "v" * 64)]
+)
+def test_pods_and_selectors_refuse_the_same_label_keys_and_values(key: str, value: str) -> None:
+    with pytest.raises(ApiError) as exc:
+        validate_pod(pod("p", {key: value}))
+    assert exc.value.code == 422
+    with pytest.raises(SelectorError):
+        parse_label_selector(f"{key}={value}")
+    validate_pod(pod("p", {key[:63]: value[:63]}))
 
 
 def test_field_selector_escapes_and_inequality() -> None:

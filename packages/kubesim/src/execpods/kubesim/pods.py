@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.selectors import valid_label_key, valid_label_value
 from execpods.kubesim.store import Obj
 
 __all__ = [
@@ -30,10 +31,6 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 def rfc3339(t: float) -> str:
@@ -67,9 +64,9 @@ def validate_pod(pod: Obj) -> None:
         causes.append(_cause("metadata.labels", "must be a map of strings"))
     else:
         for k, v in labels.items():
-            if not _LABEL_KEY.match(k):
+            if not valid_label_key(k):
                 causes.append(_cause("metadata.labels", f"Invalid value: {k!r}: bad label key"))
-            if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
+            if not isinstance(v, str) or not valid_label_value(v):
                 causes.append(_cause(f"metadata.labels.{k}", f"Invalid value: {v!r}"))
     causes.extend(_metadata_shape(meta))
     spec = pod.get("spec")

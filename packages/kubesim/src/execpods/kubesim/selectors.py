@@ -18,6 +18,8 @@ __all__ = [
     "SelectorError",
     "parse_field_selector",
     "parse_label_selector",
+    "valid_label_key",
+    "valid_label_value",
 ]
 
 
@@ -76,14 +78,24 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+def valid_label_key(key: str) -> bool:
+    """A label key: an optional DNS subdomain prefix and ``/``, then a name of at most 63."""
+    return _KEY.match(key) is not None and len(key.rsplit("/", 1)[-1]) <= 63
+
+
+def valid_label_value(value: str) -> bool:
+    """A label value: empty, or at most 63 alphanumerics with ``-_.`` inside."""
+    return _VALUE.match(value) is not None and len(value) <= 63
+
+
 def _check_key(key: str) -> str:
-    if not _KEY.match(key) or len(key.rsplit("/", 1)[-1]) > 63:
+    if not valid_label_key(key):
         raise SelectorError(f"invalid label key {key!r}")
     return key
 
 
 def _check_value(value: str) -> str:
-    if not _VALUE.match(value) or len(value) > 63:
+    if not valid_label_value(value):
         raise SelectorError(f"invalid label value {value!r}")
     return value
 
@@ -182,13 +194,6 @@ class FieldSelector:
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         return all((FIELD_GETTERS[f](obj) == v) == eq for f, eq, v in self.terms)
-
-    def value_of(self, field_name: str) -> str | None:
-        """The value required by an equality term on ``field_name``, if any (used to narrow)."""
-        for f, eq, v in self.terms:
-            if f == field_name and eq:
-                return v
-        return None
 
 
 def _split_unescaped(text: str, sep: str) -> list[str]:
