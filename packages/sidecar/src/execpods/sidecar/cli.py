@@ -217,11 +217,7 @@ async def serve(settings: Settings) -> None:
     runtime = await asyncio.to_thread(connect, settings)
     server = SidecarServer(runtime)
     server.install_signal_handlers()
-    try:
-        address = await server.start()
-    except BaseException:
-        await server.stop()
-        raise
+    address = await server.start()
     print(f"{LISTENING_PREFIX}{address}", flush=True)
     await server.wait_stopped()
 

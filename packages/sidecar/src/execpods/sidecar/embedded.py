@@ -91,11 +91,7 @@ class EmbeddedSidecar:
         runtime = await asyncio.to_thread(self._factory, self.settings)
         server = SidecarServer(runtime)
         self._server = server
-        try:
-            self.address = await server.start()
-        except BaseException:
-            await server.stop()
-            raise
+        self.address = await server.start()
         self._ready.set()
         await self._stop.wait()
         await server.stop()

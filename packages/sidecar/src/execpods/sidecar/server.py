@@ -34,10 +34,9 @@ SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["ExecutorAllocator"].full_nam
 class SidecarServer:
     """One grpc.aio server over one runtime; `start`, `wait_stopped`, `stop`."""
 
-    def __init__(self, runtime: Runtime, *, initial_executors: int | None = None) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.service = AllocatorService(runtime)
-        self._initial = initial_executors
         self._health: Any = health.aio.HealthServicer()
         options: list[tuple[str, Any]] = [("grpc.so_reuseport", 0)]
         limit = runtime.settings.sidecar.max_concurrent_rpcs
@@ -54,7 +53,18 @@ class SidecarServer:
         self._stopping: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
-        """Bind, serve and start the backend; returns the address (`host:port` or `unix:path`)."""
+        """Bind, serve and start the backend; returns the address (`host:port` or `unix:path`).
+
+        If any step fails, whatever had started is stopped (as by `stop()`) before the error is
+        raised.
+        """
+        try:
+            return await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> str:
         listen = self.runtime.settings.sidecar.listen
         try:
             port = self._server.add_insecure_port(listen)
@@ -66,7 +76,7 @@ class SidecarServer:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
         await self._server.start()
-        await asyncio.to_thread(self.runtime.backend.start, initial_executors=self._initial)
+        await asyncio.to_thread(self.runtime.backend.start)
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         logger.info(
