@@ -116,26 +116,19 @@ class InferredDriverView:
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
-    @property
-    def explicit(self) -> bool:
-        with self._lock:
-            return self._explicit
-
     # Observation (the lifecycle manager's batches) and listeners (the streams).
 
     def observe(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Note the executors seen running, walking only what changed between snapshots."""
         newly_running: set[int] = set()
         for snapshot in snapshots:
+            pods = snapshot.executor_pods
             changed = snapshot.changes_since(self._last)
-            if changed is None:
-                candidates: Iterable[tuple[int, object]] = (
-                    (i, s.state) for i, s in snapshot.executor_pods.items()
-                )
-            else:
-                pods = snapshot.executor_pods
-                candidates = ((i, s.state) for i in changed if (s := pods.get(i)) is not None)
-            newly_running.update(i for i, state in candidates if state is PodState.RUNNING)
+            newly_running.update(
+                i
+                for i in (pods.keys() if changed is None else changed)
+                if (state := pods.get(i)) is not None and state.state is PodState.RUNNING
+            )
             self._last = snapshot
         if newly_running:
             with self._lock:

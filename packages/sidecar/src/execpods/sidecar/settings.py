@@ -139,9 +139,3 @@ class Settings:
             kubernetes=KubernetesSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
         )
-
-    def to_properties(self) -> dict[str, str]:
-        rendered: dict[str, str] = {}
-        for part in (self.core, self.kubernetes, self.sidecar):
-            rendered.update(part.to_properties())
-        return rendered

@@ -52,7 +52,6 @@ class Runtime:
     lifecycle: ObservingLifecycleManager
     driver_view: InferredDriverView
     backend: ExecutorPodsBackend
-    pod_operations: PodOperations
 
     @property
     def app_id(self) -> str:
@@ -116,7 +115,6 @@ def assemble(
         lifecycle=lifecycle,
         driver_view=view,
         backend=backend,
-        pod_operations=pod_operations,
     )
 
 
