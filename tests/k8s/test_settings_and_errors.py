@@ -94,11 +94,21 @@ def test_memory_sizes(text: str, mib: int) -> None:
         ("execpods.kubernetes.apiUrl", "localhost:6443"),
         ("execpods.kubernetes.backoffMax", "1ms"),
         ("spark.executorEnv.1BAD", "x"),
+        ("spark.kubernetes.executor.podNamePrefix", "Not_Valid"),
+        ("spark.executor.memoryOverhead", "0"),
     ],
 )
 def test_invalid_values_name_the_property(key: str, value: str) -> None:
     with pytest.raises(SettingsError, match=key.rsplit(".", maxsplit=1)[-1]):
         KubernetesSettings.from_properties({key: value})
+
+
+def test_optional_settings_are_checked_when_set_directly() -> None:
+    with pytest.raises(SettingsError, match=r"podNamePrefix='' is invalid: it must be a DNS-1123"):
+        KubernetesSettings(pod_name_prefix="")
+    with pytest.raises(SettingsError, match=r"apiUrl='localhost:6443' is invalid: it must be"):
+        KubernetesSettings(api_url="localhost:6443")
+    assert KubernetesSettings(pod_name_prefix="mine", api_url="http://127.0.0.1:1").api_url
 
 
 @pytest.mark.parametrize(

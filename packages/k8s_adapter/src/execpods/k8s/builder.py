@@ -31,7 +31,6 @@ from execpods.k8s.settings import KubernetesSettings
 
 EXECUTOR_CONTAINER_NAME = "spark-kubernetes-executor"
 MAX_POD_NAME_LENGTH = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def sanitize_prefix(raw: str) -> str:
@@ -125,12 +124,6 @@ class ExecutorPodTemplateBuilder:
 
     def __post_init__(self) -> None:
         _check_template(self.template)
-        prefix = self.settings.pod_name_prefix
-        if prefix is not None and _DNS_LABEL.match(prefix) is None:
-            raise SettingsError(
-                f"spark.kubernetes.executor.podNamePrefix={prefix!r} is invalid: it must be a "
-                "DNS-1123 label (lowercase letters, digits and '-')"
-            )
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "

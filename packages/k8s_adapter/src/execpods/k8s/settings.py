@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from execpods.core import SettingsBase, SettingsError
 from execpods.core.settings import (
     duration_setting,
-    non_empty,
     parse_bool,
     parse_int,
     positive,
     setting,
 )
+
+T = TypeVar("T")
 
 ENV_PREFIX = "spark.executorEnv."
 """Properties `spark.executorEnv.NAME=value` put `NAME=value` into every executor's environment."""
@@ -33,7 +34,7 @@ MEMORY_OVERHEAD_MIN_MIB = 384
 
 _MEMORY = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 _MEMORY_UNITS = {
-    "": 1,
+    "": MIB,  # a bare number is MiB, as in Spark
     "b": 1,
     "k": 1024,
     "kb": 1024,
@@ -45,6 +46,8 @@ _MEMORY_UNITS = {
     "tb": 1024 * 1024 * MIB,
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_CPU = re.compile(r"^\d+(\.\d+)?m?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def parse_memory_mib(text: str) -> int:
@@ -53,8 +56,6 @@ def parse_memory_mib(text: str) -> int:
     if match is None:
         raise ValueError(f"{text!r} is not a size such as 512m or 4g")
     number, unit = match.groups()
-    if unit == "":
-        return int(number)
     factor = _MEMORY_UNITS.get(unit)
     if factor is None:
         raise ValueError(f"{text!r} has unknown unit {unit!r}; use k, m, g or t")
@@ -74,13 +75,26 @@ def parse_cpu(text: str) -> str | None:
     stripped = text.strip()
     if not stripped:
         return None
-    if re.fullmatch(r"\d+(\.\d+)?m?", stripped) is None:
+    if _CPU.match(stripped) is None:
         raise ValueError(f"{text!r} is not a CPU quantity such as 1, 0.5 or 500m")
     return stripped
 
 
-def _optional_positive(value: int | None) -> str | None:
-    return None if value is None or value > 0 else "must be positive"
+def _if_set(rule: Callable[[T], str | None]) -> Callable[[T | None], str | None]:
+    """`rule` for an optional setting: an unset (None) value passes."""
+    return lambda value: None if value is None else rule(value)
+
+
+def _http_url(value: str) -> str | None:
+    return (
+        None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
+    )
+
+
+def _dns_label(value: str) -> str | None:
+    if _DNS_LABEL.match(value) is None:
+        return "must be a DNS-1123 label (lowercase letters, digits and '-')"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +119,7 @@ class KubernetesSettings(SettingsBase):
         None,
         "Explicit API server URL (no kubeconfig, no credentials), e.g. a simulator.",
         parse=parse_optional_str,
+        rule=_if_set(_http_url),
     )
     kubeconfig: str | None = setting(
         "execpods.kubernetes.kubeconfig",
@@ -135,6 +150,7 @@ class KubernetesSettings(SettingsBase):
         None,
         "Executor pod names are <prefix>-exec-<id> (default prefix: the app id).",
         parse=parse_optional_str,
+        rule=_if_set(_dns_label),
     )
     driver_pod_name: str | None = setting(
         "spark.kubernetes.driver.pod.name",
@@ -173,7 +189,7 @@ class KubernetesSettings(SettingsBase):
         None,
         "Off-heap overhead (default: 10% of the memory, at least 384 MiB).",
         parse=parse_optional_memory,
-        rule=_optional_positive,
+        rule=_if_set(positive),
     )
     watch_timeout: float = duration_setting(
         "execpods.kubernetes.watchTimeout",
@@ -212,11 +228,6 @@ class KubernetesSettings(SettingsBase):
                 f"execpods.kubernetes.backoffMax={self.backoff_max!r} is invalid: it must not be "
                 f"below execpods.kubernetes.backoffInitial={self.backoff_initial!r}"
             )
-        if self.api_url is not None and not self.api_url.startswith(("http://", "https://")):
-            raise SettingsError(
-                f"execpods.kubernetes.apiUrl={self.api_url!r} is invalid: it must be an http:// "
-                "or https:// URL"
-            )
         for name in self.executor_env:
             if _ENV_NAME.match(name) is None:
                 raise SettingsError(
@@ -224,8 +235,6 @@ class KubernetesSettings(SettingsBase):
                 )
         if not isinstance(self.executor_env, MappingProxyType):
             object.__setattr__(self, "executor_env", MappingProxyType(dict(self.executor_env)))
-        if self.pod_name_prefix is not None and non_empty(self.pod_name_prefix) is not None:
-            raise SettingsError("spark.kubernetes.executor.podNamePrefix must not be empty")
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
