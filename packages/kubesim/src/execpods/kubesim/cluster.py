@@ -73,10 +73,6 @@ class NodeInfo:
     capacity: int
 
 
-def _discard(_value: object) -> None:
-    """Timer callbacks return nothing; this drops an action's result."""
-
-
 class Cluster:
     """Scheduler and kubelet simulation, reacting to the store's events."""
 
@@ -93,7 +89,7 @@ class Cluster:
         self._node_of: dict[Key, str] = {}
         self._unschedulable: dict[Key, str] = {}
         self._paused = False
-        self._deferred: list[Callable[[], None]] = []
+        self._deferred: list[Callable[[], object]] = []
         self._ip = 0
         store.add_listener(self._on_event)
 
@@ -102,7 +98,7 @@ class Cluster:
     def _now(self) -> str:
         return rfc3339(self.clock.now())
 
-    def _kubelet_later(self, delay: float, action: Callable[[], None]) -> None:
+    def _kubelet_later(self, delay: float, action: Callable[[], object]) -> None:
         """Schedule a kubelet action; while the kubelet is paused it is held back."""
 
         def run() -> None:
@@ -129,8 +125,13 @@ class Cluster:
             if node is not None:
                 self._bound[node].discard(key)
             self._unschedulable.pop(key, None)
-            if node is not None and self._unschedulable:
-                self.clock.call_later(0.0, self._retry_unschedulable)
+            if node is not None:
+                self._retry_unschedulable_soon()
+
+    def _retry_unschedulable_soon(self) -> None:
+        # Caller holds the lock. Space has freed or a node came: waiting pods get another try.
+        if self._unschedulable:
+            self.clock.call_later(0.0, self._retry_unschedulable)
 
     def _on_event(self, event: Event) -> None:
         pod = event.new
@@ -275,22 +276,19 @@ class Cluster:
         oom_after = number("oom-after")
         exit_after = number("exit-after")
         if oom_after is not None:
-            self._kubelet_later(oom_after, lambda: _discard(self.oom_kill(*key, uid=uid)))
+            self._kubelet_later(oom_after, lambda: self.oom_kill(*key, uid=uid))
         elif exit_after is not None:
             code = int(number("exit-code") or 0)
             reason = "Completed" if code == 0 else "Error"
             self._kubelet_later(
-                exit_after,
-                lambda: _discard(self.terminate(*key, exit_code=code, reason=reason, uid=uid)),
+                exit_after, lambda: self.terminate(*key, exit_code=code, reason=reason, uid=uid)
             )
         elif self.config.failure_rate > 0 and self.rng.random() < self.config.failure_rate:
             after = self.rng.expovariate(1.0 / max(self.config.failure_after, 1e-6))
             self._kubelet_later(
                 after,
-                lambda: _discard(
-                    self.terminate(
-                        *key, exit_code=1, reason="Error", message="random failure", uid=uid
-                    )
+                lambda: self.terminate(
+                    *key, exit_code=1, reason="Error", message="random failure", uid=uid
                 ),
             )
 
@@ -390,16 +388,14 @@ class Cluster:
             if node not in self._nodes:
                 raise KeyError(node)
             self._nodes[node] = True
-            if self._unschedulable:
-                self.clock.call_later(0.0, self._retry_unschedulable)
+            self._retry_unschedulable_soon()
 
     def add_node(self, name: str | None = None) -> str:
         with self._lock:
             name = name or f"{self.config.node_prefix}{len(self._nodes)}"
             self._nodes[name] = True
             self._bound.setdefault(name, set())
-            if self._unschedulable:
-                self.clock.call_later(0.0, self._retry_unschedulable)
+            self._retry_unschedulable_soon()
             return name
 
     def nodes(self) -> list[NodeInfo]:
