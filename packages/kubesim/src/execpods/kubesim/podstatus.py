@@ -124,11 +124,11 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
     statuses = []
     for c in p["spec"]["containers"]:
         prev = previous.get(c["name"], {})
-        running = (prev.get("state") or {}).get("running") or {}
+        was_running = (prev.get("state") or {}).get("running") or {}
         term: Obj = {
             "exitCode": exit_code,
             "reason": reason,
-            "startedAt": running.get("startedAt", now),
+            "startedAt": was_running.get("startedAt", now),
             "finishedAt": now,
             "containerID": prev.get("containerID", ""),
         }
@@ -154,11 +154,11 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
             entry["lastState"] = prev.get("lastState", {})
         statuses.append(entry)
     st["containerStatuses"] = statuses
-    not_ready(st, now, "ContainersNotReady", "containers not ready")
-    if not restart:
+    if restart:
+        not_ready(st, now, "ContainersNotReady", "containers not ready")
+    else:
         st["phase"] = force_phase or ("Succeeded" if exit_code == 0 else "Failed")
-        reason_word = "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed"
-        not_ready(st, now, reason_word, "")
+        not_ready(st, now, "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed", "")
         if pod_reason:
             st["reason"] = pod_reason
         if pod_message:
