@@ -18,13 +18,12 @@ import argparse
 import gc
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import kubernetes.client
 import kubernetes.watch
 import orjson
-from execpods.core import DeterministicScheduler, ExecutorPod, SnapshotsStoreImpl
+from execpods.core import SPARK_LABELS, DeterministicScheduler, ExecutorPod, SnapshotsStoreImpl
 from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
 from execpods.k8s.convert import pod_from_model, pods_from_list_json
@@ -34,7 +33,7 @@ from execpods.k8s.settings import KubernetesSettings
 from execpods.k8s.watch import WatchSource
 
 APP_ID = "bench-app"
-SELECTOR = f"spark-app-selector={APP_ID},spark-role=executor"
+SELECTOR = SPARK_LABELS.selector_for_app(APP_ID)
 
 
 class CountingStore(SnapshotsStoreImpl):
@@ -51,9 +50,6 @@ class CountingStore(SnapshotsStoreImpl):
         self.count += 1
         if self.count >= self.target:
             self.done.set()
-
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        super().replace_snapshot(pods)
 
 
 # The shape of a real Spark executor pod (what Spark's KubernetesExecutorBuilder makes, plus the
