@@ -244,3 +244,16 @@ def test_real_clock_mode_runs_the_cluster_by_itself() -> None:
         finally:
             c.close()
     assert events[-1]["object"]["status"]["phase"] == "Running"
+
+
+def test_create_pod_keeps_no_reference_to_the_callers_body(sim: KubeSim) -> None:
+    """A stored pod changes only through a commit: editing the body afterwards changes nothing."""
+    body = pod_body("p", labels={"app": "a"})
+    sim.create_pod(body)
+    body["metadata"]["labels"]["app"] = "edited"
+    body["spec"]["containers"][0]["image"] = "edited"
+    stored = sim.pod("p")
+    assert stored is not None
+    assert stored["metadata"]["labels"] == {"app": "a"}
+    assert stored["spec"]["containers"][0]["image"] == "busybox:1.36"
+    assert "imagePullPolicy" not in body["spec"]["containers"][0]  # defaults stay server-side

@@ -189,8 +189,13 @@ class KubeSim:
         return None if obj is None else copy_obj(obj)
 
     def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
-        """Create a pod in process, with the same admission as a POST."""
-        return copy_obj(self.api.create(namespace, body))
+        """Create a pod in process, with the same admission as a POST.
+
+        The body is copied first: admission keeps its nested maps in the stored pod, which must
+        not change when the caller reuses the body (over HTTP every body is freshly parsed).
+        """
+        owned = copy_obj(body) if isinstance(body, dict) else body
+        return copy_obj(self.api.create(namespace, owned))
 
     def delete_pod(
         self, name: str, namespace: str = "default", *, grace_period: int | None = None
