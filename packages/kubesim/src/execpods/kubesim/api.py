@@ -6,6 +6,7 @@ free loopback port, writes a kubeconfig, and on exit ends every connection and j
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -327,8 +328,5 @@ class KubeSim:
             "watches": self.watch_count(),
             "kubeletPaused": self.cluster.paused,
             "pendingTimers": self.clock.pending(),
-            "nodes": [
-                {"name": n.name, "ready": n.ready, "pods": n.pods, "capacity": n.capacity}
-                for n in self.nodes()
-            ],
+            "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

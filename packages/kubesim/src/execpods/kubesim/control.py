@@ -6,6 +6,7 @@ map one to one onto :class:`~execpods.kubesim.api.KubeSim` methods (see docs/kub
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +76,7 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("POST", "faults/clear"): _void(lambda s, d: s.clear_faults()),
     ("POST", "kubelet/pause"): _void(lambda s, d: s.pause_kubelet()),
     ("POST", "kubelet/resume"): _void(lambda s, d: s.resume_kubelet()),
-    ("GET", "nodes"): lambda s, d: s.state()["nodes"],
+    ("GET", "nodes"): lambda s, d: [dataclasses.asdict(n) for n in s.nodes()],
     ("POST", "nodes"): lambda s, d: _ok(name=s.add_node(d.get("name"))),
     ("GET", "requests"): lambda s, d: [r.as_dict() for r in s.requests()],
     ("DELETE", "requests"): _void(lambda s, d: s.clear_requests()),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
@@ -30,14 +30,7 @@ class RequestRecord:
     duration: float
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "method": self.method,
-            "path": self.path,
-            "query": self.query,
-            "status": self.status,
-            "verb": self.verb,
-            "duration": self.duration,
-        }
+        return asdict(self)
 
 
 class RequestLog:
