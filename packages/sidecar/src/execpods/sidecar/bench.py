@@ -171,7 +171,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
             if not done.wait(900):
                 raise TimeoutError("the executors did not all start within 15 minutes")
             elapsed = time.monotonic() - started
-            creates = sum(1 for r in sim.requests() if r.verb == "create")
+            creates = sim.request_counts().get("create", 0)
     print(
         f"{executors} executors to Running: {elapsed:.1f} s with batch.size={batch_size}, "
         f"batch.delay={batch_delay} (simulator defaults: start latency "

@@ -12,7 +12,7 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -94,6 +94,16 @@ def progress_line(snapshot: Snapshot | None, target: int) -> str:
     )
 
 
+def _settled_at(state: DriverState, count: int) -> bool:
+    """The latest snapshot shows `count` executors running and none pending."""
+    latest = state.latest
+    return (
+        latest is not None
+        and latest.count(ExecutorState.RUNNING) == count
+        and latest.count(ExecutorState.PENDING) == 0
+    )
+
+
 class SampleDriver:
     """A driver in miniature: the typed client, one stream, and a live view."""
 
@@ -150,14 +160,7 @@ class SampleDriver:
             self.console.status(progress_line(state.latest, self.target))
 
     def wait_running(self, count: int) -> None:
-        self.wait_until(
-            f"{count} running executors",
-            lambda s: (
-                s.latest is not None
-                and s.latest.count(ExecutorState.RUNNING) == count
-                and s.latest.count(ExecutorState.PENDING) == 0
-            ),
-        )
+        self.wait_until(f"{count} running executors", lambda s: _settled_at(s, count))
 
     def wait_removals(self, count: int) -> list[ExecutorRemoval]:
         self.wait_until(f"{count} removals", lambda s: len(s.removals) >= count)
@@ -231,7 +234,7 @@ def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
             code = _script(sim, sidecar, args, console)
         finally:
             sidecar.stop()
-        left = _wait_for_no_pods(sim, timeout=30.0)
+        left = _wait_for_no_pods(sim, sidecar.settings.core.labels.for_app(APP_ID), timeout=30.0)
         console.say(
             f"sidecar stopped: it deleted the executor pods on the way out; "
             f"pods left in the cluster: {left}"
@@ -276,12 +279,7 @@ def _script(
             console.say(f"> KillExecutors({len(idle)} idle executors): {deleted} pods deleted")
             driver.wait_until(
                 f"{keep} executors",
-                lambda s: (
-                    s.latest is not None
-                    and s.latest.count(ExecutorState.RUNNING) == keep
-                    and s.latest.count(ExecutorState.PENDING) == 0
-                    and len(s.removals) >= 3 + len(idle)
-                ),
+                lambda s: _settled_at(s, keep) and len(s.removals) >= 3 + len(idle),
             )
             console.say(f"  scaled down to {keep} executors")
             _summary(driver, sim, console)
@@ -293,7 +291,7 @@ def _script(
 def _summary(driver: SampleDriver, sim: KubeSim, console: Console) -> None:
     removals = driver.state.removals
     by_app = sum(1 for r in removals if r.exit_caused_by_app)
-    creates = sum(1 for r in sim.requests() if r.verb == "create")
+    creates = sim.request_counts().get("create", 0)
     console.say(
         f"summary: {creates} executor pods created, {len(removals)} removals reported "
         f"({by_app} caused by the app, {len(removals) - by_app} by the driver or the framework), "
@@ -301,11 +299,11 @@ def _summary(driver: SampleDriver, sim: KubeSim, console: Console) -> None:
     )
 
 
-def _wait_for_no_pods(sim: KubeSim, *, timeout: float) -> int:
-    """Pods of the app still listed once graceful deletion had its time (0 is the goal)."""
+def _wait_for_no_pods(sim: KubeSim, labels: Mapping[str, str], *, timeout: float) -> int:
+    """Pods with `labels` still listed once graceful deletion had its time (0 is the goal)."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [p for p in sim.pods() if p["metadata"].get("labels", {}).get("spark-app-selector")]
+        left = [p for p in sim.pods() if labels.items() <= p["metadata"].get("labels", {}).items()]
         if not left or time.monotonic() > deadline:
             return len(left)
         time.sleep(0.05)
