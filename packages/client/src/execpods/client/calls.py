@@ -34,7 +34,8 @@ class DecodedCall:
         self._call.cancel()
 
     def _ended_by_us(self) -> bool:
-        # A method, not the bare flag: `cancel()` may run while a read is waiting.
+        # A method, not the bare flag: `cancel()` may run while a read is awaited, and a type
+        # checker would otherwise narrow the flag across that await and call the check dead.
         return self._cancelled
 
     def _is_our_cancel(self, error: grpc.RpcError) -> bool:
