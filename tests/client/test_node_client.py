@@ -15,9 +15,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 
@@ -69,15 +69,6 @@ def _install_node_modules() -> None:
 def _sidecar_command() -> str:
     local = Path(sys.executable).parent / "execpods-sidecar"
     return str(local) if local.exists() else _tool("execpods-sidecar")
-
-
-def _wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 class SidecarProcess:
@@ -144,23 +135,17 @@ def sidecar_log() -> Iterator[IO[str]]:
         yield log
 
 
-def _app_pods(sim: Any) -> list[dict[str, Any]]:
-    return [
-        pod
-        for pod in sim.pods()
-        if pod["metadata"].get("labels", {}).get("spark-app-selector") == APP_ID
-    ]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(360)  # npm ci on a fresh checkout; the test itself takes a few seconds
 def test_a_node_driver_uses_every_main_rpc(sidecar_log: IO[str]) -> None:
     node = _tool("node")
     _install_node_modules()
-    from execpods.kubesim import ClusterConfig, KubeSim
+    # Imported here: the rest of tests/client needs only the client package.
+    from execpods.kubesim import KubeSim
 
-    fast = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
-    with KubeSim(cluster=fast) as sim:
+    from tests.sidecar.conftest import FAST_CLUSTER, app_pods, wait_for
+
+    with KubeSim(cluster=FAST_CLUSTER) as sim:
         sidecar = SidecarProcess(sim.url, sidecar_log)
         try:
             address = sidecar.address()
@@ -178,7 +163,7 @@ def test_a_node_driver_uses_every_main_rpc(sidecar_log: IO[str]) -> None:
             assert sidecar.terminate() == 0, _explain(None, sidecar_log)
         finally:
             sidecar.kill()
-        _wait_for(lambda: not _app_pods(sim), timeout=10.0, what="no executor pods left")
+        wait_for(lambda: not app_pods(sim, APP_ID), timeout=10.0, what="no executor pods left")
 
 
 def _explain(run: subprocess.CompletedProcess[str] | None, log: IO[str]) -> str:

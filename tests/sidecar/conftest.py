@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +28,20 @@ def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str =
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
         time.sleep(0.02)
+
+
+async def wait_for_async(
+    condition: Callable[[], Any], *, timeout: float = 20.0, what: str = ""
+) -> Any:
+    """`wait_for` inside an event loop: the loop keeps running between polls."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -88,4 +103,4 @@ def store_subscribers(sidecar: EmbeddedSidecar) -> int:
 
 
 def creates(sim: KubeSim) -> int:
-    return sum(1 for record in sim.requests() if record.verb == "create")
+    return sim.request_counts().get("create", 0)

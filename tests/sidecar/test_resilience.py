@@ -19,6 +19,7 @@ from tests.sidecar.conftest import (
     running_ids,
     store_subscribers,
     wait_for,
+    wait_for_async,
 )
 
 
@@ -98,7 +99,9 @@ def test_a_hundred_streams_all_receive_every_snapshot(
     async def scenario() -> None:
         async with AsyncAllocatorClient(sidecar.address) as client:
             tasks = [asyncio.create_task(follow(client, into)) for into in received]
-            await _until(lambda: all(received), "every stream's first message")
+            await wait_for_async(
+                lambda: all(received), timeout=30.0, what="every stream's first message"
+            )
             assert sidecar.server.service.open_streams == 100
             await client.request_total(10)
 
@@ -108,7 +111,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
                     len(r) == len(reference) for r in received
                 )
 
-            await _until(settled, "every stream to have every snapshot")
+            await wait_for_async(settled, timeout=30.0, what="every stream to have every snapshot")
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -144,14 +147,6 @@ def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: Sideca
         wait_for(lambda: service.open_streams == 0, what="every stream to end")
         assert store_subscribers(sidecar) == baseline
         assert sidecar.runtime.driver_view.listener_count == 0
-
-
-async def _until(condition: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:
