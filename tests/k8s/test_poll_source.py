@@ -22,11 +22,17 @@ def running_executors(sim: KubeSim, *ids: int) -> None:
 
 
 def started(
-    store: RecordingStore, operations: KubernetesPodOperations
+    store: RecordingStore,
+    operations: KubernetesPodOperations,
+    *,
+    settings: KubernetesSettings | None = None,
+    core_settings: CoreSettings | None = None,
 ) -> tuple[PollSource, DeterministicScheduler]:
     """A poll source started on a scheduler the test ticks."""
     scheduler = DeterministicScheduler()
-    source = PollSource(store, operations, scheduler=scheduler)
+    source = PollSource(
+        store, operations, settings=settings, core_settings=core_settings, scheduler=scheduler
+    )
     source.start(APP_ID)
     return source, scheduler
 
@@ -36,9 +42,7 @@ def test_items_returned_by_the_api_are_pushed_to_the_store(
 ) -> None:
     running_executors(sim, 1, 2)
     sim.create_pod(executor_pod(1, app_id="another-app"))
-    scheduler = DeterministicScheduler()
-    source = PollSource(store, operations, scheduler=scheduler)
-    source.start(APP_ID)
+    source, scheduler = started(store, operations)
     scheduler.tick(INTERVAL - 0.001)
     assert store.replacements == []
     scheduler.tick(0.001)
@@ -56,8 +60,7 @@ def test_items_returned_by_the_api_are_pushed_to_the_store(
 def test_starting_twice_is_an_error(
     operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
-    source = PollSource(store, operations, scheduler=DeterministicScheduler())
-    source.start(APP_ID)
+    source, _ = started(store, operations)
     with pytest.raises(RuntimeError, match=r"Cannot start polling more than once\."):
         source.start(APP_ID)
     source.stop()
@@ -85,14 +88,9 @@ def test_a_failed_list_is_logged_and_retried(
 def test_poll_from_cache_lists_at_version_zero(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
-    scheduler = DeterministicScheduler()
-    source = PollSource(
-        store,
-        operations,
-        settings=KubernetesSettings(poll_from_cache=True),
-        scheduler=scheduler,
+    source, scheduler = started(
+        store, operations, settings=KubernetesSettings(poll_from_cache=True)
     )
-    source.start(APP_ID)
     scheduler.tick(INTERVAL)
     (request,) = sim.requests()
     assert request.verb == "list"
@@ -104,10 +102,8 @@ def test_poll_from_cache_lists_at_version_zero(
 def test_polling_can_be_disabled(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
-    scheduler = DeterministicScheduler()
     core = CoreSettings(enable_api_polling=False)
-    source = PollSource(store, operations, core_settings=core, scheduler=scheduler)
-    source.start(APP_ID)
+    source, scheduler = started(store, operations, core_settings=core)
     scheduler.tick(INTERVAL * 3)
     assert sim.requests() == []
     source.stop()
