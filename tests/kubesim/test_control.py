@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from execpods.kubesim import KubeSim
+from execpods.kubesim.cli import main as cli_main
 from kubernetes import config
 
 from tests.kubesim.conftest import NS, core_api, pod_body
@@ -114,6 +115,13 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         assert [n["capacity"] for n in state["nodes"]] == [5, 5]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def test_cli_refuses_a_third_start_latency_value(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["--start-latency", "1", "0.5", "2"])
+    assert exc.value.code == 2
+    assert "at most one JITTER" in capsys.readouterr().err
 
 
 # A driver in "another language": a separate process that knows only HTTP and JSON (here the

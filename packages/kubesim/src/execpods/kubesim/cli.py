@@ -20,28 +20,43 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    c = ClusterConfig()  # the cluster flags default to the config's own defaults
     p = argparse.ArgumentParser(prog="kubesim", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind (default 0: any free port)")
     p.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig to this path")
-    p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
-    p.add_argument("--node-capacity", type=int, default=110, help="pods per node (default 110)")
-    p.add_argument("--schedule-delay", type=float, default=0.0, help="seconds before scheduling")
+    p.add_argument(
+        "--nodes", type=int, default=c.nodes, help="number of nodes (default %(default)s)"
+    )
+    p.add_argument(
+        "--node-capacity",
+        type=int,
+        default=c.pods_per_node,
+        help="pods per node (default %(default)s)",
+    )
+    p.add_argument(
+        "--schedule-delay", type=float, default=c.schedule_delay, help="seconds before scheduling"
+    )
     p.add_argument(
         "--start-latency",
         type=float,
         nargs="+",
-        default=[1.0, 0.5],
+        default=[c.start_latency, c.start_jitter],
         metavar=("MEAN", "JITTER"),
-        help="container start latency in seconds: mean and optional +/- jitter (default 1 0.5)",
+        help="container start latency in seconds: mean and optional +/- jitter "
+        f"(default {c.start_latency:g} {c.start_jitter:g})",
     )
-    p.add_argument("--stop-latency", type=float, default=0.5, help="graceful stop time (s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--failure-rate", type=float, default=0.0, help="share of pods that fail")
+    p.add_argument(
+        "--stop-latency", type=float, default=c.stop_latency, help="graceful stop time (s)"
+    )
+    p.add_argument("--seed", type=int, default=c.seed, help="random seed (default %(default)s)")
+    p.add_argument(
+        "--failure-rate", type=float, default=c.failure_rate, help="share of pods that fail"
+    )
     p.add_argument(
         "--failure-after",
         type=float,
-        default=10.0,
+        default=c.failure_after,
         help="mean run time before a random failure (s)",
     )
     p.add_argument(
@@ -65,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.start_latency) > 2:
+        parser.error("--start-latency takes MEAN and at most one JITTER")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     mean = args.start_latency[0]
     jitter = args.start_latency[1] if len(args.start_latency) > 1 else 0.0
