@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -89,6 +90,14 @@ def mislabelled_executor_pods() -> list[dict[str, Any]]:
     bad_id = executor_pod(102, **{"spark-exec-id": "two"})
     bad_id["metadata"]["name"] = "bad-id"
     return [no_id, bad_id]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (once the probe is closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
 
 
 @pytest.fixture

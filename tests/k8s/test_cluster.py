@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from execpods.k8s import (
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import executor_pod
+from tests.k8s.conftest import executor_pod, free_port
 
 
 def test_kubeconfig_and_context(sim: KubeSim) -> None:
@@ -64,13 +63,6 @@ def two_context_kubeconfig(path: Path, sim: KubeSim, dead_port: int) -> Path:
         encoding="utf-8",
     )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as probe:  # a port nobody listens on once closed
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def test_a_non_default_context_is_used(sim: KubeSim, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 
 import pytest
 from execpods.core import (
@@ -29,7 +28,7 @@ from execpods.k8s import (
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod
+from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod, free_port
 
 APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
 
@@ -134,10 +133,7 @@ def test_other_errors_arrive_typed(sim: KubeSim, operations: KubernetesPodOperat
 
 
 def test_an_unreachable_server_is_unavailable() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    client = connect(api_url=f"http://127.0.0.1:{port}")
+    client = connect(api_url=f"http://127.0.0.1:{free_port()}")
     operations = KubernetesPodOperations(ApiGateway(client, namespace="default", request_timeout=2))
     with pytest.raises(ApiUnavailable, match="list pods"):
         operations.list(APP)
