@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from execpods.client import (
     ExecutorRemoval,
@@ -47,28 +49,20 @@ def test_final_states() -> None:
 
 
 def test_every_field_of_an_executor_is_read() -> None:
-    message = S(
-        state=S.STATE_FAILED,
-        pod_name="app-exec-3",
-        phase="Failed",
-        exit_code=137,
-        reason="Evicted",
-        message="low on memory",
-        node_name="node-1",
-        pod_ip="10.0.0.3",
-        container_reason="OOMKilled",
-    )
-    assert executor_from_proto(message) == ExecutorView(
-        state=ExecutorState.FAILED,
-        pod_name="app-exec-3",
-        phase="Failed",
-        exit_code=137,
-        reason="Evicted",
-        message="low on memory",
-        node_name="node-1",
-        pod_ip="10.0.0.3",
-        container_reason="OOMKilled",
-    )
+    fields: dict[str, Any] = {
+        "pod_name": "app-exec-3",
+        "phase": "Failed",
+        "exit_code": 137,
+        "reason": "Evicted",
+        "message": "low on memory",
+        "node_name": "node-1",
+        "pod_ip": "10.0.0.3",
+        "container_reason": "OOMKilled",
+    }
+    # Every field of the wire message has a value here, so none can be dropped unnoticed.
+    assert set(fields) | {"state"} == set(S.DESCRIPTOR.fields_by_name)
+    message = S(state=S.STATE_FAILED, **fields)
+    assert executor_from_proto(message) == ExecutorView(state=ExecutorState.FAILED, **fields)
 
 
 def test_exit_code_zero_is_not_the_same_as_no_exit_code() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import grpc
 import pytest
 from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, StreamUpdate
@@ -10,13 +12,32 @@ from execpods.kubesim import KubeSim
 from tests.sidecar.conftest import SidecarFactory, app_pods, creates, running_ids, wait_for
 
 
-def _follow(stream: object, until: object) -> list[StreamUpdate]:
+def _follow(
+    stream: Iterable[StreamUpdate], until: Callable[[list[StreamUpdate]], bool]
+) -> list[StreamUpdate]:
+    """The stream's updates up to the first after which `until` holds."""
     updates: list[StreamUpdate] = []
-    for update in stream:  # type: ignore[attr-defined]
+    for update in stream:
         updates.append(update)
-        if until(updates):  # type: ignore[operator]
+        if until(updates):
             break
     return updates
+
+
+def _running_at(count: int) -> Callable[[list[StreamUpdate]], bool]:
+    """For `_follow`: the newest update's latest snapshot has `count` executors running."""
+
+    def reached(updates: list[StreamUpdate]) -> bool:
+        latest = updates[-1].latest
+        return latest is not None and latest.count(ExecutorState.RUNNING) == count
+
+    return reached
+
+
+def _scale_to(client: AllocatorClient, sim: KubeSim, app_id: str, count: int) -> None:
+    """Ask for `count` executors and wait until the simulator runs that many."""
+    client.request_total(count)
+    wait_for(lambda: len(running_ids(sim, app_id)) == count, what=f"{count} running")
 
 
 def test_scales_to_n_and_reaches_n_running(sim: KubeSim, make_sidecar: SidecarFactory) -> None:
@@ -24,12 +45,7 @@ def test_scales_to_n_and_reaches_n_running(sim: KubeSim, make_sidecar: SidecarFa
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
         result = client.request_total(12)
         assert result.total == 12
-        updates = _follow(
-            stream,
-            lambda ups: (
-                ups[-1].latest is not None and ups[-1].latest.count(ExecutorState.RUNNING) == 12
-            ),
-        )
+        updates = _follow(stream, _running_at(12))
     assert updates[0].snapshots[0].was_full
     later = [s for u in updates[1:] for s in u.snapshots]
     assert any(not s.was_full for s in later)  # watch events travel as deltas
@@ -65,8 +81,7 @@ def test_a_failed_pod_is_replaced_and_reported_once(
 ) -> None:
     sidecar = make_sidecar("fails")
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
-        client.request_total(3)
-        wait_for(lambda: len(running_ids(sim, "fails")) == 3, what="three running")
+        _scale_to(client, sim, "fails", 3)
         sim.fail_pod("fails-exec-2", exit_code=3, reason="Error", message="disk full")
         removals: list[ExecutorRemoval] = []
 
@@ -82,12 +97,7 @@ def test_a_failed_pod_is_replaced_and_reported_once(
         _follow(stream, replaced)
         # More changes, and so more lifecycle rounds, must not report it again.
         client.request_total(4)
-        more = _follow(
-            stream,
-            lambda ups: (
-                ups[-1].latest is not None and ups[-1].latest.count(ExecutorState.RUNNING) == 4
-            ),
-        )
+        more = _follow(stream, _running_at(4))
         removals.extend(r for u in more for r in u.removed)
     assert [r.executor_id for r in removals] == [2]
     (removal,) = removals
@@ -104,8 +114,7 @@ def test_an_evicted_pod_is_reported_with_the_apis_reason_and_message(
 ) -> None:
     sidecar = make_sidecar("evicted")
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
-        client.request_total(2)
-        wait_for(lambda: len(running_ids(sim, "evicted")) == 2, what="two running")
+        _scale_to(client, sim, "evicted", 2)
         sim.evict("evicted-exec-1", message="The node was low on resource: ephemeral-storage.")
         updates = _follow(stream, lambda ups: bool(ups[-1].removed))
     (removal,) = updates[-1].removed
@@ -129,8 +138,7 @@ def test_kill_executors_deletes_exactly_those_pods(
 ) -> None:
     sidecar = make_sidecar("kills")
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
-        client.request_total(5)
-        wait_for(lambda: len(running_ids(sim, "kills")) == 5, what="five running")
+        _scale_to(client, sim, "kills", 5)
         client.request_total(3)  # the seed does not replace killed executors below the target
         assert client.kill_executors(["1", "3"]) == 2
         updates = _follow(stream, lambda ups: sum(len(u.removed) for u in ups) >= 2)

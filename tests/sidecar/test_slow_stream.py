@@ -92,6 +92,7 @@ def test_a_slow_stream_stalls_nobody_and_catches_up_in_full(
         fast_call.cancel()
         slow_call.cancel()
         fast_reader.join(10)
+        assert not fast_reader.is_alive(), "the fast stream did not end when cancelled"
     lists = {round(s.full_snapshot_ts * 1000) for s in published}
     first_ms = slow_snapshots[0].full_snapshot_ts_ms
     sent = {s.full_snapshot_ts_ms for s in slow_snapshots}
