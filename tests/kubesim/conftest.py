@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, TypeAlias
 
@@ -25,6 +26,16 @@ def new_client(url: str) -> ClientApi:
 
 def core_api(api_client: ClientApi) -> CoreApi:
     return client.CoreV1Api(api_client)
+
+
+@contextlib.contextmanager
+def core_for(sim: KubeSim) -> Iterator[CoreApi]:
+    """The official client's CoreV1Api for a simulator the test started itself; closed on exit."""
+    api_client = new_client(sim.url)
+    try:
+        yield core_api(api_client)
+    finally:
+        api_client.close()
 
 
 def new_watch() -> Any:

@@ -42,7 +42,15 @@ def names(pods: Any) -> list[str]:
 
 
 def raw(sim: KubeSim, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
+    """One JSON request on a fresh connection: the status and the parsed body (None if empty)."""
+    return http_json(sim.host, sim.port, method, path, body, **headers)
+
+
+def http_json(
+    host: str, port: int, method: str, path: str, body: Any = None, **headers: str
+) -> tuple[int, Any]:
+    """:func:`raw` for a server known only by address (a simulator in another process)."""
+    conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
         data = None if body is None else orjson.dumps(body)
         hdrs = {"Content-Type": "application/json", **headers}

@@ -9,7 +9,7 @@ from typing import Any
 
 from execpods.kubesim import ANNOTATION_PREFIX, ClusterConfig, KubeSim
 
-from tests.kubesim.conftest import NS, CoreApi, core_api, new_client, pod_body, read_events
+from tests.kubesim.conftest import NS, CoreApi, core_for, open_watch, pod_body, read_events
 
 
 def phase(core: CoreApi, name: str) -> str:
@@ -226,23 +226,10 @@ def test_pause_and_resume_kubelet(sim: KubeSim, core: CoreApi) -> None:
 
 def test_real_clock_mode_runs_the_cluster_by_itself() -> None:
     cfg = ClusterConfig(start_latency=0.0, start_jitter=0.0, stop_latency=0.0)
-    with KubeSim(cluster=cfg) as s:
-        c = new_client(s.url)
-        try:
-            core = core_api(c)
-            rv = core.list_namespaced_pod(NS).metadata.resource_version
-            core.create_namespaced_pod(NS, pod_body("p"))
-            resp = core.list_namespaced_pod(
-                NS,
-                watch=True,
-                resource_version=rv,
-                timeout_seconds=10,
-                _preload_content=False,
-                _request_timeout=(5, 20),
-            )
-            events = read_events(resp, limit=3)
-        finally:
-            c.close()
+    with KubeSim(cluster=cfg) as s, core_for(s) as core:
+        rv = core.list_namespaced_pod(NS).metadata.resource_version
+        core.create_namespaced_pod(NS, pod_body("p"))
+        events = read_events(open_watch(core, timeout=10, resource_version=rv), limit=3)
     assert events[-1]["object"]["status"]["phase"] == "Running"
 
 

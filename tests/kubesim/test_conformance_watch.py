@@ -16,8 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.kubesim.conftest import (
     NS,
     CoreApi,
-    core_api,
-    new_client,
+    core_for,
     new_watch,
     open_watch,
     pod_body,
@@ -110,27 +109,16 @@ def test_watch_from_compacted_rv_gets_410_error_event(sim: KubeSim, core: CoreAp
 
 
 def test_bounded_event_window_expires_old_versions() -> None:
-    with KubeSim(deterministic=True, event_window=3) as small:
-        c = new_client(small.url)
-        try:
-            core = core_api(c)
-            rv = core.list_namespaced_pod(NS).metadata.resource_version
-            for i in range(3):
-                core.create_namespaced_pod(NS, pod_body(f"p{i}"))
-            assert (
-                names(
-                    core.list_namespaced_pod(
-                        NS, resource_version=rv, resource_version_match="Exact"
-                    )
-                )
-                == []
-            )
-            core.create_namespaced_pod(NS, pod_body("p3"))
-            events = read_events(open_watch(core, resource_version=rv), limit=1)
-            assert events[0]["type"] == "ERROR"
-            assert events[0]["object"]["code"] == 410
-        finally:
-            c.close()
+    with KubeSim(deterministic=True, event_window=3) as small, core_for(small) as core:
+        rv = core.list_namespaced_pod(NS).metadata.resource_version
+        for i in range(3):
+            core.create_namespaced_pod(NS, pod_body(f"p{i}"))
+        exact = core.list_namespaced_pod(NS, resource_version=rv, resource_version_match="Exact")
+        assert names(exact) == []
+        core.create_namespaced_pod(NS, pod_body("p3"))
+        events = read_events(open_watch(core, resource_version=rv), limit=1)
+        assert events[0]["type"] == "ERROR"
+        assert events[0]["object"]["code"] == 410
 
 
 def test_exact_list_returns_the_state_at_that_version(core: CoreApi) -> None:
@@ -181,15 +169,10 @@ def test_bookmarks_when_allowed(sim: KubeSim, core: CoreApi) -> None:
 
 
 def test_periodic_bookmarks_and_timeout_closes_stream() -> None:
-    with KubeSim(deterministic=True, bookmark_interval=0.2) as s:
-        c = new_client(s.url)
-        try:
-            core = core_api(c)
-            started = time.monotonic()
-            events = read_events(open_watch(core, timeout=1, allow_watch_bookmarks=True))
-            elapsed = time.monotonic() - started
-        finally:
-            c.close()
+    with KubeSim(deterministic=True, bookmark_interval=0.2) as s, core_for(s) as core:
+        started = time.monotonic()
+        events = read_events(open_watch(core, timeout=1, allow_watch_bookmarks=True))
+        elapsed = time.monotonic() - started
     assert 0.9 <= elapsed < 5
     assert len(events) >= 3
     assert {e["type"] for e in events} == {"BOOKMARK"}

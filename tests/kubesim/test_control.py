@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import signal
 import subprocess
@@ -19,38 +18,26 @@ from execpods.kubesim.cli import main as cli_main
 from kubernetes import config
 
 from tests.kubesim.conftest import NS, core_api, pod_body
-from tests.kubesim.support import names
-
-
-def call(host: str, port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        conn.request(method, path, body=None if body is None else orjson.dumps(body))
-        resp = conn.getresponse()
-        return resp.status, orjson.loads(resp.read())
-    finally:
-        conn.close()
+from tests.kubesim.support import http_json, names, raw
 
 
 def test_control_endpoint_scripts_a_scenario(sim: KubeSim) -> None:
     def ctl(method: str, route: str, body: Any = None) -> Any:
-        code, data = call(sim.host, sim.port, method, "/_kubesim/" + route, body)
+        code, data = raw(sim, method, "/_kubesim/" + route, body)
         assert code == 200, data
         return data
 
-    code, _ = call(sim.host, sim.port, "POST", f"/api/v1/namespaces/{NS}/pods", pod_body("p"))
+    code, _ = raw(sim, "POST", f"/api/v1/namespaces/{NS}/pods", pod_body("p"))
     assert code == 201
     assert ctl("POST", "run-until-idle")["ran"] >= 2
     assert ctl("GET", "state")["pods"] == 1
     pod = ctl("POST", f"pods/{NS}/p/oom")
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     ctl("POST", "faults/errors", {"code": 503, "count": 1})
-    assert call(sim.host, sim.port, "GET", f"/api/v1/namespaces/{NS}/pods")[0] == 503
-    assert call(sim.host, sim.port, "GET", f"/api/v1/namespaces/{NS}/pods")[0] == 200
+    assert raw(sim, "GET", f"/api/v1/namespaces/{NS}/pods")[0] == 503
+    assert raw(sim, "GET", f"/api/v1/namespaces/{NS}/pods")[0] == 200
     ctl("POST", "faults/reject-creates", {"code": 422, "count": 1})
-    assert (
-        call(sim.host, sim.port, "POST", f"/api/v1/namespaces/{NS}/pods", pod_body("q"))[0] == 422
-    )
+    assert raw(sim, "POST", f"/api/v1/namespaces/{NS}/pods", pod_body("q"))[0] == 422
     ctl("POST", "kubelet/pause")
     assert ctl("GET", "state")["kubeletPaused"] is True
     ctl("POST", "kubelet/resume")
@@ -63,10 +50,10 @@ def test_control_endpoint_scripts_a_scenario(sim: KubeSim) -> None:
     reqs = ctl("GET", "requests")
     assert [r["status"] for r in reqs] == [201, 503, 200, 422]
     assert ctl("GET", "requests/counts") == {"create": 2, "list": 2}
-    code, err = call(sim.host, sim.port, "POST", "/_kubesim/no-such-route", {})
+    code, err = raw(sim, "POST", "/_kubesim/no-such-route", {})
     assert code == 404
     assert err["kind"] == "Status"
-    code, err = call(sim.host, sim.port, "POST", f"/_kubesim/pods/{NS}/missing/fail", {})
+    code, err = raw(sim, "POST", f"/_kubesim/pods/{NS}/missing/fail", {})
     assert code == 404
 
 
@@ -109,9 +96,9 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     with cli(kubeconfig, *flags, "--seed", "4", "--deterministic") as (proc, url):
         assert url in kubeconfig.read_text()
         port = int(url.rsplit(":", 1)[1])
-        code, version = call("127.0.0.1", port, "GET", "/version")
+        code, version = http_json("127.0.0.1", port, "GET", "/version")
         assert (code, version["major"]) == (200, "1")
-        code, state = call("127.0.0.1", port, "GET", "/_kubesim/state")
+        code, state = http_json("127.0.0.1", port, "GET", "/_kubesim/state")
         assert [n["capacity"] for n in state["nodes"]] == [5, 5]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

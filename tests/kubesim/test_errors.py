@@ -35,7 +35,9 @@ def exchange(sim: KubeSim, head: str, body: bytes = b"") -> tuple[int, dict[str,
     return int(status_line.split()[1]), orjson.loads(payload)
 
 
-def req(method: str, path: str, body: bytes = b"", ctype: str = "application/json") -> Any:
+def req(
+    method: str, path: str, body: bytes = b"", ctype: str = "application/json"
+) -> tuple[str, bytes]:
     """A well-framed request with a (possibly malformed) body: head, body."""
     head = f"{method} {path} HTTP/1.1\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}"
     return head, body
