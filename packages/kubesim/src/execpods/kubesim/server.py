@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import logging
 import re
 import socket
@@ -36,9 +37,13 @@ _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
-_DATE_CACHE: list[Any] = [0, ""]
-
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
+
+
+@functools.lru_cache(maxsize=2)
+def _http_date(second: int) -> str:
+    """The Date header for a second, formatted once per second however many requests come."""
+    return email.utils.formatdate(second, usegmt=True)
 
 
 def parse_bool(value: str | None, name: str) -> bool:
@@ -107,7 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.raw_requestline = line
-        parts = line.decode("latin-1").split()
+        text = line.decode("latin-1")
+        parts = text.split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/") or len(line) > 65536:
             self._reject(400, "malformed request line")
             return
@@ -123,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             headers[name.strip().lower()] = value.strip()
         self.command, self.path, self.request_version = method, target, version
-        self.requestline = line.decode("latin-1").rstrip("\r\n")
+        self.requestline = text.rstrip("\r\n")
         self._headers = headers
         connection = headers.get("connection", "").lower()
         if version == "HTTP/1.0":
@@ -152,11 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _date() -> str:
-        now = int(time.time())
-        cached = _DATE_CACHE
-        if cached[0] != now:
-            cached[:] = [now, email.utils.formatdate(now, usegmt=True)]
-        return str(cached[1])
+        return _http_date(int(time.time()))
 
     # -- plumbing ------------------------------------------------------------------------------
 
