@@ -13,6 +13,7 @@ from execpods.k8s import (
     KubernetesPodOperations,
     KubernetesSettings,
     executor_pod_name,
+    load_template,
     sanitize_prefix,
 )
 from execpods.kubesim import KubeSim
@@ -149,8 +150,6 @@ def test_the_template_is_the_starting_point(
 def test_a_bad_template_is_a_settings_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Service\n", encoding="utf-8")
-    from execpods.k8s import load_template
-
     with pytest.raises(SettingsError, match="podTemplateFile"):
         load_template(bad)
     with pytest.raises(SettingsError, match="podTemplateFile"):

@@ -158,11 +158,10 @@ class ExecutorPodTemplateBuilder:
         )
 
     def _template_image(self) -> str | None:
+        """The first container's image (`_check_template` made containers a list of mappings)."""
         containers = (self.template.get("spec") or {}).get("containers") or []
-        if containers and isinstance(containers[0], dict):
-            image = containers[0].get("image")
-            return image if isinstance(image, str) else None
-        return None
+        image = containers[0].get("image") if containers else None
+        return image if isinstance(image, str) else None
 
     def pod_name(self, *, executor_id: int, app_id: str) -> str:
         prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)

@@ -219,7 +219,7 @@ class WatchSource:
         logger.debug("Listed %d executor pods at resourceVersion %s.", len(pods), version)
 
     def _open(self, selector: str) -> BaseHTTPResponse:
-        timeout = max(1, int(self._settings.watch_timeout))
+        timeout = int(self._settings.watch_timeout)  # the setting's rule: at least 1 s
         kwargs: dict[str, Any] = {
             "label_selector": selector,
             "watch": True,
