@@ -18,30 +18,41 @@ FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=
 SidecarFactory = Callable[..., EmbeddedSidecar]
 
 
+POLL_S = 0.02
+
+
+class _Poll:
+    """One bounded wait: `check()` is `condition()`'s value; past the deadline a falsy one fails."""
+
+    def __init__(self, condition: Callable[[], Any], timeout: float, what: str) -> None:
+        self._condition = condition
+        self._timeout = timeout
+        self._what = what or str(condition)
+        self._deadline = time.monotonic() + timeout
+
+    def check(self) -> Any:
+        value = self._condition()
+        if not value and time.monotonic() > self._deadline:
+            pytest.fail(f"timed out after {self._timeout} s waiting for {self._what}")
+        return value
+
+
 def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, what: str = "") -> Any:
     """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        time.sleep(0.02)
+    poll = _Poll(condition, timeout, what)
+    while not (value := poll.check()):
+        time.sleep(POLL_S)
+    return value
 
 
 async def wait_for_async(
     condition: Callable[[], Any], *, timeout: float = 20.0, what: str = ""
 ) -> Any:
     """`wait_for` inside an event loop: the loop keeps running between polls."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or condition}")
-        await asyncio.sleep(0.02)
+    poll = _Poll(condition, timeout, what)
+    while not (value := poll.check()):
+        await asyncio.sleep(POLL_S)
+    return value
 
 
 @pytest.fixture
