@@ -303,8 +303,8 @@ def build_response(
 ) -> list[pb.StreamSnapshotsResponse]:
     """The messages for what is pending: one, or two when the first message must stand alone.
 
-    The first message of a stream holds exactly the current snapshot, in full; anything that
-    arrived with it goes into a second message.
+    The first message of a stream holds exactly one snapshot, the current one, in full; when later
+    snapshots arrived with it, they and the removals go into a second message.
     """
     snapshots = pending.snapshots
     removed = [encode_removal(r) for r in pending.removals]
