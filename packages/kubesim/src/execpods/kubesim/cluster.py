@@ -111,13 +111,23 @@ class Cluster:
         self.clock.call_later(delay, run)
 
     def _update(self, key: Key, uid: str, mutate: Callable[[Obj], Obj | None]) -> Obj | None:
-        pod = self.store.find(*key)
-        if pod is None or pod["metadata"].get("uid") != uid:
-            return None
+        """Apply a kubelet change to the pod `uid` only, or do nothing (None).
+
+        The uid is checked inside the store's locked update: a pod deleted and recreated under the
+        same name between a check and the write must not receive the old pod's change.
+        """
+        same_pod = False
+
+        def mutate_if_same_pod(pod: Obj) -> Obj | None:
+            nonlocal same_pod
+            same_pod = pod["metadata"].get("uid") == uid
+            return mutate(pod) if same_pod else None
+
         try:
-            return self.store.update(key[0], key[1], mutate)
+            updated = self.store.update(key[0], key[1], mutate_if_same_pod)
         except ApiError:
             return None
+        return updated if same_pod else None
 
     def _release(self, key: Key) -> None:
         with self._lock:
