@@ -23,6 +23,7 @@ from execpods.core.errors import (
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager, exit_reason
 from execpods.core.pods import (
+    EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
     ContainerState,
     ContainerStatus,
@@ -54,6 +55,7 @@ from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStor
 
 __all__ = [
     "DEFAULT_RESOURCE_PROFILE_ID",
+    "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
     "ApiThrottled",

@@ -29,9 +29,6 @@ from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
 
-EXECUTOR_CONTAINER_NAME = "spark-kubernetes-executor"
-"""The executor container's name in Spark-built pods; its exit code is preferred."""
-
 _EXIT_CODE_MEANINGS = {
     0: "exited normally",
     1: "a generic error, usually a failure in the application",
@@ -51,10 +48,7 @@ def describe_exit_code(code: int) -> str:
 
 def exit_code_of(state: ExecutorPodState) -> int:
     """The executor container's exit code, else the first terminated container's, else -1."""
-    pod = state.pod
-    code = pod.terminated_exit_code(EXECUTOR_CONTAINER_NAME)
-    if code is None:
-        code = pod.terminated_exit_code()
+    code = state.pod.executor_exit_code()
     return UNKNOWN_EXIT_CODE if code is None else code
 
 

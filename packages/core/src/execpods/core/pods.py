@@ -18,6 +18,9 @@ PodManifest: TypeAlias = dict[str, Any]
 
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
+EXECUTOR_CONTAINER_NAME = "spark-kubernetes-executor"
+"""The executor container's name in Spark-built pods: its state speaks for the executor."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerWaiting:
@@ -108,6 +111,18 @@ class ExecutorPod:
     def is_deleted(self) -> bool:
         """A pod with a deletion timestamp is on its way out, whatever its phase says."""
         return self.deletion_timestamp is not None
+
+    def executor_container(self) -> ContainerStatus | None:
+        """The executor container's status, else the first container's (a custom template)."""
+        for status in self.container_statuses:
+            if status.name == EXECUTOR_CONTAINER_NAME:
+                return status
+        return self.container_statuses[0] if self.container_statuses else None
+
+    def executor_exit_code(self) -> int | None:
+        """The executor container's exit code, else the first terminated container's."""
+        code = self.terminated_exit_code(EXECUTOR_CONTAINER_NAME)
+        return self.terminated_exit_code() if code is None else code
 
     def terminated_exit_code(self, container_name: str | None = None) -> int | None:
         """The exit code of the named container, or of the first terminated one when unnamed."""

@@ -8,7 +8,6 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
-    EXECUTOR_CONTAINER_NAME,
     ExecutorPodTemplateBuilder,
     executor_pod_name,
     load_template,
@@ -38,7 +37,6 @@ from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
-    "EXECUTOR_CONTAINER_NAME",
     "ApiGateway",
     "Backoff",
     "ClientConfiguration",

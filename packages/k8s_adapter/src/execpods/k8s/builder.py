@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    EXECUTOR_CONTAINER_NAME,
     SPARK_LABELS,
     ExecutorLabels,
     PodManifest,
@@ -29,7 +30,6 @@ from execpods.k8s.errors import DriverPodNotFound
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import KubernetesSettings
 
-EXECUTOR_CONTAINER_NAME = "spark-kubernetes-executor"
 MAX_POD_NAME_LENGTH = 63
 
 

@@ -36,7 +36,6 @@ from execpods.core import (
     PodState,
 )
 from execpods.core import ExecutorPodState as CorePodState
-from execpods.core.lifecycle import EXECUTOR_CONTAINER_NAME
 from execpods.sidecar.driver_view import Removal
 from execpods.v1 import allocator_pb2 as pb
 
@@ -68,13 +67,7 @@ class _Visible(NamedTuple):
 
 def _visible(state: CorePodState) -> _Visible:
     pod = state.pod
-    code = pod.terminated_exit_code(EXECUTOR_CONTAINER_NAME)
-    if code is None:
-        code = pod.terminated_exit_code()
-    statuses = pod.container_statuses
-    chosen = next((s for s in statuses if s.name == EXECUTOR_CONTAINER_NAME), None)
-    if chosen is None and statuses:
-        chosen = statuses[0]
+    chosen = pod.executor_container()
     container = None if chosen is None else chosen.state
     container_reason = (
         container.reason
@@ -89,7 +82,7 @@ def _visible(state: CorePodState) -> _Visible:
         message=pod.message or "",
         node_name=pod.node_name or "",
         pod_ip=pod.pod_ip or "",
-        exit_code=code,
+        exit_code=pod.executor_exit_code(),
         container_reason=container_reason,
     )
 
