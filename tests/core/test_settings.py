@@ -53,12 +53,20 @@ def test_properties_are_read_by_their_spark_names() -> None:
         ("spark.kubernetes.allocation.batch.delay", "-1s", "batch.delay: '-1s' is not a duration"),
         ("spark.kubernetes.allocation.batch.delay", "0s", "batch.delay=0.0 is invalid"),
         ("spark.kubernetes.executor.deleteOnTermination", "yes", "'yes' is not a boolean"),
-        ("execpods.labels.appId", " ", "appId=' ' is invalid: it must not be empty"),
+        ("execpods.labels.appId", " ", "appId=' ' is invalid: it must be a label key"),
+        ("execpods.labels.executorId", "Bad_Prefix/id", "it must be a label key"),
+        ("execpods.labels.executorRole", "exec utor", "it must be a label value"),
+        ("execpods.labels.executorRole", "x" * 64, "it must be a label value"),
     ],
 )
 def test_invalid_values_name_the_property_and_the_rule(key: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=re.escape(message)):
         CoreSettings.from_properties({key: value})
+
+
+def test_prefixed_label_keys_are_accepted() -> None:
+    settings = CoreSettings.from_properties({"execpods.labels.executorId": "example.com/exec-id"})
+    assert settings.labels.executor_id == "example.com/exec-id"
 
 
 def test_constructing_in_code_is_validated_too() -> None:

@@ -70,12 +70,29 @@ def non_negative(value: float) -> str | None:
     return None if value >= 0 else "must not be negative"
 
 
-def non_empty(value: str) -> str | None:
-    return None if value.strip() else "must not be empty"
-
-
 def any_value(_value: object) -> str | None:
     return None
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_value(value: str) -> str | None:
+    """A non-empty Kubernetes label value: the API refuses pods labelled with anything else."""
+    if _LABEL_NAME.match(value):
+        return None
+    return "must be a label value: up to 63 letters, digits, '-', '_' or '.', alphanumeric ends"
+
+
+def label_key(value: str) -> str | None:
+    """A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a label name."""
+    prefix, _, name = value.rpartition("/")
+    if _LABEL_NAME.match(name) and (
+        not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))
+    ):
+        return None
+    return "must be a label key: [prefix/]name, the name up to 63 letters, digits, '-', '_', '.'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,28 +251,28 @@ class CoreSettings(SettingsBase):
         "spark-app-selector",
         "Label key holding the application id.",
         parse=parse_str,
-        rule=non_empty,
+        rule=label_key,
     )
     label_role: str = setting(
         "execpods.labels.role",
         "spark-role",
         "Label key holding the pod's role.",
         parse=parse_str,
-        rule=non_empty,
+        rule=label_key,
     )
     label_executor_role: str = setting(
         "execpods.labels.executorRole",
         "executor",
         "Role label value of executor pods.",
         parse=parse_str,
-        rule=non_empty,
+        rule=label_value,
     )
     label_executor_id: str = setting(
         "execpods.labels.executorId",
         "spark-exec-id",
         "Label key holding the executor id.",
         parse=parse_str,
-        rule=non_empty,
+        rule=label_key,
     )
 
     @property

@@ -17,6 +17,7 @@ from execpods.core import CoreSettings, SettingsBase, SettingsError, unknown_key
 from execpods.core.settings import (
     SettingSpec,
     duration_setting,
+    label_value,
     non_negative,
     parse_int,
     parse_str,
@@ -28,16 +29,13 @@ from execpods.k8s import KubernetesSettings, is_known_key
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
-_APP_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+):(?P<port>\d{1,5})$")
 
 
 def _app_id_rule(value: str) -> str | None:
     if not value:
         return "must be set (--app-id, EXECPODS_APP_ID or --conf spark.app.id=...)"
-    if _APP_ID.match(value) is None:
-        return "must be a label value: up to 63 letters, digits, '-', '_' or '.', alphanumeric ends"
-    return None
+    return label_value(value)
 
 
 def listen_address_problem(value: str) -> str | None:
