@@ -70,3 +70,35 @@ def test_a_signal_ends_streams_and_deletes_the_executor_pods_unless_told_to_keep
     else:
         assert running_ids(sim, app_id) == {1, 2, 3}
         assert not any(r.method == "DELETE" for r in sim.requests())
+
+
+def test_concurrent_stops_stop_the_backend_once() -> None:
+    """A signal arriving while the process is already stopping must not run the stop twice."""
+    import asyncio
+
+    from execpods.core.testing import InMemoryPodOperations, SimpleExecutorPodBuilder
+    from execpods.sidecar.server import SidecarServer
+    from execpods.sidecar.settings import Settings
+    from execpods.sidecar.wiring import assemble
+
+    closes: list[str] = []
+    settings = Settings.from_properties(
+        {"spark.app.id": "twice", "execpods.sidecar.listen": "127.0.0.1:0"}
+    )
+    runtime = assemble(
+        settings,
+        pod_operations=InMemoryPodOperations(),
+        pod_builder=SimpleExecutorPodBuilder(),
+        sources=lambda store: (None, None),
+        close_client=lambda: closes.append("closed"),
+    )
+
+    async def scenario() -> None:
+        server = SidecarServer(runtime)
+        await server.start()
+        server.request_stop()
+        await asyncio.gather(server.stop(), server.stop())
+        await server.wait_stopped()
+
+    asyncio.run(scenario())
+    assert closes == ["closed"]

@@ -95,12 +95,19 @@ class SidecarServer:
         self.request_stop()
 
     def request_stop(self) -> None:
-        if self._stopping is None:
-            self._stopping = asyncio.get_running_loop().create_task(self.stop())
+        """Start stopping without waiting (from a signal handler); `wait_stopped` waits."""
+        self._stop_task()
 
     async def stop(self) -> None:
-        if self._stopped.is_set():
-            return
+        """Stop once: a second caller, or a signal during a stop, waits for the same stop."""
+        await asyncio.shield(self._stop_task())
+
+    def _stop_task(self) -> asyncio.Task[None]:
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_task(self._stop())
+        return self._stopping
+
+    async def _stop(self) -> None:
         grace = self.runtime.settings.sidecar.shutdown_grace
         try:
             await self._health.enter_graceful_shutdown()
