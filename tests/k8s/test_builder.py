@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from execpods.core import SettingsError
+from execpods.core import SPARK_LABELS, PodSelector, SettingsError
 from execpods.k8s import (
     DriverPodNotFound,
     ExecutorPodTemplateBuilder,
@@ -18,7 +18,7 @@ from execpods.k8s import (
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import IMAGE, executor_pod
+from tests.k8s.conftest import IMAGE
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -192,7 +192,9 @@ def test_built_pods_are_accepted_by_the_api(
     pod["metadata"]["namespace"] = "default"
     operations.create(pod)
     assert sim.pod("app-exec-9") is not None
-    assert executor_pod(1)["metadata"]["name"] == "spark-app-1-exec-1"
+    # Its labels are the ones the sources and deletes select on.
+    mine = PodSelector.executors_of(SPARK_LABELS, "app", [9])
+    assert [p.name for p in operations.list(mine)] == ["app-exec-9"]
 
 
 @pytest.mark.parametrize(

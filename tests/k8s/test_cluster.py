@@ -15,6 +15,7 @@ from execpods.k8s import (
     in_cluster,
     resolve_namespace,
 )
+from execpods.k8s.cluster import DEFAULT_POOL_MAXSIZE
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import executor_pod, free_port
@@ -24,7 +25,8 @@ def test_kubeconfig_and_context(sim: KubeSim) -> None:
     sim.create_pod(executor_pod(1))
     settings = KubernetesSettings(kubeconfig=str(sim.kubeconfig_path), context="kubesim")
     client = api_client_from(settings)
-    assert client.configuration.connection_pool_maxsize >= 16
+    # Room for the watch, the poll and the operations at once, as connect() promises.
+    assert client.configuration.connection_pool_maxsize == DEFAULT_POOL_MAXSIZE >= 16
     operations = KubernetesPodOperations(ApiGateway(client, namespace=resolve_namespace(settings)))
     assert [p.name for p in operations.list(PodSelector())] == ["spark-app-1-exec-1"]
     client.close()
