@@ -32,10 +32,6 @@ class ExecutorLabels:
         labels[self.executor_id] = str(executor_id)
         return labels
 
-    def selector_for_app(self, app_id: str) -> str:
-        """A label selector string for all executor pods of `app_id`."""
-        return ",".join(f"{key}={value}" for key, value in self.for_app(app_id).items())
-
     def executor_id_of(self, name: str, labels: Mapping[str, str]) -> int | None:
         """The executor id a pod carries, or None (with a warning) when it is missing or invalid.
 

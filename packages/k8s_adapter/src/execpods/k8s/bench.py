@@ -23,7 +23,13 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 import orjson
-from execpods.core import SPARK_LABELS, DeterministicScheduler, ExecutorPod, SnapshotsStoreImpl
+from execpods.core import (
+    SPARK_LABELS,
+    DeterministicScheduler,
+    ExecutorPod,
+    PodSelector,
+    SnapshotsStoreImpl,
+)
 from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
 from execpods.k8s.convert import pod_from_model, pods_from_list_json
@@ -33,7 +39,7 @@ from execpods.k8s.settings import KubernetesSettings
 from execpods.k8s.watch import WatchSource
 
 APP_ID = "bench-app"
-SELECTOR = SPARK_LABELS.selector_for_app(APP_ID)
+SELECTOR = PodSelector.executors_of(SPARK_LABELS, APP_ID).label_selector()
 
 
 class CountingStore(SnapshotsStoreImpl):

@@ -16,6 +16,7 @@ from execpods.core import (
     Cancellable,
     CoreSettings,
     PodOperationError,
+    PodSelector,
     Scheduler,
     SnapshotsStore,
     ThreadScheduler,
@@ -65,7 +66,7 @@ class PollSource:
             if self._scheduler is None:
                 self._scheduler = ThreadScheduler(workers=1, name=f"execpods-poll-{app_id}")
             logger.debug("Starting to check for executor pod state every %.3fs.", self._interval)
-            selector = self._labels.selector_for_app(app_id)
+            selector = PodSelector.executors_of(self._labels, app_id).label_selector()
             self._task = self._scheduler.schedule_with_fixed_delay(
                 self._interval, self._interval, lambda: self.poll_once(selector)
             )

@@ -38,6 +38,7 @@ from execpods.core import (
     ExecutorLabels,
     ExecutorPod,
     PodOperationError,
+    PodSelector,
     SnapshotsStore,
     SystemClock,
 )
@@ -146,11 +147,10 @@ class WatchSource:
         if not self._enabled:
             logger.info("The executor pod watch is disabled (enableApiWatcher=false).")
             return
-        logger.debug(
-            "Starting watch for pods with labels %s.", self._labels.selector_for_app(app_id)
-        )
+        selector = PodSelector.executors_of(self._labels, app_id).label_selector()
+        logger.debug("Starting watch for pods with labels %s.", selector)
         self._thread = threading.Thread(
-            target=self._run, args=(app_id,), name=f"execpods-watch-{app_id}", daemon=True
+            target=self._run, args=(selector,), name=f"execpods-watch-{app_id}", daemon=True
         )
         self._thread.start()
 
@@ -171,10 +171,9 @@ class WatchSource:
         """One watch stream from `resource_version`, in the caller's thread, until it ends or
         `stop()` is called: the benchmark's way to measure ingest without the list."""
         self._resource_version = resource_version
-        self._watch(self._labels.selector_for_app(app_id))
+        self._watch(PodSelector.executors_of(self._labels, app_id).label_selector())
 
-    def _run(self, app_id: str) -> None:
-        selector = self._labels.selector_for_app(app_id)
+    def _run(self, selector: str) -> None:
         expired_streak = 0
         while not self._waiter.stopped:
             delay: float | None = None
