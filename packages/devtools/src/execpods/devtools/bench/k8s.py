@@ -1,7 +1,8 @@
 """Benchmark: watch ingest (API event -> store update), raw-JSON path vs the client's model path,
 side by side in one run on the simulator; and the conversion of a 10,000-pod list.
 
-    .venv/bin/python -m execpods.k8s.bench [--events 10000] [--pods 10000] [--model-pods 2000]
+    .venv/bin/python -m execpods.devtools.bench.k8s [--events 10000] [--pods 10000]
+        [--model-pods 2000]
 
 The events are made first (pods created and started in the simulator, which keeps them in its
 event window); each path then watches from the version before them, so the simulator replays every
@@ -9,7 +10,7 @@ event as fast as the path consumes it, and the clock runs from opening the watch
 holding the last update. The model path is what the client offers: `kubernetes.watch.Watch`
 deserialising each event into a `V1Pod`, then converted to the core's pod.
 
-The simulator lives in a dev-only package; the adapter never imports it outside this script.
+It lives in the dev-only `execpods-devtools`, so the adapter itself never imports the simulator.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 import orjson
+from execpods import kubesim
 from execpods.core import (
     SPARK_LABELS,
     DeterministicScheduler,
@@ -228,7 +230,6 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--model-pods", type=int, default=2_000)
     args = parser.parse_args()
-    from execpods import kubesim  # noqa: PLC0415  (the benchmark alone; see the layering contract)
 
     window = max(args.events, args.pods) * 4
     with kubesim.KubeSim(deterministic=True, event_window=window) as sim:
