@@ -62,7 +62,7 @@ def test_no_second_batch_until_the_first_is_running(
     sidecar = make_sidecar("batches", conf={"spark.kubernetes.allocation.batch.size": "3"})
     rounds: list[int] = []
     sim.pause_kubelet()
-    sidecar.runtime.store.add_subscriber(0.1, lambda batch: rounds.append(len(batch)))
+    sidecar.runtime.backend.subscribe(0.1, lambda batch: rounds.append(len(batch)))
     with AllocatorClient(sidecar.address) as client:
         client.request_total(7)
         wait_for(lambda: len(app_pods(sim, "batches")) == 3, what="the first batch")

@@ -18,19 +18,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from execpods.core.clock import Clock
 from execpods.core.errors import PodOperationError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
+    SnapshotsReader,
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodState
-from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ExecutorPodsAllocator:
         settings: CoreSettings,
         pod_builder: ExecutorPodBuilder,
         pod_operations: PodOperations,
-        store: SnapshotsStore,
+        store: SnapshotsReader,
         clock: Clock,
     ) -> None:
         self._settings = settings

@@ -18,7 +18,7 @@ from execpods.core import (
     PodOperationError,
     PodSelector,
     Scheduler,
-    SnapshotsStore,
+    SnapshotsWriter,
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
@@ -32,7 +32,7 @@ class PollSource:
 
     def __init__(
         self,
-        store: SnapshotsStore,
+        store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
         settings: KubernetesSettings | None = None,

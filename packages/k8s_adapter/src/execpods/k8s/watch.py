@@ -39,7 +39,7 @@ from execpods.core import (
     ExecutorPod,
     PodOperationError,
     PodSelector,
-    SnapshotsStore,
+    SnapshotsWriter,
     SystemClock,
 )
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
@@ -104,7 +104,7 @@ class WatchSource:
 
     def __init__(
         self,
-        store: SnapshotsStore,
+        store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
         settings: KubernetesSettings | None = None,
