@@ -1,4 +1,4 @@
-"""The seed's ExecutorPodsAllocatorSuite as behaviour tests, and what the seed left unsaid."""
+"""Spark's ExecutorPodsAllocatorSuite (SPARK-24248) as behaviour tests, and what it left unsaid."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def make_backend(
     return BackendRig(backend, store, pods, driver, requests, watch, poll, log)
 
 
-def test_start_all_components_in_the_seed_order() -> None:
+def test_start_all_components_in_sparks_order() -> None:
     rig = make_backend()
     rig.backend.start()
     assert rig.backend.counts().total == 3
@@ -134,7 +134,7 @@ def test_start_all_components_in_the_seed_order() -> None:
     assert rig.watch.started_with == rig.poll.started_with == [TEST_APP_ID]
 
 
-def test_stop_all_components_in_the_seed_order_even_when_one_fails() -> None:
+def test_stop_all_components_in_sparks_order_even_when_one_fails() -> None:
     rig = make_backend(watch_fails=True)
     rig.backend.start()
     rig.log.clear()

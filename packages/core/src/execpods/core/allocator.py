@@ -1,6 +1,6 @@
 """The allocator: reconciles the desired number of executors against the latest snapshot.
 
-Seed semantics (SPARK-24248): executors are requested in batches, and no new batch is requested
+Spark's rules (SPARK-24248): executors are requested in batches, and no new batch is requested
 while any executor is pending or any requested executor has not yet appeared in a snapshot. An
 executor requested but unseen for longer than the pod creation timeout is assumed lost (the create
 never took effect, or its creation and deletion events were both missed): its pod is deleted by
@@ -57,7 +57,7 @@ class ExecutorCounts:
 def executors_to_request(
     *, target: int, counts: ExecutorCounts, outstanding_requests: int, batch_size: int
 ) -> int:
-    """How many executors to request this round (the seed's rule, as a pure function).
+    """How many executors to request this round (SPARK-24248's rule, as a pure function).
 
     Nothing while any executor is pending or requested-but-unseen: a batch must start running
     before the next is asked for, which keeps a slow cluster from being flooded with pods.

@@ -1,6 +1,6 @@
 """The lifecycle manager: turns executors in final states into driver notices and pod deletions.
 
-Seed semantics (SPARK-24248), with newer Spark's fix that a terminated pod is deleted at most once
+Spark's rules (SPARK-24248), with newer Spark's fix that a terminated pod is deleted at most once
 per round (SPARK-54198): a deleted pod is reported to the driver as not caused by the app; a failed
 or succeeded pod is deleted (when `deleteOnTermination` is on) and reported with its exit code and
 the API's explanation. A cache of removed executors keeps the driver from hearing twice while a

@@ -1,8 +1,9 @@
 """The poll source: every `apiPollingInterval`, list the executor pods, replace the snapshot.
 
 This is what makes the system level-triggered: whatever the watch missed, the next full list
-repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as the
-seed's suite does); by default it owns a one-thread `ThreadScheduler` named after the app. With
+repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as
+SPARK-24248's `ExecutorPodsPollingSnapshotSourceSuite` does); by default it owns a one-thread
+`ThreadScheduler` named after the app. With
 `execpods.kubernetes.pollFromCache` it lists with `resourceVersion=0`, which the API server answers
 from its watch cache instead of a quorum read from etcd: cheaper, possibly a little stale.
 """
