@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from execpods.core.errors import PodOperationError
@@ -125,14 +125,6 @@ class ExecutorPodsAllocator:
     def total_expected_executors(self) -> int:
         with self._lock:
             return sum(self._targets.values())
-
-    def requested_but_unseen(self) -> Mapping[int, float]:
-        """Executor id -> monotonic time it was requested, for those not yet in any snapshot.
-
-        Safe to call from any thread: the dict is copied in one step before it is read.
-        """
-        requested = dict(self._requested)
-        return {executor_id: r.created_at for executor_id, r in requested.items()}
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """One allocation round (the store calls it serially)."""
