@@ -6,7 +6,12 @@ client libraries, and no threads until a `ThreadScheduler` is given work.
 """
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator, executors_to_request
-from execpods.core.backend import AllocationCounts, ExecutorPodsBackend, LifecycleFanout
+from execpods.core.backend import (
+    AllocationCounts,
+    ExecutorPodsBackend,
+    LifecycleFanout,
+    ShutdownReport,
+)
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
 from execpods.core.errors import (
@@ -21,6 +26,7 @@ from execpods.core.errors import (
     PodOperationError,
     SettingsError,
 )
+from execpods.core.idlists import INT64_MAX, clip, summarize_ids
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager, exit_reason
 from execpods.core.pods import (
@@ -67,6 +73,7 @@ __all__ = [
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
+    "INT64_MAX",
     "Clock",
     "ContainerRunning",
     "ContainerState",
@@ -103,6 +110,7 @@ __all__ = [
     "PodState",
     "Scheduler",
     "SettingsBase",
+    "ShutdownReport",
     "SettingsError",
     "SnapshotSource",
     "SnapshotsCallback",
@@ -115,10 +123,12 @@ __all__ = [
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "clip",
     "compose_backend",
     "executors_to_request",
     "exit_reason",
     "no_sources",
     "parse_duration",
+    "summarize_ids",
     "unknown_keys",
 ]

@@ -100,4 +100,5 @@ def compose_backend(
         ),
         sources=sources(store),
         close=close,
+        clock=clock,
     )

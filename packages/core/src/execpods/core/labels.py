@@ -10,6 +10,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from execpods.core.idlists import INT64_MAX
+
 logger = logging.getLogger(__name__)
 
 
@@ -49,7 +51,14 @@ class ExecutorLabels:
                 raw,
             )
             return None
-        return int(raw)
+        executor_id = int(raw)
+        if executor_id > INT64_MAX:
+            # A valid label value, but no executor id: the contract carries ids as int64.
+            logger.warning(
+                "Skipping pod %s: its %s label %r is beyond 64 bits.", name, self.executor_id, raw
+            )
+            return None
+        return executor_id
 
 
 SPARK_LABELS = ExecutorLabels()

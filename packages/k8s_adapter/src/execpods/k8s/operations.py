@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from execpods.core import ExecutorPod, PodManifest, PodNotFound, PodSelector
+from execpods.core import SPARK_LABELS, ExecutorPod, PodManifest, PodNotFound, PodSelector
 from execpods.k8s.convert import pods_from_list
 from execpods.k8s.gateway import ApiGateway
 
@@ -25,10 +25,17 @@ def _name_of(manifest: PodManifest) -> str:
 
 
 class KubernetesPodOperations:
-    """The core's `PodOperations` (plus `patch_labels`, `list_with_version`, `get`)."""
+    """The core's `PodOperations` (plus `patch_labels`, `list_with_version`, `get`).
 
-    def __init__(self, gateway: ApiGateway) -> None:
+    `executor_id_label` is the label key of executor ids (execpods.labels.executorId): listed pods
+    whose id there is beyond int64 are skipped as malformed.
+    """
+
+    def __init__(
+        self, gateway: ApiGateway, *, executor_id_label: str = SPARK_LABELS.executor_id
+    ) -> None:
         self._gateway = gateway
+        self._executor_id_label = executor_id_label
 
     @property
     def namespace(self) -> str:
@@ -56,9 +63,8 @@ class KubernetesPodOperations:
     def delete_by_selector(self, selector: PodSelector) -> int:
         label_selector = selector.label_selector()
         field_selector = selector.field_selector()
-        what = f"delete pods {label_selector!r}" + (
-            f" with {field_selector!r}" if field_selector else ""
-        )
+        # Named in errors and logs: summarised, since a kill's selector may list 500 ids.
+        what = f"delete pods {selector.describe()!r}"
         kwargs: dict[str, Any] = {"label_selector": label_selector}
         if field_selector is not None:
             kwargs["field_selector"] = field_selector
@@ -91,7 +97,7 @@ class KubernetesPodOperations:
         body = self._gateway.request_json(
             f"list pods {label_selector!r}", "list_namespaced_pod", self.namespace, **kwargs
         )
-        return pods_from_list(body)
+        return pods_from_list(body, executor_id_label=self._executor_id_label)
 
     def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""

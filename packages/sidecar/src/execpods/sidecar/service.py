@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import grpc
 from execpods.core import (
+    INT64_MAX,
     ApiThrottled,
     ApiUnavailable,
     PodAdmissionRejected,
@@ -24,15 +25,23 @@ from execpods.core import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    clip,
+    summarize_ids,
 )
-from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, StreamFeed, build_response
+from execpods.sidecar.resume import InvalidPosition, Opened, Position
+from execpods.sidecar.streams import (
+    EncodingCache,
+    SnapshotEncoder,
+    StreamCursor,
+    StreamFeed,
+    build_response,
+)
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
-INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[0-9]+")
 
 
@@ -46,8 +55,8 @@ def parse_executor_ids(values: Iterable[str]) -> list[int]:
     for index, text in enumerate(values):
         if _DECIMAL.fullmatch(text) is None or int(text) > INT64_MAX:
             raise InvalidArgument(
-                f"executor_ids[{index}]={text!r} is not an executor id (a decimal integer "
-                'such as "7"); nothing was deleted'
+                f"executor_ids[{index}]={clip(repr(text), 100)} is not an executor id (a "
+                'decimal integer such as "7" up to 2^63-1); nothing was deleted'
             )
         ids.append(int(text))
     return ids
@@ -124,11 +133,12 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
         except PodOperationError as error:
-            logger.warning("Could not kill executors %s: %s", ids, error)
-            await _abort(context, status_of(error), f"could not delete the pods: {error}")
+            text = clip(str(error))
+            logger.warning("Could not kill executors %s: %s", summarize_ids(sorted(ids)), text)
+            await _abort(context, status_of(error), f"could not delete the pods: {text}")
         except RuntimeError:  # the request scheduler is shut down
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        logger.info("Killed executors %s: %d pods deleted.", sorted(ids), deleted)
+        logger.info("Killed executors %s: %d pods deleted.", summarize_ids(sorted(ids)), deleted)
         return pb.KillExecutorsResponse(deleted_pods=deleted)
 
     async def UpdateDriverExecutors(  # noqa: N802 (the contract's names)
@@ -147,12 +157,14 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     async def StreamSnapshots(  # noqa: N802 (the contract's names)
         self, request: pb.StreamSnapshotsRequest, context: Any
     ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
-        if request.batch_interval_ms < 0:
+        longest_ms = round(self._runtime.settings.sidecar.stream_max_batch_interval * 1000)
+        if not 0 <= request.batch_interval_ms <= longest_ms:
             await _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must not be "
-                "negative (0 means the server's default)",
+                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must be between 0 "
+                f"(the server's default) and {longest_ms} "
+                "(execpods.sidecar.stream.maxBatchInterval)",
             )
         if self._closing:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
@@ -165,34 +177,61 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             asyncio.get_running_loop(),
             max_pending=self._runtime.settings.sidecar.stream_max_pending,
         )
+        resume_from = (
+            Position(
+                incarnation=request.resume_from.incarnation,
+                sequence=request.resume_from.sequence,
+            )
+            if request.HasField("resume_from")
+            else None
+        )
+        try:
+            opened = self._runtime.removal_log.open(resume_from, feed.on_removal)
+        except InvalidPosition as error:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._feeds.add(feed)
         try:
-            subscription = self._runtime.backend.subscribe(
-                interval, feed.on_snapshots, on_removal=feed.on_removal
-            )
+            subscription = self._runtime.backend.subscribe(interval, feed.on_snapshots)
         except RuntimeError:
+            opened.cancel()
             self._feeds.discard(feed)
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
-        logger.debug("A stream subscribed every %.3f s (%d open).", interval, len(self._feeds))
+        logger.debug(
+            "A stream subscribed every %.3f s (%d open)%s.",
+            interval,
+            len(self._feeds),
+            _resumed(opened, resume_from),
+        )
         try:
-            async for response in self._messages(feed):
+            async for response in self._messages(feed, opened):
                 yield response
         finally:
             subscription.cancel()
+            opened.cancel()
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
 
-    async def _messages(self, feed: StreamFeed) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+    async def _messages(
+        self, feed: StreamFeed, opened: Opened
+    ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
         # The feed holds removals back until its first snapshot, so the first message that
         # carries anything carries the current snapshot.
         encoder = SnapshotEncoder(self._cache)
+        cursor = StreamCursor(opened.start, resync=opened.resync)
         first = True
         while True:
             await feed.wait()
             pending = feed.take()
             if pending.snapshots or pending.removals:
-                for response in build_response(encoder, pending, first=first):
+                for response in build_response(encoder, pending, first=first, cursor=cursor):
                     yield response
                 first = False
             if feed.closed:
                 return
+
+
+def _resumed(opened: Opened, resume_from: Position | None) -> str:
+    if resume_from is None:
+        return ""
+    flag = ", re-syncing" if opened.resync else ""
+    return f", resumed after removal {resume_from.sequence} with {len(opened.backlog)} missed{flag}"

@@ -81,6 +81,21 @@ class SidecarSettings(SettingsBase):
         parse=parse_int,
         rule=positive,
     )
+    stream_max_batch_interval: float = duration_setting(
+        "execpods.sidecar.stream.maxBatchInterval",
+        "60s",
+        "Longest batch_interval_ms a stream may ask for (beyond it: INVALID_ARGUMENT), so no "
+        "stream can be silenced for ever.",
+    )
+    stream_removal_window: int = setting(
+        "execpods.sidecar.stream.removalWindow",
+        10_000,
+        "Removal decisions kept for streams that resume (StreamSnapshotsRequest.resume_from); "
+        "a position older than the window re-syncs. Costs about 1 KB per removal kept (the "
+        "message text included), so about 10 MB at the default.",
+        parse=parse_int,
+        rule=positive,
+    )
     max_concurrent_rpcs: int = setting(
         "execpods.sidecar.maxConcurrentRpcs",
         0,

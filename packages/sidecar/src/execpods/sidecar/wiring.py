@@ -33,6 +33,7 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -40,11 +41,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
+    """A sidecar's allocation: the backend (the one facade), the driver view beside it, and
+    the numbered removals that streams resume from."""
 
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
+    removal_log: RemovalLog
 
     @property
     def app_id(self) -> str:
@@ -64,23 +67,25 @@ def assemble(
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
-    The driver view is both the backend's `DriverView` and its lifecycle observer.
+    The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
+    log is the other observer.
     """
     view = InferredDriverView()
+    removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
         pod_operations=pod_operations,
         pod_builder=pod_builder,
         driver=view,
-        observers=(view,),
+        observers=(view, removal_log),
         sources=sources,
         clock=clock,
         store_scheduler=store_scheduler,
         request_scheduler=request_scheduler,
         close=close_client,
     )
-    return Runtime(settings=settings, backend=backend, driver_view=view)
+    return Runtime(settings=settings, backend=backend, driver_view=view, removal_log=removal_log)
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -101,7 +106,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     try:
         namespace = resolve_namespace(k8s)
         gateway = ApiGateway(api_client, namespace=namespace, request_timeout=k8s.request_timeout)
-        operations = KubernetesPodOperations(gateway)
+        operations = KubernetesPodOperations(
+            gateway, executor_id_label=settings.core.labels.executor_id
+        )
         builder = ExecutorPodTemplateBuilder.create(k8s, operations, labels=settings.core.labels)
     except BaseException:
         api_client.close()
