@@ -8,7 +8,11 @@ requests beyond the documented caps are INVALID_ARGUMENT.
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import grpc
 import pytest
@@ -160,3 +164,55 @@ def test_an_interval_beyond_the_maximum_is_invalid(make_sidecar: SidecarFactory)
         assert "maxBatchInterval" in (refused.value.details() or "")
         with client.stream_snapshots(batch_interval_ms=2_000) as stream:
             assert next(iter(stream)).latest is not None
+
+
+SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+
+
+@pytest.mark.parametrize("outage_s", [1.5, None], ids=["outage-ends-in-grace", "outage-outlasts"])
+def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
+    sim: KubeSim, outage_s: float | None
+) -> None:
+    app_id = "outage"
+    command = [
+        str(SIDECAR),
+        "serve",
+        "--app-id",
+        app_id,
+        "--api-url",
+        sim.url,
+        "--listen",
+        "127.0.0.1:0",
+        "--image",
+        "spark:test",
+        "--initial-executors",
+        "3",
+        "--conf",
+        "spark.kubernetes.allocation.batch.delay=100ms",
+        "--conf",
+        "execpods.shutdown.deleteGrace=4s",
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        line = process.stdout.readline().strip()
+        assert line.startswith("execpods-sidecar: listening on "), line
+        wait_for(lambda: running_ids(sim, app_id) == {1, 2, 3}, what="three running")
+        sim.clear_requests()
+        sim.fail_requests(503, seconds=outage_s)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+        stderr = process.stderr.read()
+    sim.clear_faults()
+    deletes = [r for r in sim.requests() if r.method == "DELETE"]
+    assert len(deletes) >= 2  # retried, not one attempt
+    if outage_s is not None:
+        assert code == 0, stderr
+        assert deletes[-1].status == 200
+        wait_for(lambda: not app_pods(sim, app_id), what="the executor pods to be gone")
+    else:
+        assert code == 1
+        assert "could not delete the executor pods of application outage" in stderr
+        assert "may be left" in stderr
+        assert running_ids(sim, app_id) == {1, 2, 3}
