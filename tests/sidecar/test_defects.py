@@ -195,7 +195,8 @@ def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as process:
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         line = process.stdout.readline().strip()
         assert line.startswith("execpods-sidecar: listening on "), line
         wait_for(lambda: running_ids(sim, app_id) == {1, 2, 3}, what="three running")

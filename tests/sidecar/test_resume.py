@@ -115,7 +115,8 @@ def test_a_gap_older_than_the_window_is_flagged_resync(make_sidecar: SidecarFact
         wait_for(lambda: any(u.resync for u in reader.updates), what="a re-sync")
         reader.stop()
     resynced = next(u for u in reader.updates if u.resync)
-    assert resynced.latest is not None and resynced.latest.was_full
+    assert resynced.latest is not None
+    assert resynced.latest.was_full
     removed = reader.removed()
     assert sorted(removed) == sorted(set(removed))
     assert 3 in removed  # the one the window kept is still sent

@@ -22,9 +22,7 @@ GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")
 
 
 def _numbered(sequence: int, executor_id: int, snapshot_serial: int = 0) -> NumberedRemoval:
-    removal = ExecutorRemoval(
-        executor_id=executor_id, reason=GONE, snapshot_serial=snapshot_serial
-    )
+    removal = ExecutorRemoval(executor_id=executor_id, reason=GONE, snapshot_serial=snapshot_serial)
     return NumberedRemoval(sequence=sequence, removal=removal)
 
 
