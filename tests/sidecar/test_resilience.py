@@ -12,8 +12,8 @@ import pytest
 from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
 from execpods.core import ExecutorPodsSnapshot, PodState
 from execpods.kubesim import KubeSim
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.sidecar.conftest import (
     SidecarFactory,
@@ -158,14 +158,24 @@ def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: Sideca
 
 def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:
     sidecar = make_sidecar("health")
+    # The typed stubs of grpcio-health-checking and grpcio-reflection leave their client stubs'
+    # methods out, so the calls go through the channel's typed multi-callables by method path.
     with grpc.insecure_channel(sidecar.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )
         for service in ("", "execpods.v1.ExecutorAllocator"):
-            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            answer = check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        reflect = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        (response,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=5))
+        (response,) = list(reflect(iter([request]), timeout=5))
         names = {s.name for s in response.list_services_response.service}
     assert {"execpods.v1.ExecutorAllocator", "grpc.health.v1.Health"} <= names
 
