@@ -1,7 +1,8 @@
 """Benchmark: watch ingest (API event -> store update), raw-JSON path vs the client's model path,
 side by side in one run on the simulator; and the conversion of a 10,000-pod list.
 
-    .venv/bin/python -m execpods.k8s.bench [--events 10000] [--pods 10000] [--model-pods 2000]
+    .venv/bin/python -m execpods.devtools.bench.k8s [--events 10000] [--pods 10000]
+        [--model-pods 2000]
 
 The raw path is the adapter's `WatchSource`, started as in production (list, then watch): its
 store holds the first event back while the events are made (pods created and started in the
@@ -11,7 +12,7 @@ the version before the same events (the simulator keeps them in its event window
 each event into a `V1Pod`, then converted to the core's pod; its clock runs from opening the
 watch to the last update.
 
-The simulator lives in a dev-only package; the adapter never imports it outside this script.
+It lives in the dev-only `execpods-devtools`, so the adapter itself never imports the simulator.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 import orjson
+from execpods import kubesim
 from execpods.core import (
     SPARK_LABELS,
     DeterministicScheduler,
@@ -255,7 +257,6 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--model-pods", type=int, default=2_000)
     args = parser.parse_args()
-    from execpods import kubesim  # noqa: PLC0415  (the benchmark alone; see the layering contract)
 
     window = max(args.events, args.pods) * 4
     with kubesim.KubeSim(deterministic=True, event_window=window) as sim:

@@ -1,4 +1,6 @@
-"""A replay of a scale-up and a failure through the core alone (python -m execpods.core.demo).
+"""A replay of a scale-up and a failure through the core alone.
+
+    .venv/bin/python -m execpods.devtools.core_demo
 
 It shows the core used as a library: `compose_backend` assembles the real store, allocator and
 lifecycle manager on a deterministic scheduler, with an in-memory "cluster" as the source that

@@ -1,4 +1,4 @@
-"""Sidecar benchmarks (printed): `.venv/bin/python -m execpods.sidecar.bench [--quick]`.
+"""Sidecar benchmarks (printed): `.venv/bin/python -m execpods.devtools.bench.sidecar [--quick]`.
 
 1. RequestTotal latency over loopback (p50, p99), with the sync client.
 2. StreamSnapshots delivery lag with 1 and with 100 subscribers while 1,000 executors start: for
@@ -180,7 +180,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m execpods.sidecar.bench")
+    parser = argparse.ArgumentParser(prog="python -m execpods.devtools.bench.sidecar")
     parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
     parser.add_argument("--executors", type=int, default=1000)
     parser.add_argument("--stream-interval-ms", type=int, default=100)
