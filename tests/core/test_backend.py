@@ -174,7 +174,7 @@ def test_kill_executors_is_one_delete_by_labels_run_asynchronously() -> None:
     assert future.result(timeout=0) == 0
 
 
-def test_request_total_executors_sets_the_target_asynchronously() -> None:
+def test_request_total_sets_the_target_asynchronously() -> None:
     rig = make_backend()
     rig.backend.start()
     future = rig.backend.request_total(5)
