@@ -104,8 +104,10 @@ def assemble(
             if request_scheduler is not None
             else ThreadScheduler(workers=1, name="execpods-requests")
         ),
-        watch_source=watch if core.enable_api_watcher else None,
-        poll_source=poll if core.enable_api_polling else None,
+        # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
+        # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
+        watch_source=watch,
+        poll_source=poll,
         close_client=close_client,
     )
     return Runtime(
