@@ -114,7 +114,7 @@ def bench_stream_lag(
         )
         with EmbeddedSidecar(props) as sidecar:
             reference = RunningTimes()
-            sidecar.runtime.store.add_subscriber(0.002, reference.on_snapshots)
+            sidecar.runtime.backend.subscribe(0.002, reference.on_snapshots)
             seen: list[dict[int, float]] = [{} for _ in range(subscribers)]
             started = time.monotonic()
 
@@ -165,7 +165,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
                 if snapshots and snapshots[-1].count(PodState.RUNNING) >= target:
                     done.set()
 
-            sidecar.runtime.store.add_subscriber(0.05, check)
+            sidecar.runtime.backend.subscribe(0.05, check)
             started = time.monotonic()
             client.request_total(executors)
             if not done.wait(900):
