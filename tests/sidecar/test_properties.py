@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,19 @@ def test_the_cli_refuses_a_typo_in_the_file_with_a_suggestion(
     assert error.startswith("execpods-sidecar: error: unknown setting: ")
     assert "spark.kubernetes.allocation.batch.dely (did you mean " in error
     assert "spark.kubernetes.allocation.batch.delay?)" in error
+
+
+def test_the_configuration_doc_lists_every_setting_as_declared() -> None:
+    """docs/configuration.md's tables are generated from the specs and must not be stale."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_settings_doc.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for key in all_specs():
+        assert f"| `{key}` |" in doc

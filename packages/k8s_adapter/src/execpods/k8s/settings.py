@@ -190,6 +190,7 @@ class KubernetesSettings(SettingsBase):
         "Executor heap (JVM-style size; a bare number is MiB).",
         parse=parse_memory_mib,
         rule=positive,
+        default_text="1g",
         flag="--executor-memory",
     )
     memory_overhead_mib: int | None = setting(

@@ -112,6 +112,29 @@ def all_specs() -> dict[str, SettingSpec]:
     return specs
 
 
+def _markdown(text: str) -> str:
+    return text.replace("|", "&#124;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def settings_table() -> str:
+    """Every property as Markdown tables, one per settings class (docs/configuration.md)."""
+    sections = []
+    for cls in SETTINGS_CLASSES:
+        title = (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+        rows = [
+            f"| `{spec.key}` | {f'`{spec.default_text}`' if spec.default_text else '-'} | "
+            + " ".join(f"`{via}`" for via in (spec.flag, spec.env) if via)
+            + f" | {_markdown(spec.doc)} |"
+            for spec in cls.specs().values()
+        ]
+        sections.append(
+            f"### `{cls.__name__}`: {title}\n\n"
+            "| property | default | flag, variable | what it does |\n| --- | --- | --- | --- |\n"
+            + "\n".join(rows)
+        )
+    return "\n\n".join(sections) + "\n"
+
+
 def flagged_specs() -> list[SettingSpec]:
     """The settings that have a dedicated command-line flag, in declaration order."""
     return [spec for spec in all_specs().values() if spec.flag is not None]
