@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,8 @@ from execpods.sidecar.properties import (
     read_properties_file,
 )
 from execpods.sidecar.settings import Settings, all_specs, review_properties
+
+from tests.generators import assert_not_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "docs" / "examples" / "spark-defaults.conf"
@@ -193,15 +193,7 @@ def test_the_cli_refuses_a_typo_in_the_file_with_a_suggestion(
 
 def test_the_configuration_doc_lists_every_setting_as_declared() -> None:
     """docs/configuration.md's tables are generated from the specs and must not be stale."""
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gen_settings_doc.py"), "--check"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert_not_stale("gen_settings_doc.py")
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     for key in all_specs():
         assert f"| `{key}` |" in doc
