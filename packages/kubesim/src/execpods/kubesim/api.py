@@ -19,6 +19,7 @@ from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
+from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -54,7 +55,16 @@ class KubeSim:
         self.cluster = Cluster(self.store, self.clock, self.config)
         self.faults = Faults(self.clock)
         self.log = RequestLog()
-        self.api = PodApi(store=self.store, cluster=self.cluster, faults=self.faults, log=self.log)
+        self.create_limit = CreateRateLimit(
+            self.clock, self.config.create_rate, self.config.create_burst
+        )
+        self.api = PodApi(
+            store=self.store,
+            cluster=self.cluster,
+            faults=self.faults,
+            log=self.log,
+            create_limit=self.create_limit,
+        )
         self._host = host
         self._port = port
         self._bookmark_interval = bookmark_interval
@@ -190,13 +200,14 @@ class KubeSim:
         return None if obj is None else copy_obj(obj)
 
     def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
-        """Create a pod in process, with the same admission as a POST.
+        """Create a pod in process, with the same admission as a POST (test set-up: it is not an
+        API request, so the create-rate cap does not apply).
 
         The body is copied first: admission keeps its nested maps in the stored pod, which must
         not change when the caller reuses the body (over HTTP every body is freshly parsed).
         """
         owned = copy_obj(body) if isinstance(body, dict) else body
-        return copy_obj(self.api.create(namespace, owned))
+        return copy_obj(self.api.create(namespace, owned, limited=False))
 
     def delete_pod(
         self, name: str, namespace: str = "default", *, grace_period: int | None = None
@@ -254,6 +265,24 @@ class KubeSim:
 
     def resume_kubelet(self) -> None:
         self.cluster.resume_kubelet()
+
+    def set_start_latency(
+        self, mean: float, spread: float = 0.0, *, distribution: Distribution = "uniform"
+    ) -> None:
+        """Change how long containers take to start from now on (pods already waiting keep
+        their drawn latency); see :class:`ClusterConfig` for the distributions."""
+        check_latency(distribution, mean, spread)
+        self.config = dataclasses.replace(
+            self.config, start_latency=mean, start_jitter=spread, start_distribution=distribution
+        )
+        self.cluster.config = self.config
+
+    def set_create_rate(self, per_second: float, *, burst: int = 0) -> None:
+        """Cap API pod creates at ``per_second`` (0 lifts the cap), ``burst`` at once (0: one
+        second's worth); beyond it creates get 429 with ``Retry-After``. The bucket starts full."""
+        self.create_limit.configure(per_second, burst)
+        self.config = dataclasses.replace(self.config, create_rate=per_second, create_burst=burst)
+        self.cluster.config = self.config
 
     def compact(self) -> str:
         """Forget the event window: watches and exact lists from older versions get 410."""
@@ -327,6 +356,12 @@ class KubeSim:
             "pods": len(self.store),
             "watches": self.watch_count(),
             "kubeletPaused": self.cluster.paused,
+            "startLatency": {
+                "mean": self.config.start_latency,
+                "spread": self.config.start_jitter,
+                "distribution": self.config.start_distribution,
+            },
+            "createRate": self.create_limit.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

@@ -15,6 +15,7 @@ from types import FrameType
 
 from execpods.kubesim.api import KubeSim
 from execpods.kubesim.cluster import ClusterConfig
+from execpods.kubesim.limits import DISTRIBUTIONS
 
 __all__ = ["build_parser", "main"]
 
@@ -45,6 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("MEAN", "JITTER"),
         help="container start latency in seconds: mean and optional +/- jitter "
         f"(default {c.start_latency:g} {c.start_jitter:g})",
+    )
+    p.add_argument(
+        "--start-distribution",
+        choices=DISTRIBUTIONS,
+        default=c.start_distribution,
+        help="how start latencies spread around the mean: uniform (mean +/- jitter), fixed, "
+        "normal or lognormal (jitter is the standard deviation) (default %(default)s)",
+    )
+    p.add_argument(
+        "--create-rate",
+        type=float,
+        default=c.create_rate,
+        metavar="PER_SECOND",
+        help="cap pod creates per second; beyond it 429 with Retry-After (default 0: no cap)",
+    )
+    p.add_argument(
+        "--create-burst",
+        type=int,
+        default=c.create_burst,
+        help="creates allowed at once under --create-rate (default 0: one second's worth)",
     )
     p.add_argument(
         "--stop-latency", type=float, default=c.stop_latency, help="graceful stop time (s)"
@@ -79,26 +100,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if len(args.start_latency) > 2:
-        parser.error("--start-latency takes MEAN and at most one JITTER")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+def _config(args: argparse.Namespace) -> ClusterConfig:
+    """The cluster the flags describe (ValueError for values ClusterConfig refuses)."""
     mean = args.start_latency[0]
     jitter = args.start_latency[1] if len(args.start_latency) > 1 else 0.0
-    config = ClusterConfig(
+    return ClusterConfig(
         nodes=args.nodes,
         pods_per_node=args.node_capacity,
         schedule_delay=args.schedule_delay,
         start_latency=mean,
         start_jitter=jitter,
+        start_distribution=args.start_distribution,
+        create_rate=args.create_rate,
+        create_burst=args.create_burst,
         stop_latency=args.stop_latency,
         seed=args.seed,
         failure_rate=args.failure_rate,
         failure_after=args.failure_after,
         image_pull_failures=tuple(args.image_pull_failure),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.start_latency) > 2:
+        parser.error("--start-latency takes MEAN and at most one JITTER")
+    try:
+        config = _config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
 
 if TYPE_CHECKING:
     from execpods.kubesim.api import KubeSim
@@ -28,6 +29,12 @@ def _opt_int(data: dict[str, Any], key: str) -> int | None:
 def _opt_float(data: dict[str, Any], key: str) -> float | None:
     value = data.get(key)
     return None if value is None else float(value)
+
+
+def _distribution(value: object) -> Distribution:
+    if value not in DISTRIBUTIONS:
+        raise ValueError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {value!r}")
+    return cast(Distribution, value)
 
 
 def _ok(**extra: Any) -> dict[str, Any]:
@@ -74,6 +81,16 @@ ROUTES: dict[tuple[str, str], Action] = {
         )
     ),
     ("POST", "faults/clear"): _void(lambda s, d: s.clear_faults()),
+    ("POST", "config/start-latency"): _void(
+        lambda s, d: s.set_start_latency(
+            float(d.get("mean", 1.0)),
+            float(d.get("spread", 0.0)),
+            distribution=_distribution(d.get("distribution", "uniform")),
+        )
+    ),
+    ("POST", "config/create-rate"): _void(
+        lambda s, d: s.set_create_rate(float(d.get("perSecond", 0)), burst=int(d.get("burst", 0)))
+    ),
     ("POST", "kubelet/pause"): _void(lambda s, d: s.pause_kubelet()),
     ("POST", "kubelet/resume"): _void(lambda s, d: s.resume_kubelet()),
     ("GET", "nodes"): lambda s, d: [dataclasses.asdict(n) for n in s.nodes()],

@@ -17,6 +17,7 @@ import orjson
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
+from execpods.kubesim.limits import CreateRateLimit
 from execpods.kubesim.patch import apply_patch
 from execpods.kubesim.pods import (
     SERVER_META,
@@ -209,12 +210,19 @@ class PodApi:
     """The pod verbs over a store and a cluster, with faults and a request log alongside."""
 
     def __init__(
-        self, *, store: PodStore, cluster: Cluster, faults: Faults, log: RequestLog
+        self,
+        *,
+        store: PodStore,
+        cluster: Cluster,
+        faults: Faults,
+        log: RequestLog,
+        create_limit: CreateRateLimit | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.faults = faults
         self.log = log
+        self.create_limit = create_limit or CreateRateLimit(cluster.clock)
         self._rng_lock = threading.Lock()
 
     # -- selectors and versions ----------------------------------------------------------------
@@ -302,7 +310,11 @@ class PodApi:
             return _pod_list(items[:limit], rv, cont, len(items) - limit)
         return _pod_list(items, rv)
 
-    def create(self, namespace: str, body: Any) -> Obj:
+    def create(self, namespace: str, body: Any, *, limited: bool = True) -> Obj:
+        """Admit and store a pod. ``limited`` creates (every API request) count against the
+        create-rate cap first: an overloaded server refuses before it reads the object."""
+        if limited:
+            self.create_limit.take()
         meta = body.get("metadata") if isinstance(body, dict) else None
         name = ""
         if isinstance(meta, dict):
