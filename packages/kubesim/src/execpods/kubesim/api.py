@@ -10,11 +10,14 @@ import dataclasses
 import logging
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from execpods.kubesim.clock import Clock, RealClock, VirtualClock
+from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
 from execpods.kubesim.errors import ApiError
@@ -47,6 +50,7 @@ class KubeSim:
         event_window: int = 10_000,
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
+        fresh_timeout: float = 3.0,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -65,8 +69,13 @@ class KubeSim:
             log=self.log,
             create_limit=self.create_limit,
         )
+        self.api.fresh_timeout = fresh_timeout
         self._host = host
         self._port = port
+        self._lifecycle = threading.RLock()
+        self._dropper: Timer | None = None
+        #: How many times :meth:`restart` brought the server back.
+        self.restarts = 0
         self._bookmark_interval = bookmark_interval
         self._kubeconfig: Path | None = Path(kubeconfig_path) if kubeconfig_path else None
         self._tempdir: str | None = None
@@ -76,13 +85,10 @@ class KubeSim:
 
     def start(self) -> KubeSim:
         """Bind, start serving and write the kubeconfig; returns self."""
-        if self._server is not None:
-            return self
-        context = ServerContext(
-            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
-        )
-        self._server = ApiServer(self._host, self._port, context)
-        self._server.start()
+        with self._lifecycle:
+            if self._server is not None:
+                return self
+            self._server = self._serve(self._port)
         self.clock.start()
         if self._kubeconfig is None:
             self._tempdir = tempfile.mkdtemp(prefix="kubesim-")
@@ -91,9 +97,42 @@ class KubeSim:
         _log.info("kubesim serving at %s", self.url)
         return self
 
+    def _serve(self, port: int) -> ApiServer:
+        context = ServerContext(
+            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
+        )
+        server = ApiServer(self._host, port, context)
+        server.start()
+        return server
+
+    def restart(self, *, down_seconds: float = 0.0, forget_events: bool = True) -> None:
+        """Restart the API server with the cluster's state kept, as a control-plane restart does.
+
+        Every connection is cut (watches abruptly, mid-stream), the listener is closed for
+        ``down_seconds`` (connections are refused meanwhile) and then serves again on the same
+        port. ``forget_events`` (the default) drops the event window, as a restarted server's
+        watch cache starts from a fresh list: a watch resumed from an earlier resourceVersion
+        gets 410 Expired, and the client must re-list. Pods, resourceVersions, nodes and timers
+        carry on unchanged.
+        """
+        with self._lifecycle:
+            server = self._running()
+            port = server.port
+            self.store.close_watchers(abrupt=True)
+            server.close()
+            if forget_events:
+                self.store.compact()
+            if down_seconds > 0:
+                time.sleep(down_seconds)
+            self._server = self._serve(port)
+            self.restarts += 1
+        _log.info("kubesim restarted at %s", self.url)
+
     def close(self) -> None:
         """Stop serving, end every connection and thread, and remove the temporary kubeconfig."""
-        server, self._server = self._server, None
+        with self._lifecycle:
+            server, self._server = self._server, None
+            self._stop_dropping()
         if server is not None:
             server.close()
         self.clock.stop()
@@ -290,9 +329,10 @@ class KubeSim:
 
     # -- faults --------------------------------------------------------------------------------
 
-    def expire_next(self, count: int = 1) -> None:
-        """The next ``count`` list or watch requests get 410 Gone."""
-        self.faults.expire_next(count)
+    def expire_next(self, count: int = 1, *, seconds: float | None = None) -> None:
+        """The next ``count`` list or watch requests get 410 Gone; with ``seconds``, every list
+        and watch for that long of clock time (a storm of 410s)."""
+        self.faults.expire_next(count, seconds=seconds)
 
     def expire_watches(self) -> int:
         """Send an ERROR 410 to every open watch and end it (a 410 mid-watch)."""
@@ -308,9 +348,44 @@ class KubeSim:
         """Answer API requests with 500 or 503 for a period of clock time or a count."""
         self.faults.fail_requests(code, seconds=seconds, count=count)
 
-    def throttle(self, count: int = 1, *, retry_after: int = 1) -> None:
-        """Answer the next ``count`` API requests with 429 and ``Retry-After``."""
-        self.faults.throttle(count, retry_after=retry_after)
+    def throttle(
+        self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
+    ) -> None:
+        """Answer the next ``count`` API requests with 429 and ``Retry-After``; with
+        ``seconds``, every API request for that long of clock time."""
+        self.faults.throttle(count, retry_after=retry_after, seconds=seconds)
+
+    def drop_watches_every(self, seconds: float, *, abrupt: bool = True) -> None:
+        """Cut every open watch every ``seconds`` of clock time from now on (0 stops it), as a
+        flaky load balancer does. On the virtual clock the drops are timers like the kubelet's,
+        so ``run_until_idle`` runs until its ``max_seconds`` while this is on."""
+        with self._lifecycle:
+            self._stop_dropping()
+            if seconds <= 0:
+                return
+
+            def tick() -> None:
+                self.store.close_watchers(abrupt=abrupt)
+                with self._lifecycle:
+                    if self._dropper is timer:
+                        self._arm_dropper(seconds, tick)
+
+            timer = self._arm_dropper(seconds, tick)
+
+    def _arm_dropper(self, seconds: float, tick: Callable[[], None]) -> Timer:
+        self._dropper = self.clock.call_later(seconds, tick)
+        return self._dropper
+
+    def _stop_dropping(self) -> None:
+        dropper, self._dropper = self._dropper, None
+        if dropper is not None:
+            dropper.cancel()
+
+    def set_failures(self, rate: float, *, after: float = 10.0) -> None:
+        """From now on, a share ``rate`` of the pods that start fail (exit 1) after an
+        exponentially distributed run time with mean ``after`` seconds (0: as they start)."""
+        self.config = dataclasses.replace(self.config, failure_rate=rate, failure_after=after)
+        self.cluster.config = self.config
 
     def set_latency(self, seconds: float) -> None:
         """Add this much (real) time to every API request."""
@@ -321,7 +396,10 @@ class KubeSim:
         self.faults.reject_creates(code, count=count, message=message)
 
     def clear_faults(self) -> None:
+        """Disarm every fault, the periodic watch drops included."""
         self.faults.clear()
+        with self._lifecycle:
+            self._stop_dropping()
 
     # -- observation ---------------------------------------------------------------------------
 
@@ -355,7 +433,10 @@ class KubeSim:
             "resourceVersion": self.resource_version,
             "pods": len(self.store),
             "watches": self.watch_count(),
+            "waitingForFreshness": self.store.freshness_waiters(),
             "kubeletPaused": self.cluster.paused,
+            "restarts": self.restarts,
+            "failures": {"rate": self.config.failure_rate, "after": self.config.failure_after},
             "startLatency": {
                 "mean": self.config.start_latency,
                 "spread": self.config.start_jitter,

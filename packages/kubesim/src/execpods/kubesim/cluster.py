@@ -78,6 +78,8 @@ class ClusterConfig:
         check_latency(self.start_distribution, self.start_latency, self.start_jitter)
         if not math.isfinite(self.create_rate) or self.create_rate < 0 or self.create_burst < 0:
             raise ValueError("create_rate and create_burst must be >= 0")
+        if not 0.0 <= self.failure_rate <= 1.0 or not self.failure_after >= 0:
+            raise ValueError("failure_rate must be within [0, 1] and failure_after >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,7 +313,8 @@ class Cluster:
                 exit_after, lambda: self.terminate(*key, exit_code=code, reason=reason, uid=uid)
             )
         elif self.config.failure_rate > 0 and self.rng.random() < self.config.failure_rate:
-            after = self.rng.expovariate(1.0 / max(self.config.failure_after, 1e-6))
+            mean = self.config.failure_after
+            after = self.rng.expovariate(1.0 / mean) if mean > 0 else 0.0  # 0: as they start
             self._kubelet_later(
                 after,
                 lambda: self.terminate(

@@ -6,7 +6,10 @@ map one to one onto :class:`~execpods.kubesim.api.KubeSim` methods (see docs/kub
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,6 +40,22 @@ def _distribution(value: object) -> Distribution:
     return cast(Distribution, value)
 
 
+def _restart_soon(sim: KubeSim, data: dict[str, Any]) -> dict[str, Any]:
+    """Restart from another thread once this answer is out: the restart ends every connection,
+    this one included, and waits for their threads. Poll ``state`` for ``restarts``."""
+    down = float(data.get("downSeconds", 0))
+    forget = bool(data.get("forgetEvents", True))
+    before = sim.restarts
+
+    def run() -> None:
+        time.sleep(0.2)
+        with contextlib.suppress(RuntimeError):  # the simulator was closed meanwhile
+            sim.restart(down_seconds=down, forget_events=forget)
+
+    threading.Thread(target=run, name="kubesim-restart", daemon=True).start()
+    return _ok(restarts=before)
+
+
 def _ok(**extra: Any) -> dict[str, Any]:
     return {"ok": True, **extra}
 
@@ -61,7 +80,9 @@ ROUTES: dict[tuple[str, str], Action] = {
         ran=s.run_until_idle(float(d.get("maxSeconds", 3600))), now=s.now()
     ),
     ("POST", "compact"): lambda s, d: _ok(resourceVersion=s.compact()),
-    ("POST", "faults/expire-next"): _void(lambda s, d: s.expire_next(int(d.get("count", 1)))),
+    ("POST", "faults/expire-next"): _void(
+        lambda s, d: s.expire_next(int(d.get("count", 1)), seconds=_opt_float(d, "seconds"))
+    ),
     ("POST", "faults/expire-watches"): lambda s, d: _ok(watches=s.expire_watches()),
     ("POST", "faults/drop-watches"): lambda s, d: _ok(
         watches=s.drop_watches(abrupt=bool(d.get("abrupt", True)))
@@ -72,7 +93,20 @@ ROUTES: dict[tuple[str, str], Action] = {
         )
     ),
     ("POST", "faults/throttle"): _void(
-        lambda s, d: s.throttle(int(d.get("count", 1)), retry_after=int(d.get("retryAfter", 1)))
+        lambda s, d: s.throttle(
+            int(d.get("count", 1)),
+            retry_after=int(d.get("retryAfter", 1)),
+            seconds=_opt_float(d, "seconds"),
+        )
+    ),
+    ("POST", "faults/drop-watches-every"): _void(
+        lambda s, d: s.drop_watches_every(
+            float(d.get("seconds", 0)), abrupt=bool(d.get("abrupt", True))
+        )
+    ),
+    ("POST", "restart"): _restart_soon,
+    ("POST", "config/failures"): _void(
+        lambda s, d: s.set_failures(float(d.get("rate", 0)), after=float(d.get("after", 10)))
     ),
     ("POST", "faults/latency"): _void(lambda s, d: s.set_latency(float(d.get("seconds", 0)))),
     ("POST", "faults/reject-creates"): _void(
