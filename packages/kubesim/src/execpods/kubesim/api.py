@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -51,6 +51,7 @@ class KubeSim:
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
         fresh_timeout: float = 3.0,
+        rbac: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -70,6 +71,8 @@ class KubeSim:
             create_limit=self.create_limit,
         )
         self.api.fresh_timeout = fresh_timeout
+        if rbac is not None:
+            self.enable_rbac(rbac)
         self._host = host
         self._port = port
         self._lifecycle = threading.RLock()
@@ -175,8 +178,11 @@ class KubeSim:
             raise RuntimeError("the simulator is not running")
         return self._kubeconfig
 
-    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
-        """Write a kubeconfig (context ``kubesim``) pointing at this server."""
+    def write_kubeconfig(
+        self, path: str | Path, *, namespace: str = "default", token: str | None = None
+    ) -> Path:
+        """Write a kubeconfig (context ``kubesim``) pointing at this server, with a bearer
+        ``token`` (default: the admin token, which RBAC never refuses)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(
@@ -196,7 +202,8 @@ class KubeSim:
             "preferences: {}\n"
             "users:\n"
             "- name: kubesim\n"
-            "  user: {}\n",
+            "  user:\n"
+            f"    token: {token or self.admin_token}\n",
             encoding="utf-8",
         )
         return target
@@ -401,6 +408,30 @@ class KubeSim:
         with self._lifecycle:
             self._stop_dropping()
 
+    # -- RBAC ----------------------------------------------------------------------------------
+
+    def enable_rbac(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+        """Enforce RBAC from these manifests (parsed ServiceAccounts, Roles, ClusterRoles,
+        RoleBindings, ClusterRoleBindings, or a List of them), replacing any earlier policy.
+
+        Every API request must then carry a bearer token (:meth:`token_for`); a request no rule
+        allows gets kube-apiserver's 403. The admin token (:attr:`admin_token`, in the kubeconfig
+        the simulator writes) is never refused; in-process calls are not checked.
+        """
+        self.api.authorizer.enable(manifests)
+
+    def disable_rbac(self) -> None:
+        self.api.authorizer.disable()
+
+    def token_for(self, name: str, namespace: str = "default", *, token: str | None = None) -> str:
+        """A bearer token that authenticates as the service account ``namespace/name``
+        (``token`` chooses the string, as a CLI or a mounted secret would)."""
+        return self.api.authorizer.token_for(namespace, name, token)
+
+    @property
+    def admin_token(self) -> str:
+        return self.api.authorizer.admin_token
+
     # -- observation ---------------------------------------------------------------------------
 
     def requests(self) -> list[RequestRecord]:
@@ -436,6 +467,7 @@ class KubeSim:
             "waitingForFreshness": self.store.freshness_waiters(),
             "kubeletPaused": self.cluster.paused,
             "restarts": self.restarts,
+            "rbac": self.api.authorizer.enabled,
             "failures": {"rate": self.config.failure_rate, "after": self.config.failure_after},
             "startLatency": {
                 "mean": self.config.start_latency,

@@ -11,8 +11,11 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
+import orjson
 from execpods.kubesim.api import KubeSim
 from execpods.kubesim.cluster import ClusterConfig
 from execpods.kubesim.limits import DISTRIBUTIONS
@@ -92,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--bookmark-interval", type=float, default=30.0, help="seconds between BOOKMARKs"
     )
     p.add_argument(
+        "--rbac",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="enforce RBAC from these manifests (YAML, which needs PyYAML, or JSON; repeatable)",
+    )
+    p.add_argument(
+        "--sa-token",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME=TOKEN",
+        help="a bearer token for a service account (repeatable); the admin token is in the "
+        "kubeconfig",
+    )
+    p.add_argument(
         "--deterministic", action="store_true", help="virtual clock, moved via /_kubesim/advance"
     )
     p.add_argument(
@@ -121,6 +139,36 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
     )
 
 
+def load_manifests(path: str) -> list[dict[str, Any]]:
+    """The objects of a manifest file: JSON, or YAML (one or more documents) via PyYAML."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".json"):
+        loaded: Any = orjson.loads(text)
+        docs = loaded if isinstance(loaded, list) else [loaded]
+    else:
+        try:
+            import yaml  # noqa: PLC0415 - optional: only --rbac with a YAML file needs it
+        except ImportError:
+            raise ValueError(
+                f"reading {path} needs PyYAML (pip install pyyaml), or use JSON"
+            ) from None
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    if not all(isinstance(d, dict) for d in docs):
+        raise ValueError(f"{path}: every document must be an object")
+    return docs
+
+
+def _tokens(specs: list[str]) -> list[tuple[str, str, str]]:
+    out = []
+    for spec in specs:
+        account, sep, token = spec.partition("=")
+        namespace, slash, name = account.partition("/")
+        if not (sep and slash and namespace and name and token):
+            raise ValueError(f"--sa-token takes NAMESPACE/NAME=TOKEN, not {spec!r}")
+        out.append((namespace, name, token))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -128,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--start-latency takes MEAN and at most one JITTER")
     try:
         config = _config(args)
-    except ValueError as exc:
+        manifests = [doc for path in args.rbac for doc in load_manifests(path)]
+        tokens = _tokens(args.sa_token)
+    except (ValueError, OSError, orjson.JSONDecodeError) as exc:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -146,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         event_window=args.event_window,
         bookmark_interval=args.bookmark_interval,
         kubeconfig_path=args.kubeconfig_out,
+        rbac=manifests if args.rbac else None,
     )
+    for namespace, name, token in tokens:
+        sim.token_for(name, namespace, token=token)
     with sim:
         print(sim.url, flush=True)
         print(sim.kubeconfig_path, flush=True)

@@ -56,6 +56,13 @@ def _restart_soon(sim: KubeSim, data: dict[str, Any]) -> dict[str, Any]:
     return _ok(restarts=before)
 
 
+def _manifests(data: dict[str, Any]) -> list[dict[str, Any]]:
+    items = data.get("manifests")
+    if not isinstance(items, list):
+        raise ValueError('rbac/enable takes {"manifests": [...]} (parsed RBAC objects)')
+    return items
+
+
 def _ok(**extra: Any) -> dict[str, Any]:
     return {"ok": True, **extra}
 
@@ -124,6 +131,11 @@ ROUTES: dict[tuple[str, str], Action] = {
     ),
     ("POST", "config/create-rate"): _void(
         lambda s, d: s.set_create_rate(float(d.get("perSecond", 0)), burst=int(d.get("burst", 0)))
+    ),
+    ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(_manifests(d))),
+    ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
+    ("POST", "rbac/tokens"): lambda s, d: _ok(
+        token=s.token_for(str(d["name"]), str(d.get("namespace", "default")), token=d.get("token"))
     ),
     ("POST", "kubelet/pause"): _void(lambda s, d: s.pause_kubelet()),
     ("POST", "kubelet/resume"): _void(lambda s, d: s.resume_kubelet()),

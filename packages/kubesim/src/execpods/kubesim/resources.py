@@ -27,6 +27,7 @@ from execpods.kubesim.pods import (
     validate_pod,
     validate_status,
 )
+from execpods.kubesim.rbac import Authorizer
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher, watch_line
 
@@ -232,6 +233,8 @@ class PodApi:
         self.faults = faults
         self.log = log
         self.create_limit = create_limit or CreateRateLimit(cluster.clock)
+        #: Authentication and RBAC, consulted before anything else (off until a policy loads).
+        self.authorizer = Authorizer()
         #: Real seconds a read "not older than" a version the store has not reached waits for
         #: it before the answer is "too large resource version" (kube-apiserver waits 3 s).
         self.fresh_timeout = 3.0

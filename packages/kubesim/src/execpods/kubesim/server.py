@@ -275,6 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, query: dict[str, str], body: bytes, ctx: ServerContext
     ) -> int:
         api = ctx.api
+        api.authorizer.check(method, path, query, self.header("Authorization"))
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
