@@ -325,3 +325,27 @@ def test_the_deployed_role_grants_exactly_its_verbs_on_pods_in_its_namespace(
         and subresource == ""
     )
     assert auth.allowed(user, req) is expected
+
+
+def test_the_cli_refuses_unreadable_manifests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from execpods.kubesim.cli import main as cli_main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("kind: Secret\nmetadata: {name: s}\n")
+    for argv in (
+        ["--rbac", str(bad)],
+        ["--rbac", str(secret)],
+        ["--rbac", str(tmp_path / "missing.yaml")],
+        ["--sa-token", "no-slash=tok"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            cli_main(argv)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err
+    assert "NAMESPACE/NAME=TOKEN" in err
+    assert "unsupported kind 'Secret'" in err

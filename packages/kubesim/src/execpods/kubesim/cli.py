@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 import orjson
+import yaml
 from execpods.kubesim.api import KubeSim
 from execpods.kubesim.cluster import ClusterConfig
 from execpods.kubesim.limits import DISTRIBUTIONS
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="enforce RBAC from these manifests (YAML, which needs PyYAML, or JSON; repeatable)",
+        help="enforce RBAC from these manifests (YAML or JSON; repeatable)",
     )
     p.add_argument(
         "--sa-token",
@@ -140,19 +141,16 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
 
 
 def load_manifests(path: str) -> list[dict[str, Any]]:
-    """The objects of a manifest file: JSON, or YAML (one or more documents) via PyYAML."""
+    """The objects of a manifest file: JSON, or YAML (one or more documents)."""
     text = Path(path).read_text(encoding="utf-8")
     if path.endswith(".json"):
         loaded: Any = orjson.loads(text)
         docs = loaded if isinstance(loaded, list) else [loaded]
     else:
         try:
-            import yaml  # noqa: PLC0415 - optional: only --rbac with a YAML file needs it
-        except ImportError:
-            raise ValueError(
-                f"reading {path} needs PyYAML (pip install pyyaml), or use JSON"
-            ) from None
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     if not all(isinstance(d, dict) for d in docs):
         raise ValueError(f"{path}: every document must be an object")
     return docs
@@ -188,16 +186,19 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    sim = KubeSim(
-        cluster=config,
-        deterministic=args.deterministic,
-        host=args.host,
-        port=args.port,
-        event_window=args.event_window,
-        bookmark_interval=args.bookmark_interval,
-        kubeconfig_path=args.kubeconfig_out,
-        rbac=manifests if args.rbac else None,
-    )
+    try:
+        sim = KubeSim(
+            cluster=config,
+            deterministic=args.deterministic,
+            host=args.host,
+            port=args.port,
+            event_window=args.event_window,
+            bookmark_interval=args.bookmark_interval,
+            kubeconfig_path=args.kubeconfig_out,
+            rbac=manifests if args.rbac else None,
+        )
+    except ValueError as exc:  # a manifest RBAC cannot use
+        parser.error(str(exc))
     for namespace, name, token in tokens:
         sim.token_for(name, namespace, token=token)
     with sim:
