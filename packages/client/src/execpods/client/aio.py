@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self, TypeAlias
 
 import grpc
 import grpc.aio
@@ -34,7 +34,12 @@ AsyncViewSender = Callable[[pb.UpdateDriverExecutorsRequest], Awaitable[object]]
 _SLEEP_SLICE_S = 0.05
 
 
-class AsyncSnapshotStream(DecodedCall):
+AsyncCall: TypeAlias = (
+    "grpc.aio.UnaryStreamCall[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse]"
+)
+
+
+class AsyncSnapshotStream(DecodedCall[AsyncCall]):
     """An open `StreamSnapshots` call, decoded: `async for` it for `StreamUpdate`s.
 
     Every snapshot it yields is complete. Iteration ends cleanly after `cancel()` (or leaving an
@@ -45,9 +50,9 @@ class AsyncSnapshotStream(DecodedCall):
 
     def __init__(
         self,
-        call: Any,
+        call: AsyncCall,
         *,
-        reopen: CallOpener | None = None,
+        reopen: CallOpener[AsyncCall] | None = None,
         reconnect: Reconnect | None = None,
         memory: DriverViewMemory | None = None,
         send_view: AsyncViewSender | None = None,
@@ -83,8 +88,9 @@ class AsyncSnapshotStream(DecodedCall):
                 continue
             if message is grpc.aio.EOF:
                 raise StopAsyncIteration
-            response: pb.StreamSnapshotsResponse = message
-            update = self._decode(response)
+            if not isinstance(message, pb.StreamSnapshotsResponse):  # grpc types `read` as object
+                raise TypeError(f"StreamSnapshots read a {type(message).__name__}, not a response")
+            update = self._decode(message)
             await self._resend_view()
             return update
 
@@ -174,7 +180,7 @@ class AsyncAllocatorClient:
         """Subscribes to the executor snapshots and removals (0: the server's batch interval);
         `resume_from` and `reconnect` as in `AllocatorClient.stream_snapshots`."""
 
-        def reopen(position: pb.StreamPosition | None) -> Any:
+        def reopen(position: pb.StreamPosition | None) -> AsyncCall:
             return self._stub.StreamSnapshots(stream_request(batch_interval_ms, position))
 
         async def send_view(request: pb.UpdateDriverExecutorsRequest) -> object:

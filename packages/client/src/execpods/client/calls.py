@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 from execpods.client.model import Snapshot, StreamUpdate
@@ -21,19 +21,27 @@ from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-CallOpener = Callable[[pb.StreamPosition | None], Any]
+
+class CancellableCall(Protocol):
+    def cancel(self) -> bool:
+        """Cancel the RPC; False when it had already ended."""
+
+
+CallT = TypeVar("CallT", bound=CancellableCall)
+
+CallOpener = Callable[[pb.StreamPosition | None], CallT]
 """Opens a `StreamSnapshots` call resuming after a position (None: a new stream)."""
 
 
-class DecodedCall:
+class DecodedCall(Generic[CallT]):
     """A `StreamSnapshots` call whose messages are decoded into complete snapshots, reopened
     from the last position after a retriable failure when a `Reconnect` policy is given."""
 
     def __init__(
         self,
-        call: Any,
+        call: CallT,
         *,
-        reopen: CallOpener | None = None,
+        reopen: CallOpener[CallT] | None = None,
         reconnect: Reconnect | None = None,
         memory: DriverViewMemory | None = None,
     ) -> None:

@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, Self
+from typing import Protocol, Self
 
 import grpc
 from execpods.client.calls import CallOpener, DecodedCall
@@ -33,7 +33,15 @@ logger = logging.getLogger(__name__)
 ViewSender = Callable[[pb.UpdateDriverExecutorsRequest], object]
 
 
-class SnapshotStream(DecodedCall):
+class BlockingCall(Protocol):
+    """A blocking `StreamSnapshots` call, as grpc returns it: an iterator that can be cancelled."""
+
+    def __next__(self) -> pb.StreamSnapshotsResponse: ...
+
+    def cancel(self) -> bool: ...
+
+
+class SnapshotStream(DecodedCall[BlockingCall]):
     """An open `StreamSnapshots` call, decoded: iterate it for `StreamUpdate`s, oldest first.
 
     Every snapshot it yields is complete (deltas are rebuilt). Iteration ends cleanly after
@@ -44,9 +52,9 @@ class SnapshotStream(DecodedCall):
 
     def __init__(
         self,
-        call: Any,
+        call: BlockingCall,
         *,
-        reopen: CallOpener | None = None,
+        reopen: CallOpener[BlockingCall] | None = None,
         reconnect: Reconnect | None = None,
         memory: DriverViewMemory | None = None,
         send_view: ViewSender | None = None,
@@ -171,7 +179,7 @@ class AllocatorClient:
         unreachable, and then re-sends what `update_driver_executors` told it.
         """
 
-        def reopen(position: pb.StreamPosition | None) -> Any:
+        def reopen(position: pb.StreamPosition | None) -> BlockingCall:
             return self._stub.StreamSnapshots(stream_request(batch_interval_ms, position))
 
         def send_view(request: pb.UpdateDriverExecutorsRequest) -> object:
