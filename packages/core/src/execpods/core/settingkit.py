@@ -266,22 +266,23 @@ class SettingsBase:
         ]
 
     @classmethod
+    def _declared(cls, kind: str) -> list[Any]:
+        """The `setting` or `family` specs of the fields, in declaration order."""
+        return [
+            f.metadata[kind]
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if kind in f.metadata
+        ]
+
+    @classmethod
     def specs(cls) -> dict[str, SettingSpec]:
         """Every property this class reads, by key, in declaration order."""
-        return {
-            f.metadata["setting"].key: f.metadata["setting"]
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if "setting" in f.metadata
-        }
+        return {spec.key: spec for spec in cls._declared("setting")}
 
     @classmethod
     def families(cls) -> dict[str, FamilySpec]:
         """Every family of properties this class reads, by prefix."""
-        return {
-            f.metadata["family"].prefix: f.metadata["family"]
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if "family" in f.metadata
-        }
+        return {family.prefix: family for family in cls._declared("family")}
 
     @classmethod
     def reads(cls, key: str) -> bool:
