@@ -47,6 +47,17 @@ def executor_pod_name(prefix: str, executor_id: int) -> str:
     return f"{cut}{suffix}"
 
 
+def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
+    """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
+    replaced = {}
+    for key, value in values.items():
+        text = value
+        for placeholder, actual in ids.items():
+            text = text.replace(placeholder, actual)
+        replaced[key] = text
+    return replaced
+
+
 def load_template(path: str | Path) -> PodManifest:
     """A pod template from a YAML file; a missing or non-pod file is a `SettingsError`."""
     key = "spark.kubernetes.executor.podTemplateFile"
@@ -90,17 +101,6 @@ def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any
     entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
     kept = [e for e in entries if e.get("name") not in extra]
     return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
-
-
-def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
-    """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
-    replaced = {}
-    for key, value in values.items():
-        text = value
-        for placeholder, actual in ids.items():
-            text = text.replace(placeholder, actual)
-        replaced[key] = text
-    return replaced
 
 
 def _check_template(template: Mapping[str, Any]) -> None:
@@ -186,6 +186,25 @@ class ExecutorPodTemplateBuilder:
         prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
         return executor_pod_name(prefix, executor_id)
 
+    def _set_scheduling(self, spec: dict[str, Any]) -> None:
+        """Node selector, scheduler, service account and pull secrets, as Spark's executor
+        feature steps set them (a template's own service account is kept)."""
+        settings = self.settings
+        if settings.node_selectors:
+            _section(spec, "nodeSelector").update(settings.node_selectors)
+        if settings.executor_scheduler is not None:
+            spec["schedulerName"] = settings.executor_scheduler
+        has_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+        if settings.service_account is not None and not has_account:
+            spec["serviceAccountName"] = settings.service_account
+        if settings.image_pull_secrets:
+            secrets = spec.get("imagePullSecrets")
+            kept = [s for s in secrets if isinstance(s, dict)] if isinstance(secrets, list) else []
+            names = {s.get("name") for s in kept}
+            spec["imagePullSecrets"] = kept + [
+                {"name": name} for name in settings.image_pull_secrets if name not in names
+            ]
+
     def build(
         self,
         *,
@@ -221,31 +240,12 @@ class ExecutorPodTemplateBuilder:
             spec["containers"] = containers
         container = containers[0]
         container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
-        container["imagePullPolicy"] = self.settings.image_pull_policy
         container["env"] = _merge_env(container.get("env"), self._env(executor_id, app_id, name))
         self._set_resources(_section(container, "resources"))
         return pod
-
-    def _set_scheduling(self, spec: dict[str, Any]) -> None:
-        """Node selector, scheduler, service account and pull secrets, as Spark's executor
-        feature steps set them (a template's own service account is kept)."""
-        settings = self.settings
-        if settings.node_selectors:
-            _section(spec, "nodeSelector").update(settings.node_selectors)
-        if settings.executor_scheduler is not None:
-            spec["schedulerName"] = settings.executor_scheduler
-        has_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
-        if settings.service_account is not None and not has_account:
-            spec["serviceAccountName"] = settings.service_account
-        if settings.image_pull_secrets:
-            secrets = spec.get("imagePullSecrets")
-            kept = [s for s in secrets if isinstance(s, dict)] if isinstance(secrets, list) else []
-            names = {s.get("name") for s in kept}
-            spec["imagePullSecrets"] = kept + [
-                {"name": name} for name in settings.image_pull_secrets if name not in names
-            ]
 
     def _env(self, executor_id: int, app_id: str, pod_name: str) -> dict[str, str]:
         return {
