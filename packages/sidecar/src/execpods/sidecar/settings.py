@@ -149,8 +149,14 @@ def all_families() -> dict[str, FamilySpec]:
 
 
 def flagged_specs() -> list[SettingSpec]:
-    """The settings that have a dedicated command-line flag, in declaration order."""
-    return [spec for spec in all_specs().values() if spec.flag is not None]
+    """The settings that have a dedicated command-line flag: the sidecar's own (the app id) first,
+    then the adapter's and the core's, each in declaration order."""
+    return [
+        spec
+        for cls in reversed(SETTINGS_CLASSES)
+        for spec in cls.specs().values()
+        if spec.flag is not None
+    ]
 
 
 def reads(key: str) -> bool:
