@@ -11,9 +11,18 @@ import base64
 import calendar
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import orjson
+from execpods.kubesim.bodies import (
+    JsonObject,
+    JsonValue,
+    ListMeta,
+    Pod,
+    PodList,
+    as_pod,
+    as_pods,
+)
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
@@ -51,7 +60,7 @@ _HEALTH = ("/healthz", "/readyz", "/livez")
 DISCOVERY_PATHS = frozenset({"/version", "/api", "/apis", "/api/v1", *_HEALTH})
 
 
-def discovery(path: str, address: Any) -> Obj | None:
+def discovery(path: str, address: Sequence[object]) -> Obj | None:
     """Discovery documents, enough for kubectl to find pods (None if ``path`` is not one)."""
     if path == "/version":
         return dict(KUBERNETES_VERSION)
@@ -208,12 +217,12 @@ def _int_rv(text: str, what: str = "resourceVersion") -> int:
     return value
 
 
-def _pod_list(items: list[Obj], rv: int, cont: str | None = None, remaining: int = 0) -> Obj:
-    meta: Obj = {"resourceVersion": str(rv)}
+def _pod_list(items: list[Obj], rv: int, cont: str | None = None, remaining: int = 0) -> PodList:
+    meta: ListMeta = {"resourceVersion": str(rv)}
     if cont:
         meta["continue"] = cont
         meta["remainingItemCount"] = remaining
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": as_pods(items)}
 
 
 class PodApi:
@@ -355,7 +364,7 @@ class PodApi:
 
     # -- verbs ---------------------------------------------------------------------------------
 
-    def list(self, namespace: str | None, query: dict[str, str]) -> Obj:
+    def list(self, namespace: str | None, query: dict[str, str]) -> PodList:
         predicate = self.predicate(query)
         if self.faults.take_expire():
             raise ApiError.gone("too old resource version (injected by kubesim)")
@@ -407,16 +416,14 @@ class PodApi:
             return _pod_list(items[:limit], rv, cont, len(items) - limit)
         return _pod_list(items, rv)
 
-    def create(self, namespace: str, body: Any, *, limited: bool = True) -> Obj:
+    def create(self, namespace: str, body: JsonValue, *, limited: bool = True) -> Pod:
         """Admit and store a pod. ``limited`` creates (every API request) count against the
         create-rate cap first: an overloaded server refuses before it reads the object."""
         if limited:
             self.create_limit.take()
         meta = body.get("metadata") if isinstance(body, dict) else None
-        name = ""
-        if isinstance(meta, dict):
-            name = meta.get("name") or meta.get("generateName") or ""
-        self.faults.check_create(name)
+        given = (meta.get("name") or meta.get("generateName")) if isinstance(meta, dict) else ""
+        self.faults.check_create(given if isinstance(given, str) else "")
         clock = self.cluster.clock
         with self._rng_lock:
             pod = admit_new_pod(
@@ -426,17 +433,17 @@ class PodApi:
                 rng=self.cluster.rng,
                 name_taken=lambda n: self.store.name_taken(namespace, n),
             )
-        return self.store.create(pod)
+        return as_pod(self.store.create(pod))
 
-    def get(self, namespace: str, name: str) -> Obj:
-        return self.store.get(namespace, name)
+    def get(self, namespace: str, name: str) -> Pod:
+        return as_pod(self.store.get(namespace, name))
 
-    def _merge_write(self, old: Obj, new: Any, name: str, *, status: bool) -> Obj:
+    def _merge_write(self, old: Obj, new: JsonValue, name: str, *, status: bool) -> Obj:
         """The object a write produces: ``/status`` takes only status, the main resource takes
         everything but status (and never the server-owned metadata)."""
-        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+        new_meta = (new.get("metadata") or {}) if isinstance(new, dict) else None
+        if not isinstance(new, dict) or not isinstance(new_meta, dict):
             raise ApiError.bad_request("the request body must be a pod object")
-        new_meta = new.get("metadata") or {}
         if new_meta.get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
         rv = new_meta.get("resourceVersion")
@@ -447,11 +454,11 @@ class PodApi:
                 "version and try again",
             )
         if status:
-            result = dict(old)
-            result["status"] = new.get("status") or {}
-            validate_status(name, result["status"])
-            return result
-        meta = {k: v for k, v in new_meta.items() if k not in SERVER_META}
+            updated = dict(old)
+            updated["status"] = new.get("status") or {}
+            validate_status(name, updated["status"])
+            return updated
+        meta: Obj = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
             if k in old["metadata"]:
                 meta[k] = old["metadata"][k]
@@ -461,7 +468,7 @@ class PodApi:
             spec = default_spec(spec)
             if "nodeName" in old["spec"]:  # a write that omits the binding keeps it
                 spec.setdefault("nodeName", old["spec"]["nodeName"])
-        result = {
+        result: Obj = {
             "kind": "Pod",
             "apiVersion": "v1",
             "metadata": meta,
@@ -507,22 +514,24 @@ class PodApi:
                 ],
             )
 
-    def replace(self, namespace: str, name: str, body: Any, *, status: bool) -> Obj:
-        return self.store.update(
-            namespace, name, lambda old: self._merge_write(old, body, name, status=status)
+    def replace(self, namespace: str, name: str, body: JsonValue, *, status: bool) -> Pod:
+        return as_pod(
+            self.store.update(
+                namespace, name, lambda old: self._merge_write(old, body, name, status=status)
+            )
         )
 
     def patch(
-        self, namespace: str, name: str, content_type: str, body: Any, *, status: bool
-    ) -> Obj:
+        self, namespace: str, name: str, content_type: str, body: JsonValue, *, status: bool
+    ) -> Pod:
         def mutate(old: Obj) -> Obj:
             patched = apply_patch(content_type, old, body)
             return self._merge_write(old, patched, name, status=status)
 
-        return self.store.update(namespace, name, mutate)
+        return as_pod(self.store.update(namespace, name, mutate))
 
     @staticmethod
-    def _grace(query: dict[str, str], options: Any) -> tuple[int | None, dict[str, Any]]:
+    def _grace(query: dict[str, str], options: JsonValue) -> tuple[int | None, JsonObject]:
         if not isinstance(options, dict):
             raise ApiError.bad_request("DeleteOptions must be a JSON object")
         grace = options.get("gracePeriodSeconds")
@@ -535,11 +544,13 @@ class PodApi:
             raise ApiError.bad_request("DeleteOptions.preconditions must be a JSON object")
         return grace, pre
 
-    def delete(self, namespace: str, name: str, query: dict[str, str], options: Any) -> Obj:
+    def delete(self, namespace: str, name: str, query: dict[str, str], options: JsonValue) -> Pod:
         grace, pre = self._grace(query, options)
-        return self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre)
+        return as_pod(self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre))
 
-    def delete_collection(self, namespace: str, query: dict[str, str], options: Any) -> Obj:
+    def delete_collection(
+        self, namespace: str, query: dict[str, str], options: JsonValue
+    ) -> PodList:
         """Delete every match with the same rules as a single delete; return what was deleted."""
         grace, _ = self._grace(query, options)
         items, _ = self.store.list(namespace, self.predicate(query))
