@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
@@ -52,7 +51,7 @@ class KubeSim:
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
         fresh_timeout: float = 3.0,
-        rbac: Iterable[Mapping[str, Any]] | None = None,
+        rbac: Iterable[Mapping[str, object]] | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -410,7 +409,7 @@ class KubeSim:
 
     # -- RBAC ----------------------------------------------------------------------------------
 
-    def enable_rbac(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+    def enable_rbac(self, manifests: Iterable[Mapping[str, object]]) -> None:
         """Enforce RBAC from these manifests (parsed ServiceAccounts, Roles, ClusterRoles,
         RoleBindings, ClusterRoleBindings, or a List of them), replacing any earlier policy.
 
@@ -455,7 +454,7 @@ class KubeSim:
     def connection_count(self) -> int:
         return self._running().connection_count()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, object]:
         """A summary for the control endpoint and for debugging."""
         return {
             "url": self.url,

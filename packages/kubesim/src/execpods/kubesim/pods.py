@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from execpods.kubesim.bodies import JsonValue
+from execpods.kubesim.bodies import JsonValue, StatusCause
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
 from execpods.kubesim.store import Obj
@@ -38,13 +38,13 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
+def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> StatusCause:
     return {"reason": reason, "message": message, "field": field}
 
 
 def validate_pod(pod: Obj) -> None:
     """Raise 422 (with one cause per problem) if ``pod`` is not a valid pod."""
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     meta = pod.get("metadata") or {}
     name = meta.get("name") or ""
     if not name:
@@ -99,10 +99,10 @@ def validate_pod(pod: Obj) -> None:
         raise ApiError.invalid(name or meta.get("generateName") or "", causes)
 
 
-def _metadata_shape(meta: Obj) -> list[dict[str, str]]:
+def _metadata_shape(meta: Obj) -> list[StatusCause]:
     """Annotations must be a map of strings and finalizers a list of strings: the simulated
     cluster reads both, so a malformed value is refused here rather than breaking it later."""
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     annotations = meta.get("annotations")
     if annotations is not None and (
         not isinstance(annotations, dict)
@@ -123,7 +123,7 @@ def validate_status(name: str, status: object) -> None:
     The kubelet simulation reads the stored status (phase, conditions, container statuses), so
     a status of the wrong shape must be refused at the API rather than break it afterwards.
     """
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     if not isinstance(status, dict):
         causes.append(_cause("status", "must be an object"))
     else:

@@ -20,6 +20,8 @@ from execpods.kubesim.bodies import (
     ListMeta,
     Pod,
     PodList,
+    Status,
+    StatusCause,
     as_pod,
     as_pods,
 )
@@ -203,7 +205,7 @@ def as_table(result: Obj, now: float) -> Obj:
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
-def _forbidden(field: str, message: str) -> dict[str, str]:
+def _forbidden(field: str, message: str) -> StatusCause:
     return {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}", "field": field}
 
 
@@ -292,7 +294,7 @@ class PodApi:
         ListOptions validation does (422 for a combination it forbids)."""
         text = query.get("sendInitialEvents")
         match = query.get("resourceVersionMatch", "")
-        problems: list[dict[str, str]] = []
+        problems: list[StatusCause] = []
         value = None if text is None else parse_bool(text, "sendInitialEvents")
         if value is None and match:
             problems.append(
@@ -327,7 +329,7 @@ class PodApi:
 
     def open_watch(
         self, namespace: str | None, query: dict[str, str]
-    ) -> tuple[Watcher | None, list[bytes], Obj | None]:
+    ) -> tuple[Watcher | None, list[bytes], Status | None]:
         """Open a watch: the watcher and the lines to send first, or instead the Status an
         ERROR event carries (410 Expired; too large resource version).
 
