@@ -21,7 +21,6 @@ from execpods.kubesim.bodies import (
     Pod,
     PodList,
     Status,
-    StatusCause,
     as_pod,
     as_pods,
 )
@@ -29,7 +28,6 @@ from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
 from execpods.kubesim.limits import CreateRateLimit
-from execpods.kubesim.params import parse_bool
 from execpods.kubesim.patch import apply_patch
 from execpods.kubesim.pods import (
     SERVER_META,
@@ -40,7 +38,8 @@ from execpods.kubesim.pods import (
 )
 from execpods.kubesim.rbac import Authorizer
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
-from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher, watch_line
+from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
+from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
 
 __all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
@@ -201,14 +200,6 @@ def as_table(result: Obj, now: float) -> Obj:
     }
 
 
-#: The annotation on the BOOKMARK that ends a watch's initial events (``sendInitialEvents``).
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-
-
-def _forbidden(field: str, message: str) -> StatusCause:
-    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}", "field": field}
-
-
 def _int_rv(text: str, what: str = "resourceVersion") -> int:
     try:
         value = int(text)
@@ -274,95 +265,17 @@ class PodApi:
             return None
         return _int_rv(rv)
 
-    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
-        meta: Obj = {"resourceVersion": str(rv)}
-        if initial_events_end:
-            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
-        return watch_line("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": meta})
+    def bookmark(self, rv: int) -> bytes:
+        return bookmark_line(rv)
 
     def _wait_fresh(self, rv: int) -> None:
-        """Wait (bounded) until the store reaches ``rv``; too large resource version if not."""
-        store = self.store
-        if rv > store.resource_version and not store.wait_for_resource_version(
-            rv, self.fresh_timeout
-        ):
-            raise ApiError.too_large_resource_version(rv, store.resource_version)
-
-    @staticmethod
-    def _send_initial_events(query: dict[str, str]) -> bool | None:
-        """The watch's ``sendInitialEvents`` (None when unset), checked as the API server's
-        ListOptions validation does (422 for a combination it forbids)."""
-        text = query.get("sendInitialEvents")
-        match = query.get("resourceVersionMatch", "")
-        problems: list[StatusCause] = []
-        value = None if text is None else parse_bool(text, "sendInitialEvents")
-        if value is None and match:
-            problems.append(
-                _forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
-                    "provided",
-                )
-            )
-        if value is not None and match != "NotOlderThan":
-            problems.append(
-                _forbidden(
-                    "resourceVersionMatch",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )
-            )
-        if value is not None and not parse_bool(
-            query.get("allowWatchBookmarks"), "allowWatchBookmarks"
-        ):
-            problems.append(
-                _forbidden(
-                    "allowWatchBookmarks",
-                    "sendInitialEvents requires setting allowWatchBookmarks to true",
-                )
-            )
-        if problems:
-            text = ", ".join(f"{c['field']}: {c['message']}" for c in problems)
-            raise ApiError(
-                422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {text}', causes=problems
-            )
-        return value
+        wait_fresh(self.store, rv, self.fresh_timeout)
 
     def open_watch(
         self, namespace: str | None, query: dict[str, str]
     ) -> tuple[Watcher | None, list[bytes], Status | None]:
-        """Open a watch: the watcher and the lines to send first, or instead the Status an
-        ERROR event carries (410 Expired; too large resource version).
-
-        Bad parameters raise (an HTTP error before the stream starts). As in kube-apiserver, a
-        plain watch from a version the store has not reached is accepted and streams only the
-        events after it; a watch that asks for the initial events (``sendInitialEvents``, the
-        streaming list) waits for the store to reach the version and otherwise ends with
-        "too large resource version". Initial events end with a BOOKMARK annotated
-        ``k8s.io/initial-events-end``.
-        """
-        predicate = self.predicate(query)
-        since = self.watch_start(query)
-        initial = self._send_initial_events(query)
-        if self.faults.take_expire():
-            return (
-                None,
-                [],
-                ApiError.gone("too old resource version (injected by kubesim)").status(),
-            )
-        store = self.store
-        try:
-            if initial:
-                if since is not None:
-                    self._wait_fresh(since)
-                watcher, lines = store.watch(namespace, predicate, None)
-                lines.append(self.bookmark(watcher.last_rv, initial_events_end=True))
-                return watcher, lines, None
-            if initial is False and since is None:
-                since = store.resource_version  # from now on, without the current state
-            watcher, lines = store.watch(namespace, predicate, since)
-        except ApiError as err:
-            return None, [], err.status()
-        return watcher, lines, None
+        """See :func:`execpods.kubesim.watchstart.open_watch`."""
+        return open_watch(self, namespace, query)
 
     # -- verbs ---------------------------------------------------------------------------------
 
