@@ -265,8 +265,8 @@ class PodApi:
             return None
         return _int_rv(rv)
 
-    def bookmark(self, rv: int) -> bytes:
-        return bookmark_line(rv)
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
+        return bookmark_line(rv, initial_events_end=initial_events_end)
 
     def _wait_fresh(self, rv: int) -> None:
         wait_fresh(self.store, rv, self.fresh_timeout)

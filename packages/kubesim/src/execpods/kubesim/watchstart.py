@@ -32,7 +32,8 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 class WatchStarter(Protocol):
-    """What a resource's API offers a watch: its store, faults, selectors and versions."""
+    """What a resource's API offers a watch: its store, faults, selectors, versions and the
+    BOOKMARK line of its kind."""
 
     store: PodStore
     faults: Faults
@@ -40,6 +41,7 @@ class WatchStarter(Protocol):
 
     def predicate(self, query: dict[str, str]) -> Predicate: ...
     def watch_start(self, query: dict[str, str]) -> int | None: ...
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes: ...
 
 
 def bookmark_line(rv: int, *, kind: str = "Pod", initial_events_end: bool = False) -> bytes:
@@ -99,7 +101,7 @@ def send_initial_events(query: dict[str, str]) -> bool | None:
 
 
 def open_watch(
-    api: WatchStarter, namespace: str | None, query: dict[str, str], *, kind: str = "Pod"
+    api: WatchStarter, namespace: str | None, query: dict[str, str]
 ) -> tuple[Watcher | None, list[bytes], Status | None]:
     """Open a watch: the watcher and the lines to send first, or instead the Status an ERROR
     event carries (410 Expired; too large resource version). Bad parameters raise, an HTTP
@@ -117,7 +119,7 @@ def open_watch(
             if since is not None:
                 wait_fresh(store, since, api.fresh_timeout)
             watcher, lines = store.watch(namespace, predicate, None)
-            lines.append(bookmark_line(watcher.last_rv, kind=kind, initial_events_end=True))
+            lines.append(api.bookmark(watcher.last_rv, initial_events_end=True))
             return watcher, lines, None
         if initial is False and since is None:
             since = store.resource_version  # from now on, without the current state
