@@ -4,7 +4,7 @@ A watch without a version starts from the current state (a synthetic ADDED per m
 version, strictly after it (410 once the event window no longer reaches back); from a version
 the server has not reached, after it too: kube-apiserver accepts such a watch and only a client
 that asked for the initial events (``sendInitialEvents``, the streaming list) is told "too large
-resource version", after the store had ``fresh_timeout`` seconds to catch up. Any resource's
+resource version", after the store had ``fresh_timeout`` seconds to catch up. Every resource's
 API that offers these few members can be watched this way.
 """
 
