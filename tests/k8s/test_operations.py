@@ -161,25 +161,29 @@ def test_creation_errors_reach_the_core_allocator_typed(
     builder = ExecutorPodTemplateBuilder(
         settings=KubernetesSettings(container_image=IMAGE), namespace="default"
     )
+    clock = ManualClock()
     allocator = ExecutorPodsAllocator(
         settings=CoreSettings(),
         pod_builder=builder,
         pod_operations=operations,
         store=store,
-        clock=ManualClock(),
+        clock=clock,
     )
     allocator.start(APP_ID)
     allocator.set_total_expected_executors(3)
-    sim.reject_creates(422)  # a quota: the pod was refused, nothing to track
+    sim.reject_creates(422, count=3)  # a quota: the pods were refused, nothing to track
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
     assert dict(allocator.requested_but_unseen()) == {}
+    assert allocator.stats.refused == 3
     assert sim.pods() == []
     caplog.clear()
+    clock.advance(60)  # past the refusal's backoff
     sim.fail_requests(500, count=1)  # the answer is lost: the pod may exist, so it is tracked
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "ApiUnavailable" in caplog.text
-    assert set(allocator.requested_but_unseen()) == {2}
+    assert set(allocator.requested_but_unseen()) == {4, 5, 6}
+    assert len(sim.pods()) == 2

@@ -12,7 +12,7 @@ from execpods.sidecar.demo import run_demo
 @pytest.mark.slow
 def test_the_demo_finishes_with_no_pods_left() -> None:
     args = build_parser().parse_args(
-        ["demo", "--executors", "6", "--start-latency", "0.2", "--batch-delay", "100ms"]
+        ["demo", "--executors", "6", "--start-latency", "0.2", "--batch-delay", "150ms"]
     )
     out = io.StringIO()
     assert run_demo(args, out) == 0
