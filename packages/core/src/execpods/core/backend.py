@@ -60,7 +60,7 @@ class ExecutorPodsBackend:
         )
         self._allocator.set_total_expected_executors(initial)
         self._lifecycle.start(self._driver)
-        self._allocator.start(self.app_id)
+        self._allocator.start(self.app_id, self._driver)
         if self._watch is not None:
             self._watch.start(self.app_id)
         if self._poll is not None:

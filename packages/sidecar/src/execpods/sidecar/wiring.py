@@ -16,12 +16,14 @@ from execpods.core import (
     ExecutorPodsAllocator,
     ExecutorPodsBackend,
     PodOperations,
+    ResourceProfiles,
     Scheduler,
     SettingsError,
     SnapshotSource,
     SnapshotsStore,
     SnapshotsStoreImpl,
     SystemClock,
+    ThreadPoolRunner,
     ThreadScheduler,
 )
 from execpods.k8s import (
@@ -29,6 +31,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
+    TokenBucket,
     WatchSource,
     api_client_from,
     resolve_namespace,
@@ -52,6 +55,8 @@ class Runtime:
     lifecycle: ObservingLifecycleManager
     driver_view: InferredDriverView
     backend: ExecutorPodsBackend
+    profiles: ResourceProfiles | None = None
+    rate_limiter: TokenBucket | None = None
 
     @property
     def app_id(self) -> str:
@@ -68,6 +73,8 @@ def assemble(
     clock: Clock | None = None,
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
+    profiles: ResourceProfiles | None = None,
+    rate_limiter: TokenBucket | None = None,
 ) -> Runtime:
     """The store, reconcilers, driver view and backend, not yet started."""
     core = settings.core
@@ -79,12 +86,15 @@ def assemble(
         clock=clock,
         labels=core.labels,
     )
+    profiles = profiles if profiles is not None else ResourceProfiles()
     allocator = ExecutorPodsAllocator(
         settings=core,
         pod_builder=pod_builder,
         pod_operations=pod_operations,
         store=store,
         clock=clock,
+        profiles=profiles,
+        runner=ThreadPoolRunner(workers=core.batch_concurrency),
     )
     view = InferredDriverView()
     lifecycle = ObservingLifecycleManager(
@@ -115,6 +125,8 @@ def assemble(
         lifecycle=lifecycle,
         driver_view=view,
         backend=backend,
+        profiles=profiles,
+        rate_limiter=rate_limiter,
     )
 
 
@@ -135,9 +147,18 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     api_client = api_client_from(k8s)
     try:
         namespace = resolve_namespace(k8s)
-        gateway = ApiGateway(api_client, namespace=namespace, request_timeout=k8s.request_timeout)
+        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
+        gateway = ApiGateway(
+            api_client,
+            namespace=namespace,
+            request_timeout=k8s.request_timeout,
+            rate_limiter=limiter,
+        )
         operations = KubernetesPodOperations(gateway)
-        builder = ExecutorPodTemplateBuilder.create(k8s, operations, labels=settings.core.labels)
+        profiles = ResourceProfiles()
+        builder = ExecutorPodTemplateBuilder.create(
+            k8s, operations, labels=settings.core.labels, profiles=profiles
+        )
     except BaseException:
         api_client.close()
         raise
@@ -156,4 +177,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         sources=sources,
         close_client=api_client.close,
         clock=clock,
+        profiles=profiles,
+        rate_limiter=limiter,
     )
