@@ -246,6 +246,7 @@ def test_environment_from_settings_and_the_driver(operations: KubernetesPodOpera
         "SPARK_EXECUTOR_CORES": "1",
         "SPARK_EXECUTOR_MEMORY": "1024m",
         "SPARK_EXECUTOR_POD_NAME": "app-9-exec-5",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
     }
 
 
