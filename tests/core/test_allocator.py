@@ -536,12 +536,15 @@ def test_a_create_with_unknown_outcome_is_tracked_until_the_timeout() -> None:
     rig = spark_rig()
     rig.pods.fail_next_create(ApiUnavailable("connection reset"))
     rig.allocator.set_total_expected_executors(1)
-    assert list(rig.allocator.requested_but_unseen()) == [1]
+    assert rig.allocator.outstanding_pods == 1
     rig.clock.advance(SPARK_SUITE.batch_delay + 1)
     rig.store.notify_subscribers()
     assert created(rig) == [], "an ambiguous create is not repeated before the timeout"
+    assert rig.pods.deletes == []
     rig.clock.set_time(START + rig.allocator.pod_creation_timeout + 1)
     rig.store.notify_subscribers()
+    # It was tracked: the timeout deletes it by label in case it exists.
+    assert deleted_ids(rig) == [[1]]
     assert created(rig) == [2]
 
 

@@ -31,6 +31,16 @@ from execpods.kubesim import KubeSim
 from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod, free_port
 
 APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
+APP_SELECTOR = APP.label_selector()
+
+
+def _writes(sim: KubeSim) -> list[tuple[str, int, str]]:
+    """The creates and deletes the simulator answered: (verb, status, label selector)."""
+    return [
+        (r.verb, r.status, r.query.get("labelSelector", ""))
+        for r in sim.requests()
+        if r.method in {"POST", "DELETE"}
+    ]
 
 
 def test_create_list_and_patch_labels(sim: KubeSim, operations: KubernetesPodOperations) -> None:
@@ -176,8 +186,8 @@ def test_creation_errors_reach_the_core_allocator_typed(
         allocator.on_new_snapshots([store.current_snapshot])
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
-    assert dict(allocator.requested_but_unseen()) == {}
     assert allocator.stats.refused == 3
+    assert allocator.outstanding_pods == 0, "refused creates are not tracked"
     assert sim.pods() == []
     caplog.clear()
     clock.advance(60)  # past the refusal's backoff
@@ -185,5 +195,14 @@ def test_creation_errors_reach_the_core_allocator_typed(
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "ApiUnavailable" in caplog.text
-    assert set(allocator.requested_but_unseen()) == {4, 5, 6}
-    assert len(sim.pods()) == 2
+    # Executor 4's answer was lost, so it is tracked and holds the profile back; 5 and 6 went in.
+    refused = [("create", 422, "")] * 3
+    assert _writes(sim) == [*refused, ("create", 500, ""), ("create", 201, ""), ("create", 201, "")]
+    assert allocator.outstanding_pods == 3
+    allocator.on_new_snapshots([store.current_snapshot])
+    assert len(_writes(sim)) == 6, "held back by the unseen executors"
+    clock.advance(allocator.pod_creation_timeout + 1)
+    allocator.on_new_snapshots([store.current_snapshot])
+    writes = _writes(sim)
+    assert writes[6] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (4,5,6)")
+    assert writes[7:] == [("create", 201, "")] * 3

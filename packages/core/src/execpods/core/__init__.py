@@ -7,8 +7,9 @@ client libraries, and no threads until a `ThreadScheduler` is given work.
 
 from execpods.core.allocation import ExecutorCounts, executors_to_request, split_slots
 from execpods.core.allocator import AllocatorStats, ExecutorPodsAllocator
-from execpods.core.backend import ExecutorPodsBackend
+from execpods.core.backend import AllocationCounts, ExecutorPodsBackend, LifecycleFanout
 from execpods.core.clock import Clock, ManualClock, SystemClock
+from execpods.core.compose import SourcesFactory, compose_backend, no_sources
 from execpods.core.creation import (
     AllocatorNotice,
     CreateRunner,
@@ -46,9 +47,13 @@ from execpods.core.ports import (
     DriverView,
     ExecutorExited,
     ExecutorPodBuilder,
+    ExecutorRemoval,
+    LifecycleObserver,
     PodOperations,
     PodSelector,
     SnapshotSource,
+    SnapshotsReader,
+    SnapshotsWriter,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
 from execpods.core.scheduling import (
@@ -77,6 +82,7 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AllocationCounts",
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
@@ -100,6 +106,9 @@ __all__ = [
     "ExecutorPodsBackend",
     "ExecutorPodsLifecycleManager",
     "ExecutorPodsSnapshot",
+    "ExecutorRemoval",
+    "LifecycleFanout",
+    "LifecycleObserver",
     "ManualClock",
     "PodAdmissionRejected",
     "PodConflict",
@@ -116,14 +125,19 @@ __all__ = [
     "SettingsError",
     "SnapshotSource",
     "SnapshotsCallback",
+    "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsStoreImpl",
+    "SnapshotsWriter",
+    "SourcesFactory",
     "Subscription",
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "compose_backend",
     "executors_to_request",
     "exit_reason",
+    "no_sources",
     "parse_duration",
     "unknown_keys",
 ]

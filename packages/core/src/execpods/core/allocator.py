@@ -1,6 +1,6 @@
 """The allocator: reconciles each resource profile's target against the latest snapshot.
 
-Newest Spark's semantics (`ExecutorPodsAllocator`, 4.2), in one round per batch of snapshots:
+Newest Spark's rules (`ExecutorPodsAllocator`, 4.2), in one round per batch of snapshots:
 1. executors seen in any snapshot of the batch stop being "requested but unseen"; unseen ones the
    driver already knows are set aside (they are as good as running and never block a profile);
 2. an unseen request older than the creation timeout (max(5 x batch.delay,
@@ -36,7 +36,6 @@ from execpods.core.allocation import (
     executors_to_request,
     request_counts,
 )
-from execpods.core.clock import Clock
 from execpods.core.creation import (
     AllocatorNotice,
     CreateBackoff,
@@ -51,16 +50,17 @@ from execpods.core.errors import PodOperationError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
     DriverView,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
+    SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodState
-from execpods.core.store import SnapshotsStore
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -101,7 +101,7 @@ class ExecutorPodsAllocator:
         settings: CoreSettings,
         pod_builder: ExecutorPodBuilder,
         pod_operations: PodOperations,
-        store: SnapshotsStore,
+        store: SnapshotsReader,
         clock: Clock,
         profiles: ResourceProfiles | None = None,
         runner: CreateRunner | None = None,
@@ -200,11 +200,6 @@ class ExecutorPodsAllocator:
         """Pending pods the driver does not know plus requested-but-unseen ones (Spark's count)."""
         with self._lock:
             return self._outstanding
-
-    def requested_but_unseen(self) -> Mapping[int, float]:
-        """Executor id -> monotonic time it was requested, for those not yet in any snapshot."""
-        requested = dict(self._unseen)
-        return {executor_id: r.created_at for executor_id, r in requested.items()}
 
     @property
     def stats(self) -> AllocatorStats:
@@ -417,6 +412,15 @@ class ExecutorPodsAllocator:
         if settings.wait_for_pending_pods:
             held.update(s.profile_id for s in states if s.pending_unknown or s.pending_known)
         all_states = {s.profile_id: s for s in states}
+        for state in states:
+            if state.unseen and state.running < state.target:
+                logger.debug(
+                    "Still waiting for %d executors of resource profile %d requested but not yet "
+                    "seen before requesting more (%d pending in the cluster).",
+                    len(state.unseen),
+                    state.profile_id,
+                    len(state.pending_unknown) + state.pending_known,
+                )
         counts = request_counts(
             states,
             limits=Limits(
