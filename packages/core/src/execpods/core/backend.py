@@ -219,6 +219,10 @@ class ExecutorPodsBackend:
         raises `ProfileConflict`, and none of `profiles` is declared)."""
         self._allocator.profiles.declare(profiles)
 
+    def declared_profile_ids(self) -> list[int]:
+        """The ids of every declared resource profile (0, the default, always)."""
+        return self._allocator.profiles.ids()
+
     def is_deleted(self, executor_id: int) -> bool:
         """Whether scale-down deleted this executor and its pod may still show (Spark's
         `isDeleted`: a driver refuses such an executor's late registration)."""
