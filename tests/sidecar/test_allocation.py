@@ -181,7 +181,10 @@ def test_is_deleted_names_an_executor_scale_down_removed_until_its_pod_is_gone(
         stub = pb_grpc.ExecutorAllocatorStub(channel)
 
         def deleted(executor_id: int) -> bool:
-            return stub.IsDeleted(pb.IsDeletedRequest(executor_id=executor_id), timeout=5).deleted
+            answer: pb.IsDeletedResponse = stub.IsDeleted(
+                pb.IsDeletedRequest(executor_id=executor_id), timeout=5
+            )
+            return answer.deleted
 
         sim.pause_kubelet()  # pods stay Pending, and a deleted one stays until the kubelet acts
         stub.RequestTotal(pb.RequestTotalRequest(total=3), timeout=10)
