@@ -18,6 +18,7 @@ from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
     CoreSettings,
+    ExecutorCounts,
     ExecutorPod,
     NoticeKind,
     PodAdmissionRejected,
@@ -26,6 +27,7 @@ from execpods.core import (
     ResourceProfile,
     ResourceProfiles,
     SettingsError,
+    executors_to_request,
     split_slots,
 )
 from execpods.core.labels import SPARK_LABELS
@@ -635,3 +637,41 @@ def test_a_start_failure_halves_the_step() -> None:
     rig.store.notify_subscribers()
     assert rig.allocator.stats.start_failures == 1
     assert recorder.steps == [8, 8, 16, 9], "16 after the clean step, halved to 8 by the failure"
+
+
+# Kept from the earlier suite.
+
+
+def test_setting_the_target_re_evaluates_at_once_when_nothing_is_outstanding() -> None:
+    rig = spark_rig()
+    rig.store.replace_snapshot([])
+    rig.store.notify_subscribers()
+    assert rig.pods.created == []
+    rig.allocator.set_total_expected_executors(2)  # notifies the store: a round runs now
+    assert created(rig) == [1, 2]
+    rig.allocator.set_total_expected_executors(4)  # two outstanding: wait for the interval
+    assert created(rig) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("target", "running", "pending", "outstanding", "expected"),
+    [
+        (10, 0, 0, 0, 5),
+        (10, 8, 0, 0, 2),
+        (10, 10, 0, 0, 0),
+        (10, 12, 0, 0, 0),
+        (10, 0, 1, 0, 0),
+        (10, 0, 0, 1, 0),
+        (0, 0, 0, 0, 0),
+    ],
+)
+def test_the_2018_batch_rule(
+    target: int, running: int, pending: int, outstanding: int, expected: int
+) -> None:
+    counts = ExecutorCounts(running=running, pending=pending)
+    assert (
+        executors_to_request(
+            target=target, counts=counts, outstanding_requests=outstanding, batch_size=5
+        )
+        == expected
+    )

@@ -110,7 +110,7 @@ def test_a_profile_cannot_change_shape_once_declared(make_sidecar: SidecarFactor
 
 def _notices(
     stub: pb_grpc.ExecutorAllocatorStub, found: list[pb.AllocatorNotice]
-) -> tuple[threading.Thread, grpc.Future]:
+) -> tuple[threading.Thread, grpc.RpcContext]:
     call = stub.StreamSnapshots(pb.StreamSnapshotsRequest(batch_interval_ms=50))
 
     def read() -> None:
