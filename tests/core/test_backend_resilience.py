@@ -138,11 +138,11 @@ def test_a_grace_of_zero_makes_one_attempt() -> None:
 
 
 def test_a_total_beyond_the_maximum_is_refused_before_anything_runs() -> None:
-    settings = CoreSettings.from_properties({"spark.kubernetes.allocation.maximum": "100"})
+    settings = CoreSettings.from_properties({"execpods.allocation.maxTotal": "100"})
     rig = make_backend(settings=settings)
-    with pytest.raises(ValueError, match=r"total=101 .*spark.kubernetes.allocation.maximum=100"):
+    with pytest.raises(ValueError, match=r"total=101 .*execpods\.allocation\.maxTotal=100"):
         rig.backend.request_total(101)
-    with pytest.raises(ValueError, match=r"allocation\.maximum"):
+    with pytest.raises(ValueError, match=r"maxTotal"):
         rig.backend.request_total(2**31 - 1)
     future = rig.backend.request_total(100)
     rig.requests.run_until_idle()

@@ -53,3 +53,11 @@ def test_the_core_label_parser_refuses_them_too(caplog: pytest.LogCaptureFixture
     assert SPARK_LABELS.executor_id_of("p", labels) is None
     assert "beyond 64 bits" in caplog.text
     assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": str(INT64_MAX)}) == INT64_MAX
+
+
+def test_ids_too_long_for_int_are_refused_not_crashed() -> None:
+    """int() refuses strings of over 4,300 digits with a ValueError: no path may reach it."""
+    with pytest.raises(MalformedPod, match="beyond 64 bits"):
+        pod_from_dict_strict(_pod("9" * 5000))
+    assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "9" * 5000}) is None
+    assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "0" * 5000 + "7"}) == 7

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -76,7 +77,7 @@ def test_a_unix_socket_in_use_is_refused_and_a_stale_one_is_taken(
             assert client.request_total(0).total == 0
 
 
-def _huge_id_pod(app_id: str) -> dict[str, object]:
+def _huge_id_pod(app_id: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": f"{app_id}-exec-huge",
@@ -138,19 +139,22 @@ def test_a_failed_kill_of_many_ids_reports_a_bounded_message(
 
 
 @pytest.mark.parametrize(
-    ("conf", "total"),
-    [({}, 2**31 - 1), ({"spark.kubernetes.allocation.maximum": "50"}, 51)],
+    ("conf", "total", "named"),
+    [
+        ({}, 2**31 - 1, "execpods.allocation.maxTotal=10000"),
+        ({"execpods.allocation.maxTotal": "50"}, 51, "execpods.allocation.maxTotal=50"),
+    ],
     ids=["default-cap", "configured-cap"],
 )
 def test_a_total_beyond_the_maximum_is_invalid(
-    sim: KubeSim, make_sidecar: SidecarFactory, conf: dict[str, str], total: int
+    sim: KubeSim, make_sidecar: SidecarFactory, conf: dict[str, str], total: int, named: str
 ) -> None:
     sidecar = make_sidecar("cap", conf=conf)
     with AllocatorClient(sidecar.address) as client:
         with pytest.raises(grpc.RpcError) as refused:
             client.request_total(total)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "spark.kubernetes.allocation.maximum" in (refused.value.details() or "")
+        assert named in (refused.value.details() or "")
         assert client.request_total(0).total == 0
     assert app_pods(sim, "cap") == []
 
@@ -188,7 +192,7 @@ def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
         "--initial-executors",
         "3",
         "--conf",
-        "spark.kubernetes.allocation.batch.delay=100ms",
+        "spark.kubernetes.allocation.batch.delay=150ms",
         "--conf",
         "execpods.shutdown.deleteGrace=4s",
     ]

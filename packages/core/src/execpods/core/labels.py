@@ -51,7 +51,9 @@ class ExecutorLabels:
                 raw,
             )
             return None
-        executor_id = int(raw)
+        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+        digits = raw.lstrip("0") or "0"
+        executor_id = int(digits) if len(digits) <= len(str(INT64_MAX)) else INT64_MAX + 1
         if executor_id > INT64_MAX:
             # A valid label value, but no executor id: the contract carries ids as int64.
             logger.warning(

@@ -72,6 +72,12 @@ def _int(value: object, field_name: str, default: int | None = None) -> int:
     raise MalformedPod(f"{field_name} is not an integer: {value!r}")
 
 
+def _beyond_int64(digits: str) -> bool:
+    """Whether a decimal string is above int64 (by length first: int() refuses 4,300+ digits)."""
+    significant = digits.lstrip("0") or "0"
+    return len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX
+
+
 def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
     """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here.
 
@@ -88,7 +94,7 @@ def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
         and len(raw_id) >= 19  # shorter decimal ids always fit: cheap on the hot path
         and raw_id.isascii()
         and raw_id.isdigit()
-        and int(raw_id) > INT64_MAX
+        and _beyond_int64(raw_id)
     ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"

@@ -27,6 +27,7 @@ from execpods.core import (
     clip,
     summarize_ids,
 )
+from execpods.sidecar.profiles import check_totals_request
 from execpods.sidecar.resume import InvalidPosition, Opened, Position
 from execpods.sidecar.streams import (
     EncodingCache,
@@ -52,7 +53,12 @@ def parse_executor_ids(values: Iterable[str]) -> list[int]:
     """Executor ids as decimal integers ("7"); raises `InvalidArgument` on the first bad one."""
     ids: list[int] = []
     for index, text in enumerate(values):
-        if _DECIMAL.fullmatch(text) is None or int(text) > INT64_MAX:
+        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+        if (
+            _DECIMAL.fullmatch(text) is None
+            or len(text.lstrip("0")) > len(str(INT64_MAX))
+            or int(text.lstrip("0") or "0") > INT64_MAX
+        ):
             raise InvalidArgument(
                 f"executor_ids[{index}]={clip(repr(text), 100)} is not an executor id (a "
                 'decimal integer such as "7" up to 2^63-1); nothing was deleted'
@@ -112,16 +118,34 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
-            await asyncio.wrap_future(backend.request_total(request.total))
-        except ValueError as error:  # the backend validates the total, once, before queueing
+            # Everything is checked before anything applies: profiles, then totals.
+            checked = check_totals_request(request, declared=backend.declared_profile_ids())
+            backend.declare_profiles(checked.profiles)
+            await asyncio.wrap_future(backend.request_totals(checked.totals))
+        except ValueError as error:  # includes a conflicting profile declaration
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
         logger.info("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
-            total=counts.total, running=counts.running, pending=counts.pending
+            total=counts.total,
+            running=counts.running,
+            pending=counts.pending,
+            profile_totals=backend.targets(),
         )
+
+    async def IsDeleted(  # noqa: N802 (the contract's names)
+        self,
+        request: pb.IsDeletedRequest,
+        context: Context[pb.IsDeletedRequest, pb.IsDeletedResponse],
+    ) -> pb.IsDeletedResponse:
+        if request.executor_id < 1:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"executor_id={request.executor_id} is not an executor id (ids start at 1)",
+            )
+        return pb.IsDeletedResponse(deleted=self._runtime.backend.is_deleted(request.executor_id))
 
     async def KillExecutors(  # noqa: N802 (the contract's names)
         self,
@@ -197,6 +221,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         self._feeds.add(feed)
         try:
             subscription = self._runtime.backend.subscribe(interval, feed.on_snapshots)
+            unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
         except RuntimeError:
             opened.cancel()
             self._feeds.discard(feed)
@@ -211,6 +236,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             async for response in self._messages(feed, opened):
                 yield response
         finally:
+            unlisten()
             subscription.cancel()
             opened.cancel()
             self._feeds.discard(feed)
@@ -227,7 +253,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         while True:
             await feed.wait()
             pending = feed.take()
-            if pending.snapshots or pending.removals:
+            if pending.snapshots or pending.removals or pending.notices:
                 for response in build_response(encoder, pending, first=first, cursor=cursor):
                     yield response
                 first = False

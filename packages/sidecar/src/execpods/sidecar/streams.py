@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from execpods.core import (
     INT64_MAX,
+    AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPodsSnapshot,
@@ -42,6 +43,7 @@ from execpods.core import (
     PodState,
 )
 from execpods.core import ExecutorPodState as CorePodState
+from execpods.sidecar.profiles import encode_notice
 from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.v1 import allocator_pb2 as pb
 
@@ -237,6 +239,7 @@ class Pending:
 
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
     removals: list[NumberedRemoval] = field(default_factory=list)
+    notices: list[AllocatorNotice] = field(default_factory=list)
     dropped: int = 0
 
 
@@ -249,6 +252,7 @@ class StreamFeed:
         self._lock = threading.Lock()
         self._pending = Pending()
         self._held: list[NumberedRemoval] = []
+        self._held_notices: list[AllocatorNotice] = []
         self._newest_serial = 0
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -261,6 +265,9 @@ class StreamFeed:
             pending = self._pending
             pending.snapshots.extend(snapshots)
             self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
+            if self._held_notices:
+                pending.notices.extend(self._held_notices)
+                self._held_notices = []
             if self._held:
                 # Release in sequence order: a stream's position says every removal up to it
                 # was sent, so a later removal may never overtake a held one.
@@ -293,6 +300,15 @@ class StreamFeed:
                 self._held.append(entry)
                 return
             self._pending.removals.append(entry)
+        self._wake()
+
+    def on_notice(self, notice: AllocatorNotice) -> None:
+        """The allocator's notice listener (its round's thread); held until the first snapshot."""
+        with self._lock:
+            if not self._newest_serial:
+                self._held_notices.append(notice)
+                return
+            self._pending.notices.append(notice)
         self._wake()
 
     def close(self) -> None:
@@ -362,6 +378,7 @@ def build_response(
     """
     snapshots = pending.snapshots
     removed = [encode_removal(r.removal) for r in pending.removals]
+    notices = [encode_notice(n) for n in pending.notices]
     if pending.dropped:
         logger.warning(
             "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
@@ -370,10 +387,14 @@ def build_response(
     if first and len(snapshots) > 1:
         head = pb.StreamSnapshotsResponse(snapshots=[encoder.encode(snapshots[0])])
         rest = pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots[1:]], removed_executors=removed
+            snapshots=[encoder.encode(s) for s in snapshots[1:]],
+            removed_executors=removed,
+            allocator_notices=notices,
         )
         return [cursor.stamp(head, ()), cursor.stamp(rest, pending.removals)]
     message = pb.StreamSnapshotsResponse(
-        snapshots=[encoder.encode(s) for s in snapshots], removed_executors=removed
+        snapshots=[encoder.encode(s) for s in snapshots],
+        removed_executors=removed,
+        allocator_notices=notices,
     )
     return [cursor.stamp(message, pending.removals)]
