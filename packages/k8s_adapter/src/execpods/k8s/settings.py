@@ -347,8 +347,8 @@ class KubernetesSettings(SettingsBase):
         SettingsBase.__post_init__(self)
         if self.backoff_max < self.backoff_initial:
             raise SettingsError(
-                f"execpods.kubernetes.backoffMax={self.backoff_max!r} is invalid: it must not be "
-                f"below execpods.kubernetes.backoffInitial={self.backoff_initial!r}"
+                f"{self.key_of('backoff_max')}={self.backoff_max!r} is invalid: it must not be "
+                f"below {self.key_of('backoff_initial')}={self.backoff_initial!r}"
             )
 
     @property
