@@ -46,6 +46,12 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
         ("registry-a", "registry-b"),
     )
     assert k8s.service_account == "spark"  # the driver's, as the executors have none of their own
+    assert dict(k8s.secrets) == {"etl-credentials": "/etc/etl"}
+    assert dict(k8s.secret_key_refs) == {"DB_PASSWORD": "etl-credentials:password"}
+    assert dict(k8s.volumes) == {
+        "emptyDir.spark-local-dir-1.mount.path": "/data",
+        "emptyDir.spark-local-dir-1.options.medium": "Memory",
+    }
     assert core.initial_executors == 4
     assert (core.batch_size, core.batch_delay) == (10, 1.0)
     assert (core.api_polling_interval, core.event_processing_interval) == (30.0, 1.0)
@@ -61,8 +67,7 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
     assert "spark.kubernetes.allocation.batch.size" not in info[0], "read keys are not listed"
     assert warnings == [
         "Spark properties execpods does not implement (accepted, ignored): "
-        "spark.kubernetes.executor.rollInterval, "
-        "spark.kubernetes.executor.volumes.emptyDir.spark-local-dir-1.mount.path"
+        "spark.kubernetes.executor.rollInterval"
     ]
 
 

@@ -27,6 +27,7 @@ from execpods.core import (
     SettingsError,
 )
 from execpods.k8s.errors import DriverPodNotFound
+from execpods.k8s.mounts import with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import KubernetesSettings
 
@@ -143,6 +144,14 @@ class ExecutorPodTemplateBuilder:
                 f"spark.kubernetes.executor.label.{clashes[0]} is invalid: execpods selects its "
                 f"executor pods by that label (as Spark, custom labels cannot set {clashes})"
             )
+        settings = self.settings
+        mounted = with_mounts(
+            self.template,
+            secrets=settings.secrets,
+            secret_key_refs=settings.secret_key_refs,
+            volumes=settings.volumes,
+        )
+        object.__setattr__(self, "template", mounted)  # once: the same for every executor
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "

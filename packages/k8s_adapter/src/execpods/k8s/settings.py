@@ -27,6 +27,12 @@ from execpods.core.settingkit import (
     setting,
     setting_family,
 )
+from execpods.k8s.mounts import (
+    SECRET_KEY_REF_PREFIX,
+    SECRETS_PREFIX,
+    VOLUMES_PREFIX,
+    volume_key_problem,
+)
 
 ENV_PREFIX = "spark.executorEnv."
 """Properties `spark.executorEnv.NAME=value` put `NAME=value` into every executor's environment."""
@@ -51,6 +57,7 @@ _MEMORY_UNITS = {
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def parse_memory_mib(text: str) -> int:
@@ -87,6 +94,12 @@ def _http_url(value: str) -> str | None:
 
 def _env_name(name: str) -> str | None:
     return None if _ENV_NAME.match(name) else "is not an environment variable name"
+
+
+def _dns_subdomain(name: str) -> str | None:
+    if len(name) <= 253 and _DNS_SUBDOMAIN.match(name):
+        return None
+    return "is not a secret name (a DNS-1123 subdomain)"
 
 
 def _fraction(value: float) -> str | None:
@@ -269,6 +282,24 @@ class KubernetesSettings(SettingsBase):
         "spark.kubernetes.executor.node.selector.",
         "Node selector of the executor pods, on top of spark.kubernetes.node.selector.*.",
         name_rule=label_key,
+    )
+    secrets: Mapping[str, str] = setting_family(
+        SECRETS_PREFIX,
+        "Secrets mounted into the executor container: NAME is the secret, the value the path.",
+        name_rule=_dns_subdomain,
+    )
+    secret_key_refs: Mapping[str, str] = setting_family(
+        SECRET_KEY_REF_PREFIX,
+        "Environment variables of the executor container from secrets: NAME is the variable, "
+        "the value secret:key.",
+        name_rule=_env_name,
+    )
+    volumes: Mapping[str, str] = setting_family(
+        VOLUMES_PREFIX,
+        "Volumes mounted into the executor container: TYPE.NAME.mount.path (required), "
+        "mount.readOnly, mount.subPath, mount.subPathExpr and options.* of hostPath, emptyDir, "
+        "nfs or persistentVolumeClaim.",
+        name_rule=volume_key_problem,
     )
     executor_scheduler_name: str | None = setting(
         "spark.kubernetes.executor.scheduler.name",

@@ -55,11 +55,9 @@ SPARK_ONLY_KEYS = frozenset(
 )
 """Spark's own keys in the owned namespaces (a key a settings class reads counts as read first)."""
 
-SPARK_ONLY_FAMILIES = tuple(
-    f"spark.kubernetes.executor.{family}." for family in ("secrets", "secretKeyRef", "volumes")
-)
+SPARK_ONLY_FAMILIES: tuple[str, ...] = ()
 """Spark's open-ended key families in `spark.kubernetes.executor.*` execpods does not implement
-(secrets and volumes: a pod template can carry them)."""
+(none today: labels, annotations, node selectors, secrets and volumes are all read)."""
 
 logger = logging.getLogger(__name__)
 
