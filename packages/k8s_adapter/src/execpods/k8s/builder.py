@@ -24,12 +24,18 @@ from execpods.core import (
     ExecutorLabels,
     PodManifest,
     PodNotFound,
+    ResourceProfile,
+    ResourceProfiles,
     SettingsError,
 )
 from execpods.k8s.errors import DriverPodNotFound
 from execpods.k8s.mounts import with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
-from execpods.k8s.settings import KubernetesSettings
+from execpods.k8s.settings import (
+    MEMORY_OVERHEAD_FACTOR,
+    MEMORY_OVERHEAD_MIN_MIB,
+    KubernetesSettings,
+)
 
 MAX_POD_NAME_LENGTH = 63
 
@@ -77,6 +83,22 @@ def load_template(path: str | Path) -> PodManifest:
     return loaded
 
 
+def parse_pod_template(text: str, *, what: str) -> PodManifest:
+    """A pod template given as a JSON or YAML string (a resource profile's own template)."""
+    try:
+        loaded = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as error:
+        raise SettingsError(
+            f"{what}: the pod template is not valid JSON or YAML: {error}"
+        ) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
+        raise SettingsError(f"{what}: the pod template is not a Pod manifest")
+    _check_template(loaded, key=what)
+    return loaded
+
+
 def owner_reference(driver_pod: Mapping[str, Any]) -> dict[str, object]:
     """An owner reference to the driver pod (controller, so GC removes executors with it)."""
     metadata = driver_pod.get("metadata") or {}
@@ -104,9 +126,10 @@ def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any
     return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
 
 
-def _check_template(template: Mapping[str, Any]) -> None:
+def _check_template(
+    template: Mapping[str, Any], *, key: str = "spark.kubernetes.executor.podTemplateFile"
+) -> None:
     """Refuse at start-up a template whose shape `build` could not work on."""
-    key = "spark.kubernetes.executor.podTemplateFile"
     for section in ("metadata", "spec"):
         if template.get(section) is not None and not isinstance(template[section], dict):
             raise SettingsError(f"{key}: the template's {section} is not a mapping")
@@ -133,6 +156,9 @@ class ExecutorPodTemplateBuilder:
     template: PodManifest = field(default_factory=dict)
     owner: Mapping[str, object] | None = None
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    profiles: ResourceProfiles | None = None
+    """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
+    _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_template(self.template)
@@ -166,6 +192,7 @@ class ExecutorPodTemplateBuilder:
         *,
         labels: ExecutorLabels = SPARK_LABELS,
         extra_env: Mapping[str, str] | None = None,
+        profiles: ResourceProfiles | None = None,
     ) -> ExecutorPodTemplateBuilder:
         """A builder with the template loaded and the driver pod (if configured) looked up."""
         template = load_template(settings.pod_template_file) if settings.pod_template_file else {}
@@ -183,6 +210,7 @@ class ExecutorPodTemplateBuilder:
             template=template,
             owner=owner,
             extra_env=MappingProxyType(dict(extra_env or {})),
+            profiles=profiles,
         )
 
     def _template_image(self) -> str | None:
@@ -221,7 +249,8 @@ class ExecutorPodTemplateBuilder:
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
     ) -> PodManifest:
-        pod: dict[str, Any] = copy.deepcopy(self.template)
+        profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
+        pod: dict[str, Any] = copy.deepcopy(self._template_of(profile))
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
@@ -252,27 +281,75 @@ class ExecutorPodTemplateBuilder:
         container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
-        container["env"] = _merge_env(container.get("env"), self._env(executor_id, app_id, name))
-        self._set_resources(_section(container, "resources"))
+        container["env"] = _merge_env(
+            container.get("env"), self._env(executor_id, app_id, name, profile)
+        )
+        self._set_resources(_section(container, "resources"), profile)
         return pod
 
-    def _env(self, executor_id: int, app_id: str, pod_name: str) -> dict[str, str]:
+    def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
+        """The profile's own template when it has one (parsed once), else the settings'."""
+        if profile is None or profile.pod_template is None:
+            return self.template
+        parsed = self._templates.get(profile.id)
+        if parsed is None:
+            what = f"resource profile {profile.id}"
+            parsed = parse_pod_template(profile.pod_template, what=what)
+            self._templates[profile.id] = parsed
+        return parsed
+
+    def _cores(self, profile: ResourceProfile | None) -> int:
+        if profile is not None and profile.cores is not None:
+            return profile.cores
+        return self.settings.executor_cores
+
+    def _memory_mib(self, profile: ResourceProfile | None) -> int:
+        if profile is not None and profile.memory_mib is not None:
+            return profile.memory_mib
+        return self.settings.executor_memory_mib
+
+    def _env(
+        self, executor_id: int, app_id: str, pod_name: str, profile: ResourceProfile | None
+    ) -> dict[str, str]:
         return {
             **self.settings.executor_env,
             **self.extra_env,
             "SPARK_EXECUTOR_ID": str(executor_id),
             "SPARK_APPLICATION_ID": app_id,
-            "SPARK_EXECUTOR_CORES": str(self.settings.executor_cores),
-            "SPARK_EXECUTOR_MEMORY": f"{self.settings.executor_memory_mib}m",
+            "SPARK_EXECUTOR_CORES": str(self._cores(profile)),
+            "SPARK_EXECUTOR_MEMORY": f"{self._memory_mib(profile)}m",
             "SPARK_EXECUTOR_POD_NAME": pod_name,
+            "SPARK_RESOURCE_PROFILE_ID": str(
+                DEFAULT_RESOURCE_PROFILE_ID if profile is None else profile.id
+            ),
         }
 
-    def _set_resources(self, resources: dict[str, Any]) -> None:
-        memory = f"{self.settings.pod_memory_mib}Mi"
+    def _set_resources(self, resources: dict[str, Any], profile: ResourceProfile | None) -> None:
+        """Requests and limits: the settings' shape, overridden field by field by the profile."""
+        memory_mib = self.settings.pod_memory_mib
+        cpu = self.settings.cpu_request
+        extra: Mapping[str, str] = {}
+        if profile is not None:
+            if profile.memory_mib is not None:
+                overhead = profile.memory_overhead_mib
+                if overhead is None:
+                    overhead = max(
+                        int(profile.memory_mib * MEMORY_OVERHEAD_FACTOR), MEMORY_OVERHEAD_MIN_MIB
+                    )
+                memory_mib = profile.memory_mib + overhead
+            elif profile.memory_overhead_mib is not None:
+                memory_mib = self.settings.executor_memory_mib + profile.memory_overhead_mib
+            if profile.cores is not None:
+                cpu = str(profile.cores)
+            extra = profile.extra_resources
+        memory = f"{memory_mib}Mi"
         requests = _section(resources, "requests")
         limits = _section(resources, "limits")
-        requests["cpu"] = self.settings.cpu_request
+        requests["cpu"] = cpu
         requests["memory"] = memory
         limits["memory"] = memory
         if self.settings.limit_cores is not None:
             limits["cpu"] = self.settings.limit_cores
+        for name, quantity in extra.items():  # extended resources: requests must equal limits
+            requests[name] = quantity
+            limits[name] = quantity
