@@ -73,7 +73,7 @@ def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
             app_id,
             **{
                 "spark.executor.instances": "0",
-                "spark.kubernetes.allocation.batch.delay": "100ms",
+                "spark.kubernetes.allocation.batch.delay": "150ms",
                 "spark.kubernetes.executor.eventProcessingInterval": "100ms",
                 **(conf or {}),
             },
