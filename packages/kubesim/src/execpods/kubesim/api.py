@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -59,7 +59,7 @@ class KubeSim:
         self.store = PodStore(event_window=event_window)
         self.cluster = Cluster(self.store, self.clock, self.config)
         self.faults = Faults(self.clock)
-        self.log = RequestLog()
+        self.log = RequestLog(clock=self.clock)
         self.create_limit = CreateRateLimit(
             self.clock, self.config.create_rate, self.config.create_burst
         )
@@ -440,6 +440,11 @@ class KubeSim:
     def request_counts(self) -> dict[str, int]:
         """API requests per verb: get, list, watch, create, update, patch, delete, ..."""
         return self.log.counts()
+
+    def peak_request_rate(self, window: float = 1.0, verbs: Collection[str] | None = None) -> float:
+        """The highest rate of API requests (of ``verbs``: "create", "list"...; default all)
+        over any ``window`` seconds of clock time since the log was last cleared."""
+        return self.log.peak_rate(window, verbs)
 
     def clear_requests(self) -> None:
         self.log.clear()
