@@ -19,6 +19,7 @@ from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
+from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -46,6 +47,7 @@ class KubeSim:
         event_window: int = 10_000,
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
+        websocket_watch: bool = True,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -55,6 +57,16 @@ class KubeSim:
         self.faults = Faults(self.clock)
         self.log = RequestLog()
         self.api = PodApi(store=self.store, cluster=self.cluster, faults=self.faults, log=self.log)
+        self.object_apis = {
+            k.plural: ObjectApi(
+                kind=k, cluster=self.cluster, log=self.log, event_window=event_window
+            )
+            for k in KINDS
+        }
+        self._gc = GarbageCollector(
+            pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
+        )
+        self._websocket_watch = websocket_watch
         self._host = host
         self._port = port
         self._bookmark_interval = bookmark_interval
@@ -69,7 +81,11 @@ class KubeSim:
         if self._server is not None:
             return self
         context = ServerContext(
-            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
+            api=self.api,
+            control=make_control(self),
+            bookmark_interval=self._bookmark_interval,
+            objects=self.object_apis,
+            websocket_watch=self._websocket_watch,
         )
         self._server = ApiServer(self._host, self._port, context)
         self._server.start()
@@ -188,6 +204,14 @@ class KubeSim:
     def pod(self, name: str, namespace: str = "default") -> Obj | None:
         obj = self.store.find(namespace, name)
         return None if obj is None else copy_obj(obj)
+
+    def objects(self, plural: str, namespace: str | None = None) -> list[Obj]:
+        """Copies of the stored ConfigMaps, Services, PersistentVolumeClaims or Secrets."""
+        api = self.object_apis.get(plural)
+        if api is None:
+            raise ValueError(f"kubesim serves no {plural!r}; it serves {sorted(self.object_apis)}")
+        items, _ = api.store.list(namespace)
+        return [copy_obj(o) for o in items]
 
     def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
         """Create a pod in process, with the same admission as a POST.

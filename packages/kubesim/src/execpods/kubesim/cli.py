@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--deterministic", action="store_true", help="virtual clock, moved via /_kubesim/advance"
     )
     p.add_argument(
+        "--no-websocket-watch",
+        action="store_true",
+        help="answer WebSocket watch upgrades with 503 (clients fall back to HTTP watches)",
+    )
+    p.add_argument(
         "--log-level", default="WARNING", help="logging level (DEBUG logs every request)"
     )
     return p
@@ -114,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         event_window=args.event_window,
         bookmark_interval=args.bookmark_interval,
         kubeconfig_path=args.kubeconfig_out,
+        websocket_watch=not args.no_websocket_watch,
     )
     with sim:
         print(sim.url, flush=True)

@@ -25,8 +25,10 @@ class ApiError(Exception):
         causes: list[dict[str, str]] | None = None,
         retry_after: int | None = None,
         headers: dict[str, str] | None = None,
+        kind: str = "pods",
     ) -> None:
         super().__init__(message)
+        self.kind = kind
         self.code = code
         self.reason = reason
         self.message = message
@@ -38,7 +40,7 @@ class ApiError(Exception):
             self.headers["Retry-After"] = str(retry_after)
 
     def status(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"kind": "pods"}
+        details: dict[str, Any] = {"kind": self.kind}
         if self.name is not None:
             details["name"] = self.name
         if self.causes:
@@ -48,8 +50,8 @@ class ApiError(Exception):
         return status_body(self.code, self.reason, self.message, details)
 
     @classmethod
-    def not_found(cls, name: str) -> ApiError:
-        return cls(404, "NotFound", f'pods "{name}" not found', name=name)
+    def not_found(cls, name: str, kind: str = "pods") -> ApiError:
+        return cls(404, "NotFound", f'{kind} "{name}" not found', name=name, kind=kind)
 
     @classmethod
     def gone(cls, message: str = "too old resource version") -> ApiError:
