@@ -1,0 +1,89 @@
+"""Real Spark 4.3 (pyspark from PyPI, its JVM driver in client mode) allocating on kubesim.
+
+Spark's own allocator and Kubernetes client (fabric8 7.x) do everything here: the executor
+ConfigMap, the WebSocket watch, batches of pod creates, deleting excess pending pods when the
+target drops, and deleting every executor pod and the ConfigMap on exit. The simulated
+executors never connect back to the driver, which allocation does not need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from execpods.kubesim import ClusterConfig, KubeSim
+
+from tests.spark.runner import ExecutorWatch, SparkDriver, spark_available, spark_time_to_target
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
+]
+
+NODES, PER_NODE = 2, 2
+CAPACITY = NODES * PER_NODE
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    cfg = ClusterConfig(
+        nodes=NODES, pods_per_node=PER_NODE, start_latency=0.3, start_jitter=0.1, seed=3
+    )
+    with KubeSim(cluster=cfg) as s:
+        yield s
+
+
+def running(phases: dict[str, str]) -> int:
+    return sum(p == "Running" for p in phases.values())
+
+
+def test_spark_allocates_scales_down_and_cleans_up(sim: KubeSim) -> None:
+    conf = {
+        # Pending executors older than this are deleted when the target drops (Spark's rule).
+        "spark.dynamicAllocation.executorIdleTimeout": "1s",
+        "spark.kubernetes.allocation.batch.size": "2",
+    }
+    driver = SparkDriver(f"k8s://{sim.url}", executors=CAPACITY, conf=conf).start()
+    selector = f"spark-app-selector={driver.app_id},spark-role=executor"
+    watch = ExecutorWatch(sim.url, selector=selector).start()
+    try:
+        # N executors reach Running, in batches of 2.
+        assert watch.wait_for(lambda ph: running(ph) == CAPACITY, 60), watch.phases
+        assert len(sim.objects("configmaps")) == 1  # the executors' configuration
+
+        # Above capacity: two more pods are created and stay Pending (Unschedulable).
+        driver.set_total(CAPACITY + 2)
+        assert watch.wait_for(lambda ph: len(ph) == CAPACITY + 2, 60), watch.phases
+        pending = {n for n, p in watch.phases.items() if p == "Pending"}
+        assert len(pending) == 2
+
+        # Scale down: Spark deletes the excess pending pods and keeps the running ones.
+        driver.set_total(CAPACITY)
+        assert watch.wait_for(lambda ph: not (pending & ph.keys()), 60), watch.phases
+        assert running(watch.phases) == CAPACITY
+        deletes = [r for r in sim.requests() if r.verb == "deletecollection"]
+        assert any("status.phase=Pending" in r.query.get("fieldSelector", "") for r in deletes)
+
+        # On exit every executor pod and the ConfigMap go.
+        assert driver.stop() == 0
+        assert watch.wait_for(lambda ph: not ph, 30), watch.phases
+    finally:
+        driver.stop()
+        watch.close()
+    assert sim.pods() == []
+    assert sim.objects("configmaps") == []
+    verbs = {(r.method, r.path.rsplit("/", 1)[-1], r.status) for r in sim.requests()}
+    assert ("GET", "pods", 101) in verbs, "Spark's watch should be a WebSocket"
+    assert ("POST", "configmaps", 201) in verbs
+
+
+def test_spark_falls_back_to_an_http_watch_when_websockets_are_refused() -> None:
+    """A 503 to the upgrade is what fabric8 falls back from (a 400 would fail Spark)."""
+    with KubeSim(cluster=ClusterConfig(nodes=1, pods_per_node=4), websocket_watch=False) as sim:
+        run = spark_time_to_target(sim.url, 2)
+        statuses = [r.status for r in sim.requests() if r.verb == "watch"]
+    assert run.exit_code == 0
+    assert run.pods_left == 0
+    assert 503 in statuses
+    assert 200 in statuses  # the HTTP watch it fell back to
