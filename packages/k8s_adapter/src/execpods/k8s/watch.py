@@ -27,7 +27,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 import urllib3
@@ -39,7 +38,7 @@ from execpods.core import (
     ExecutorPod,
     PodOperationError,
     PodSelector,
-    SnapshotsStore,
+    SnapshotsWriter,
     SystemClock,
 )
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
@@ -104,7 +103,7 @@ class WatchSource:
 
     def __init__(
         self,
-        store: SnapshotsStore,
+        store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
         settings: KubernetesSettings | None = None,
@@ -167,12 +166,6 @@ class WatchSource:
             if thread.is_alive():
                 logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
 
-    def watch_from(self, app_id: str, resource_version: str) -> None:
-        """One watch stream from `resource_version`, in the caller's thread, until it ends or
-        `stop()` is called: the benchmark's way to measure ingest without the list."""
-        self._resource_version = resource_version
-        self._watch(PodSelector.executors_of(self._labels, app_id).label_selector())
-
     def _run(self, selector: str) -> None:
         expired_streak = 0
         while not self._waiter.stopped:
@@ -219,20 +212,11 @@ class WatchSource:
 
     def _open(self, selector: str) -> BaseHTTPResponse:
         timeout = int(self._settings.watch_timeout)  # the setting's rule: at least 1 s
-        kwargs: dict[str, Any] = {
-            "label_selector": selector,
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": timeout,
-        }
-        if self._resource_version is not None:
-            kwargs["resource_version"] = self._resource_version
-        return self._gateway.request(
-            f"watch pods {selector!r}",
-            "list_namespaced_pod",
-            self._gateway.namespace,
-            timeout=(self._gateway.connect_timeout, timeout + READ_TIMEOUT_MARGIN),
-            **kwargs,
+        return self._gateway.watch_pods(
+            selector,
+            resource_version=self._resource_version,
+            timeout_seconds=timeout,
+            read_timeout=timeout + READ_TIMEOUT_MARGIN,
         )
 
     def _watch(self, selector: str) -> bool:

@@ -58,6 +58,19 @@ class ApiError(Exception):
         return cls(410, "Expired", message)
 
     @classmethod
+    def too_large_resource_version(cls, requested: int, current: int) -> ApiError:
+        """What kube-apiserver answers for a resourceVersion it has not reached: 504 ``Timeout``
+        with the cause ``ResourceVersionTooLarge`` (client-go's reflector re-lists from scratch
+        on it) and a retry after 1 s, as its watch cache does after waiting 3 s to catch up."""
+        return cls(
+            504,
+            "Timeout",
+            f"Timeout: Too large resource version: {requested}, current: {current}",
+            causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            retry_after=1,
+        )
+
+    @classmethod
     def bad_request(cls, message: str) -> ApiError:
         return cls(400, "BadRequest", message)
 

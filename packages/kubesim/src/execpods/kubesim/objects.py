@@ -23,7 +23,7 @@ from execpods.kubesim.patch import apply_patch
 from execpods.kubesim.pods import SERVER_META, rfc3339
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
-from execpods.kubesim.store import Event, Obj, PodStore, Predicate, watch_line
+from execpods.kubesim.store import Event, Obj, PodStore, Predicate, Watcher
 
 __all__ = ["KINDS", "GarbageCollector", "Kind", "ObjectApi"]
 
@@ -88,6 +88,16 @@ def _invalid(kind: Kind, name: str, causes: list[dict[str, str]]) -> ApiError:
     )
 
 
+class _Lister(PodApi):
+    """Pods' listing and watch rules (selectors, versions, pagination) for another kind."""
+
+    kind_name = "Pod"
+
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
+        line = super().bookmark(rv, initial_events_end=initial_events_end)
+        return line.replace(b'"kind":"Pod"', b'"kind":"%s"' % self.kind_name.encode(), 1)
+
+
 class ObjectApi:
     """The verbs of one resource over its own store (no controller acts on these objects)."""
 
@@ -104,19 +114,21 @@ class ObjectApi:
         # Listing (selectors, resourceVersion rules, pagination) is the same as for pods; the
         # pod fault injection does not apply here, so this lister has faults of its own.
         self.faults = Faults(cluster.clock)
-        self._lister = PodApi(store=self.store, cluster=cluster, faults=self.faults, log=log)
+        self._lister = _Lister(store=self.store, cluster=cluster, faults=self.faults, log=log)
+        self._lister.kind_name = kind.kind
 
     # -- what the server's watch needs -----------------------------------------------------------
 
     def predicate(self, query: dict[str, str]) -> Predicate:
         return self._lister.predicate(query)
 
-    def watch_start(self, query: dict[str, str]) -> int | None:
-        return self._lister.watch_start(query)
+    def open_watch(
+        self, namespace: str | None, query: dict[str, str]
+    ) -> tuple[Watcher | None, list[bytes], Obj | None]:
+        return self._lister.open_watch(namespace, query)
 
-    def bookmark(self, rv: int) -> bytes:
-        obj = {"kind": self.kind.kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
-        return watch_line("BOOKMARK", obj)
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
+        return self._lister.bookmark(rv, initial_events_end=initial_events_end)
 
     # -- verbs -----------------------------------------------------------------------------------
 

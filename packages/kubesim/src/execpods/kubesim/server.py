@@ -26,7 +26,8 @@ from execpods.kubesim import resources
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.watchserve import WatchSource, parse_bool, serve_watch
+from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
@@ -37,7 +38,6 @@ _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$"
 _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -73,7 +73,7 @@ def _verb(method: str, path: str, query: dict[str, str]) -> str:
         len(parts) == 6 and parts[3] == "namespaces"
     )
     if method == "GET":
-        if "/watch/" in path or query.get("watch", "") in _TRUE:
+        if "/watch/" in path or query.get("watch", "") in TRUE:
             return "watch"
         return "list" if collection else "get"
     if method == "DELETE":
@@ -288,6 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, query: dict[str, str], body: bytes, ctx: ServerContext
     ) -> int:
         api = ctx.api
+        api.authorizer.check(method, path, query, self.header("Authorization"))
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":

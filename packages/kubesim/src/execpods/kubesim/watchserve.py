@@ -17,24 +17,10 @@ from typing import Any, Protocol
 
 from execpods.kubesim import websocket as ws
 from execpods.kubesim.errors import ApiError
-from execpods.kubesim.faults import Faults
-from execpods.kubesim.store import PodStore, Predicate, Watcher, watch_line
+from execpods.kubesim.params import parse_bool
+from execpods.kubesim.store import PodStore, Watcher, watch_line
 
-__all__ = ["WatchHandler", "WatchSource", "parse_bool", "serve_watch"]
-
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-
-
-def parse_bool(value: str | None, name: str) -> bool:
-    """Go's ``strconv.ParseBool``, which is how the API server reads query booleans."""
-    if value is None or value == "":
-        return False
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ApiError.bad_request(f'invalid boolean value for "{name}": {value!r}')
+__all__ = ["WatchHandler", "WatchSource", "serve_watch"]
 
 
 class WatchSource(Protocol):
@@ -42,11 +28,10 @@ class WatchSource(Protocol):
 
     @property
     def store(self) -> PodStore: ...
-    @property
-    def faults(self) -> Faults: ...
-    def predicate(self, query: dict[str, str]) -> Predicate: ...
-    def watch_start(self, query: dict[str, str]) -> int | None: ...
-    def bookmark(self, rv: int) -> bytes: ...
+    def open_watch(
+        self, namespace: str | None, query: dict[str, str]
+    ) -> tuple[Watcher | None, list[bytes], dict[str, Any] | None]: ...
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes: ...
 
 
 class WatchHandler(Protocol):
@@ -85,8 +70,6 @@ def serve_watch(
             "ServiceUnavailable",
             "WebSocket watches are turned off in this kubesim; watch over HTTP",
         )
-    predicate = api.predicate(query)
-    since = api.watch_start(query)
     bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
     timeout_text = query.get("timeoutSeconds")
     try:
@@ -96,16 +79,7 @@ def serve_watch(
     key = handler.header("Sec-WebSocket-Key")
     if upgrade and not key:
         raise ApiError.bad_request("a WebSocket upgrade needs a Sec-WebSocket-Key header")
-    watcher: Watcher | None = None
-    error: dict[str, Any] | None = None
-    initial: list[bytes] = []
-    if api.faults.take_expire():
-        error = ApiError.gone("too old resource version (injected by kubesim)").status()
-    else:
-        try:
-            watcher, initial = api.store.watch(namespace, predicate, since)
-        except ApiError as err:
-            error = err.status()
+    watcher, initial, error = api.open_watch(namespace, query)
     # A watch is in the log from its start, not only once it ends; a WebSocket one as 101.
     handler.log_once(101 if upgrade else 200)
     stream = _Stream(

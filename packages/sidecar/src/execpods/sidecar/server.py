@@ -1,11 +1,12 @@
 """The gRPC server: the allocator service, health, reflection, the listen address and shutdown.
 
-Start: bind (port 0 reads the real port back), start serving, then start the backend (the seed's
-order: target, lifecycle manager, allocator, watch, poll), then mark the service SERVING.
+Start: bind (port 0 reads the real port back), start serving, then start the backend (in Spark's
+order, SPARK-24248: target, lifecycle manager, allocator, watch, poll), then mark the service
+SERVING.
 
 Stop (SIGTERM, SIGINT, or `stop()`): mark NOT_SERVING, end every stream cleanly (each sends what it
 has and returns, so clients see a normal end of stream), stop the server with a grace period for
-calls in flight, and then stop the backend in the seed's order: the store, the watch, the poll,
+calls in flight, and then stop the backend in Spark's order: the store, the watch, the poll,
 delete the application's executor pods (unless spark.kubernetes.executor.deleteOnTermination is
 false), and close the Kubernetes client. The backend's stop blocks on the API, so it runs in a
 worker thread.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any
 
 import grpc
 from execpods.sidecar.service import AllocatorService
@@ -37,11 +37,10 @@ class SidecarServer:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.service = AllocatorService(runtime)
-        self._health: Any = health.aio.HealthServicer()
-        options: list[tuple[str, Any]] = [("grpc.so_reuseport", 0)]
+        self._health = health.aio.HealthServicer()
         limit = runtime.settings.sidecar.max_concurrent_rpcs
-        self._server: Any = grpc.aio.server(
-            options=options, maximum_concurrent_rpcs=limit if limit > 0 else None
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)], maximum_concurrent_rpcs=limit if limit > 0 else None
         )
         pb_grpc.add_ExecutorAllocatorServicer_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
