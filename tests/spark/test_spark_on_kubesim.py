@@ -8,12 +8,20 @@ executors never connect back to the driver, which allocation does not need.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from execpods.kubesim import ClusterConfig, KubeSim
 
-from tests.spark.runner import ExecutorWatch, SparkDriver, spark_available, spark_time_to_target
+from tests.spark.runner import ExecutorWatch, SparkDriver, spark_available
+
+JOB = Path(__file__).with_name("job_wait_for_executors.py")
 
 pytestmark = [
     pytest.mark.slow,
@@ -78,12 +86,40 @@ def test_spark_allocates_scales_down_and_cleans_up(sim: KubeSim) -> None:
     assert ("POST", "configmaps", 201) in verbs
 
 
-def test_spark_falls_back_to_an_http_watch_when_websockets_are_refused() -> None:
-    """A 503 to the upgrade is what fabric8 falls back from (a 400 would fail Spark)."""
-    with KubeSim(cluster=ClusterConfig(nodes=1, pods_per_node=4), websocket_watch=False) as sim:
-        run = spark_time_to_target(sim.url, 2)
-        statuses = [r.status for r in sim.requests() if r.verb == "watch"]
-    assert run.exit_code == 0
-    assert run.pods_left == 0
-    assert 503 in statuses
-    assert 200 in statuses  # the HTTP watch it fell back to
+def spark_submit_under_kubesim(*kubesim_flags: str) -> subprocess.CompletedProcess[str]:
+    """The one command of docs/spark.md: kubesim runs spark-submit with a user's job."""
+    bin_dir = Path(sys.executable).parent
+    argv = [
+        str(bin_dir / "kubesim"), "--nodes", "1", "--node-capacity", "4", "--expect-clean",
+        *kubesim_flags, "--",
+        str(bin_dir / "spark-submit"), "--master", "{master}", "--deploy-mode", "client",
+        "--conf", "spark.kubernetes.container.image=apache/spark:4.3.0",
+        "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.executor.instances=2",
+        "--conf", "spark.scheduler.minRegisteredResourcesRatio=0",
+        str(JOB),
+    ]  # fmt: skip
+    # As with the virtual environment activated: spark-submit finds pyspark with `python3`.
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False, env=env)
+
+
+def summary_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """kubesim's summary: the last JSON line on its stderr."""
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith('{"exitCode"')]
+    assert lines, done.stderr[-3000:]
+    summary: dict[str, Any] = json.loads(lines[-1])
+    return summary
+
+
+def test_spark_submit_under_kubesim_falls_back_from_a_refused_websocket() -> None:
+    """The documented one command, with WebSockets refused: a 503 to the upgrade is what
+    fabric8 falls back from (to an HTTP watch), so the job still sees its executors Running
+    and Spark still cleans up."""
+    done = spark_submit_under_kubesim("--no-websocket-watch")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"executorsRunning": true' in done.stdout
+    summary = summary_of(done)
+    assert summary["left"] == {"pods": [], "configmaps": [], "services": []}
+    assert summary["requests"]["create"] >= 3  # the ConfigMap and two executor pods
+    assert summary["watchStatuses"] == [200, 503]  # refused upgrades, then an HTTP watch
