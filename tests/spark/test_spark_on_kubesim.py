@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from execpods.devtools.spark import ExecutorWatch, SparkDriver, spark_available
 from execpods.kubesim import ClusterConfig, KubeSim
-
-from tests.spark.runner import ExecutorWatch, SparkDriver, spark_available
 
 JOB = Path(__file__).with_name("job_wait_for_executors.py")
 

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--conf takes KEY=VALUE, got {item!r}")
         conf[key] = value
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (only in the driver's own process)
 
     builder: Any = SparkSession.builder
     for key, value in conf.items():

@@ -1,5 +1,8 @@
 """Run real Spark (pyspark 4.3, client mode) against a Kubernetes API URL such as kubesim's.
 
+    python -m execpods.devtools.spark --executors 20            # on a kubesim of its own
+    python -m execpods.devtools.spark --executors 20 --api-url http://127.0.0.1:PORT
+
 :class:`SparkDriver` starts ``spark_driver.py`` in its own process and steers it over stdin;
 :class:`ExecutorWatch` follows the application's executor pods over a plain HTTP watch;
 :func:`spark_time_to_target` is the measurement the time-to-target benchmark uses for its
@@ -8,8 +11,11 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import http.client
+import importlib.util
 import json
 import os
 import queue
@@ -26,8 +32,11 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from execpods.kubesim import ClusterConfig, KubeSim
+
 __all__ = [
     "DRIVER",
+    "main",
     "ExecutorWatch",
     "SparkDriver",
     "SparkRun",
@@ -42,9 +51,7 @@ def spark_available() -> str | None:
     """None when real Spark can run here, else why not (for a skip message)."""
     if shutil.which("java") is None:
         return "java is not installed (python3 tools/dev.py installs openjdk-17-jre-headless)"
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (the 'spark' dependency group)"
     return None
 
@@ -273,3 +280,27 @@ def spark_time_to_target(
         )
     finally:
         watch.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time Spark's allocator to N Running pods and print the run as one JSON line."""
+    parser = argparse.ArgumentParser(description="Spark 4.3's time to N Running executor pods")
+    parser.add_argument("--executors", type=int, default=20)
+    parser.add_argument("--api-url", help="an API server to use (default: a kubesim of its own)")
+    parser.add_argument("--nodes", type=int, default=10, help="kubesim nodes (own kubesim only)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    conf = dict(item.partition("=")[::2] for item in args.conf)
+    if reason := spark_available():
+        parser.error(reason)
+    if args.api_url:
+        run = spark_time_to_target(args.api_url, args.executors, conf=conf)
+    else:
+        with KubeSim(cluster=ClusterConfig(nodes=args.nodes)) as sim:
+            run = spark_time_to_target(sim.url, args.executors, conf=conf)
+    print(json.dumps(dataclasses.asdict(run)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
