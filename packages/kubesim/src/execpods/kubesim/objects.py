@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from execpods.kubesim.bodies import Status, StatusCause
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError, status_body
 from execpods.kubesim.faults import Faults, RequestLog
@@ -76,7 +77,7 @@ KINDS: tuple[Kind, ...] = (
 )
 
 
-def _invalid(kind: Kind, name: str, causes: list[dict[str, str]]) -> ApiError:
+def _invalid(kind: Kind, name: str, causes: list[StatusCause]) -> ApiError:
     text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
     return ApiError(
         422,
@@ -124,7 +125,7 @@ class ObjectApi:
 
     def open_watch(
         self, namespace: str | None, query: dict[str, str]
-    ) -> tuple[Watcher | None, list[bytes], Obj | None]:
+    ) -> tuple[Watcher | None, list[bytes], Status | None]:
         return self._lister.open_watch(namespace, query)
 
     def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
@@ -133,7 +134,7 @@ class ObjectApi:
     # -- verbs -----------------------------------------------------------------------------------
 
     def list(self, namespace: str | None, query: dict[str, str]) -> Obj:
-        result = self._lister.list(namespace, query)
+        result: Obj = dict(self._lister.list(namespace, query))
         result["kind"] = f"{self.kind.kind}List"
         return result
 
@@ -176,7 +177,7 @@ class ObjectApi:
         return self.store.create(obj)
 
     def _validate(self, obj: Obj) -> None:
-        causes: list[dict[str, str]] = []
+        causes: list[StatusCause] = []
         meta = obj["metadata"]
         name = meta.get("name") or ""
         pattern, limit = (_DNS1035, 63) if self.kind.dns_label_name else (_SUBDOMAIN, 253)
@@ -294,7 +295,7 @@ class ObjectApi:
             lambda old: self._write(old, apply_patch(content_type, old, body), name),
         )
 
-    def delete(self, namespace: str, name: str, options: Any) -> Obj:
+    def delete(self, namespace: str, name: str, options: Any) -> Status:
         """Remove at once (nothing here has a grace period) and answer a Success Status."""
         if not isinstance(options, dict):
             raise ApiError.bad_request("DeleteOptions must be a JSON object")
@@ -314,8 +315,7 @@ class ObjectApi:
                 )
         if self.store.remove(namespace, name, obj["metadata"]["uid"]) is None:
             raise ApiError.not_found(name, self.kind.plural)
-        details = {"name": name, "kind": self.kind.plural, "uid": obj["metadata"]["uid"]}
-        return status_body(200, "", "", details)
+        return status_body(200, "", "", {"name": name, "kind": self.kind.plural})
 
     def delete_collection(self, namespace: str, query: dict[str, str]) -> Obj:
         """Remove every match; the answer is the list of what was deleted."""

@@ -13,9 +13,10 @@ import socket
 import time
 from collections.abc import Callable
 from io import BufferedIOBase
-from typing import Any, Protocol
+from typing import Protocol
 
 from execpods.kubesim import websocket as ws
+from execpods.kubesim.bodies import Status
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.params import parse_bool
 from execpods.kubesim.store import PodStore, Watcher, watch_line
@@ -30,7 +31,7 @@ class WatchSource(Protocol):
     def store(self) -> PodStore: ...
     def open_watch(
         self, namespace: str | None, query: dict[str, str]
-    ) -> tuple[Watcher | None, list[bytes], dict[str, Any] | None]: ...
+    ) -> tuple[Watcher | None, list[bytes], Status | None]: ...
     def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes: ...
 
 
@@ -96,7 +97,7 @@ def serve_watch(
 
 
 def _serve_chunked(
-    handler: WatchHandler, stream: _Stream, initial: list[bytes], error: dict[str, Any] | None
+    handler: WatchHandler, stream: _Stream, initial: list[bytes], error: Status | None
 ) -> None:
     head = (
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -130,7 +131,7 @@ def _serve_websocket(
     key: str,
     stream: _Stream,
     initial: list[bytes],
-    error: dict[str, Any] | None,
+    error: Status | None,
 ) -> None:
     """The same events as text messages on an upgraded connection, then a close frame."""
     handler.close_connection = True  # the connection is the WebSocket's until it closes
@@ -177,7 +178,7 @@ class _Stream:
         self._interval = interval
         self._api = api
 
-    def run(self, emit: Callable[[list[bytes]], None]) -> dict[str, Any] | None:
+    def run(self, emit: Callable[[list[bytes]], None]) -> Status | None:
         """Send events until the timeout (None) or until the watch is closed (its error)."""
         watcher = self.watcher
         assert watcher is not None
