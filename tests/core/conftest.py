@@ -51,9 +51,9 @@ def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
-    store = DeterministicSnapshotsStore()
-    pods = InMemoryPodOperations()
     clock = ManualClock()
+    store = DeterministicSnapshotsStore(clock=clock)
+    pods = InMemoryPodOperations()
     driver = RecordingDriver()
     manager = ExecutorPodsLifecycleManager(
         settings=settings or CoreSettings(), pod_operations=pods, store=store, clock=clock

@@ -64,9 +64,11 @@ class LoggingPods(InMemoryPodOperations):
         super().__init__()
         self.log = log
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         self.log.append("pods.delete_by_selector")
-        return super().delete_by_selector(selector)
+        return super().delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
 
 
 @dataclass

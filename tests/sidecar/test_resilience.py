@@ -8,7 +8,7 @@ import time
 
 import grpc
 from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
-from execpods.core import ExecutorPodsSnapshot, PodState
+from execpods.core import ExecutorPodsSnapshot, ExecutorState
 from execpods.kubesim import KubeSim
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -107,7 +107,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
 
             def settled() -> bool:
                 last = reference[-1]
-                return last.count(PodState.RUNNING) == 10 and all(
+                return last.count(ExecutorState.RUNNING) == 10 and all(
                     len(r) == len(reference) for r in received
                 )
 

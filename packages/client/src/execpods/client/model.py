@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 
 class ExecutorState(enum.Enum):
-    """An executor pod's state, as the sidecar classified it (the wire's `ExecutorPodState.State`).
+    """An executor pod's state, as the sidecar classified it (the wire's `ObservedPod.State`).
 
     `UNKNOWN` also stands for a state this client does not know (an unspecified or newer value), so
     that a newer server never breaks an older driver.
@@ -23,6 +23,8 @@ class ExecutorState(enum.Enum):
 
     PENDING = "pending"
     RUNNING = "running"
+    TERMINATING = "terminating"
+    """Being deleted while it still runs: shutting down gracefully, not gone yet (SPARK-31125)."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DELETED = "deleted"

@@ -20,8 +20,9 @@ from execpods.core.errors import (
     PodOperationError,
     SettingsError,
 )
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager, exit_reason
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager, describe_exit_code, exit_reason
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
@@ -50,10 +51,20 @@ from execpods.core.scheduling import (
 )
 from execpods.core.settings import CoreSettings, SettingsBase, parse_duration, unknown_keys
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import ExecutorPodState, PodState, classify
+from execpods.core.states import (
+    DEFAULT_CLASSIFIER,
+    ExecutorState,
+    ObservedPod,
+    PodClassifier,
+    classify,
+)
 from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
 
 __all__ = [
+    "DEFAULT_CLASSIFIER",
+    "ExecutorFailureTracker",
+    "PodClassifier",
+    "describe_exit_code",
     "DEFAULT_RESOURCE_PROFILE_ID",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
@@ -76,7 +87,7 @@ __all__ = [
     "ExecutorLabels",
     "ExecutorPod",
     "ExecutorPodBuilder",
-    "ExecutorPodState",
+    "ObservedPod",
     "ExecutorPodsAllocator",
     "ExecutorPodsBackend",
     "ExecutorPodsLifecycleManager",
@@ -91,7 +102,7 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
-    "PodState",
+    "ExecutorState",
     "Scheduler",
     "SettingsBase",
     "SettingsError",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from execpods.core.clock import Clock
 from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -29,7 +30,7 @@ from execpods.core.ports import (
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,9 @@ class ExecutorCounts:
         running = pending = 0
         for state in snapshot.executor_pods.values():
             kind = state.state
-            if kind is PodState.RUNNING:
+            if kind is ExecutorState.RUNNING:
                 running += 1
-            elif kind is PodState.PENDING:
+            elif kind is ExecutorState.PENDING:
                 pending += 1
         return cls(running=running, pending=pending)
 
@@ -84,8 +85,10 @@ class ExecutorPodsAllocator:
         pod_operations: PodOperations,
         store: SnapshotsStore,
         clock: Clock,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._failures = failure_tracker
         self._labels: ExecutorLabels = settings.labels
         self._builder = pod_builder
         self._pods = pod_operations
@@ -148,6 +151,8 @@ class ExecutorPodsAllocator:
         counts = ExecutorCounts.of(latest)
         with self._lock:
             target = self._targets.get(DEFAULT_RESOURCE_PROFILE_ID, 0)
+        if self._failures is not None and self._failures.application_failure is not None:
+            target = 0  # too many executors failed: allocation stopped for good
         wanted = executors_to_request(
             target=target,
             counts=counts,
@@ -220,6 +225,8 @@ class ExecutorPodsAllocator:
             try:
                 self._pods.create(manifest)
             except PodOperationError as error:
+                if self._failures is not None:
+                    self._failures.register_failure()
                 if error.outcome_unknown:
                     # The pod may exist: track it, so the creation timeout cleans it up if not.
                     self._requested[executor_id] = _Request(

@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import DriverView, PodOperations, PodSelector, SnapshotSource
 from execpods.core.scheduling import Scheduler
@@ -53,6 +54,12 @@ class ExecutorPodsBackend:
         self._watch = watch_source
         self._poll = poll_source
         self._close_client = close_client
+        self._killer = GracefulKiller(
+            settings=settings,
+            pod_operations=pod_operations,
+            scheduler=request_scheduler,
+            on_killed=lifecycle.executors_killed,
+        )
 
     def start(self, *, initial_executors: int | None = None) -> None:
         initial = (
@@ -74,14 +81,13 @@ class ExecutorPodsBackend:
         return self._run_async(lambda: self._allocator.set_total_expected_executors(total))
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
-        """Delete these executors' pods with one request; the events drive the rest."""
+        """Delete these executors' pods gracefully (`GracefulKiller`); the events drive the rest."""
         ids = frozenset(executor_ids)
         if not ids:
             done: Future[int] = Future()
             done.set_result(0)
             return done
-        selector = PodSelector.executors_of(self._settings.labels, self.app_id, ids)
-        return self._run_async(lambda: self._pods.delete_by_selector(selector))
+        return self._run_async(lambda: self._killer.kill(self.app_id, ids))
 
     def _run_async(self, action: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()

@@ -16,7 +16,7 @@ from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.pods import ContainerStatus, ContainerTerminated
 from execpods.core.scheduling import DeterministicScheduler
 from execpods.core.settings import CoreSettings
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 from execpods.core.store import SnapshotsStoreImpl
 from execpods.core.testing import InMemoryPodOperations, RecordingDriver, SimpleExecutorPodBuilder
 
@@ -77,7 +77,7 @@ def main() -> None:
 
     def show(event: str) -> None:
         snapshot = store.current_snapshot
-        running = snapshot.count(PodState.RUNNING)
+        running = snapshot.count(ExecutorState.RUNNING)
         pending = len(pods.pods) - running
         print(
             f"t={clock.monotonic():4.0f}s  {event:<34} created={len(pods.created):3d} "
@@ -88,7 +88,7 @@ def main() -> None:
     allocator.set_total_expected_executors(args.executors)
     scheduler.run_until_idle()
     show("target set")
-    while store.current_snapshot.count(PodState.RUNNING) < args.executors:
+    while store.current_snapshot.count(ExecutorState.RUNNING) < args.executors:
         scheduler.tick(settings.batch_delay)
         cluster.step()
         show("allocation round")
@@ -106,7 +106,7 @@ def main() -> None:
     scheduler.tick(settings.batch_delay)
     show("replacement running")
     store.stop()
-    running = store.current_snapshot.count(PodState.RUNNING)
+    running = store.current_snapshot.count(ExecutorState.RUNNING)
     print(f"\nDone: {running} executors running, {len(driver.removed)} removal reported.")
 
 

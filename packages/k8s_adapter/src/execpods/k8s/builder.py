@@ -121,6 +121,10 @@ class ExecutorPodTemplateBuilder:
     template: PodManifest = field(default_factory=dict)
     owner: Mapping[str, object] | None = None
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    container_name: str = EXECUTOR_CONTAINER_NAME
+    """`spark.kubernetes.executor.podTemplateContainerName`: the template's container of that
+    name is the executor's (else the first one, which gets the name); its exit code is the
+    executor's."""
 
     def __post_init__(self) -> None:
         _check_template(self.template)
@@ -138,6 +142,7 @@ class ExecutorPodTemplateBuilder:
         *,
         labels: ExecutorLabels = SPARK_LABELS,
         extra_env: Mapping[str, str] | None = None,
+        container_name: str = EXECUTOR_CONTAINER_NAME,
     ) -> ExecutorPodTemplateBuilder:
         """A builder with the template loaded and the driver pod (if configured) looked up."""
         template = load_template(settings.pod_template_file) if settings.pod_template_file else {}
@@ -155,6 +160,7 @@ class ExecutorPodTemplateBuilder:
             template=template,
             owner=owner,
             extra_env=MappingProxyType(dict(extra_env or {})),
+            container_name=container_name,
         )
 
     def _template_image(self) -> str | None:
@@ -192,10 +198,11 @@ class ExecutorPodTemplateBuilder:
         spec["restartPolicy"] = "Never"
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
-            containers = [{"name": EXECUTOR_CONTAINER_NAME}]
+            containers = [{"name": self.container_name}]
             spec["containers"] = containers
-        container = containers[0]
-        container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        named = [c for c in containers if c.get("name") == self.container_name]
+        container = named[0] if named else containers[0]
+        container.setdefault("name", self.container_name)
         if self.settings.image is not None:
             container["image"] = self.settings.image
         container["env"] = _merge_env(container.get("env"), self._env(executor_id, app_id, name))

@@ -53,7 +53,9 @@ class KubernetesPodOperations:
         except PodNotFound:
             logger.debug("Pod %s was already gone when deleted.", name)
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         label_selector = selector.label_selector()
         field_selector = selector.field_selector()
         what = f"delete pods {label_selector!r}" + (
@@ -62,6 +64,8 @@ class KubernetesPodOperations:
         kwargs: dict[str, Any] = {"label_selector": label_selector}
         if field_selector is not None:
             kwargs["field_selector"] = field_selector
+        if grace_period_seconds is not None:
+            kwargs["grace_period_seconds"] = grace_period_seconds
         body = self._gateway.request_json(
             what, "delete_collection_namespaced_pod", self.namespace, **kwargs
         )

@@ -17,7 +17,6 @@ from typing import Any, Self, TypeVar
 from execpods.core import SettingsBase, SettingsError
 from execpods.core.settings import (
     duration_setting,
-    parse_bool,
     parse_int,
     positive,
     setting,
@@ -211,12 +210,6 @@ class KubernetesSettings(SettingsBase):
         "execpods.kubernetes.backoffMax",
         "30s",
         "Longest retry delay of the watch.",
-    )
-    poll_from_cache: bool = setting(
-        "execpods.kubernetes.pollFromCache",
-        False,
-        "Poll with resourceVersion=0: served from the API server's cache, possibly stale.",
-        parse=parse_bool,
     )
     executor_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """From `spark.executorEnv.NAME=value` properties."""

@@ -147,7 +147,7 @@ class WatchSource:
         if not self._enabled:
             logger.info("The executor pod watch is disabled (enableApiWatcher=false).")
             return
-        selector = PodSelector.executors_of(self._labels, app_id).label_selector()
+        selector = PodSelector.active_executors_of(self._labels, app_id).label_selector()
         logger.debug("Starting watch for pods with labels %s.", selector)
         self._thread = threading.Thread(
             target=self._run, args=(selector,), name=f"execpods-watch-{app_id}", daemon=True
@@ -171,7 +171,7 @@ class WatchSource:
         """One watch stream from `resource_version`, in the caller's thread, until it ends or
         `stop()` is called: the benchmark's way to measure ingest without the list."""
         self._resource_version = resource_version
-        self._watch(PodSelector.executors_of(self._labels, app_id).label_selector())
+        self._watch(PodSelector.active_executors_of(self._labels, app_id).label_selector())
 
     def _run(self, selector: str) -> None:
         expired_streak = 0

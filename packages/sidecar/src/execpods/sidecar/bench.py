@@ -22,13 +22,13 @@ from typing import Any
 
 import grpc
 from execpods.client import AllocatorClient
-from execpods.core import ExecutorPodsSnapshot, PodState
+from execpods.core import ExecutorPodsSnapshot, ExecutorState
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
-RUNNING = pb.ExecutorPodState.STATE_RUNNING
+RUNNING = pb.ExecutorState.STATE_RUNNING
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -72,7 +72,7 @@ class RunningTimes:
             ids = snapshot.executor_pods.keys() if changed is None else changed
             for executor_id in ids:
                 state = snapshot.executor_pods.get(executor_id)
-                if state is not None and state.state is PodState.RUNNING:
+                if state is not None and state.state is ExecutorState.RUNNING:
                     with self.lock:
                         self.first_running.setdefault(executor_id, now)
             self._last = snapshot
@@ -162,7 +162,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
             target = executors
 
             def check(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-                if snapshots and snapshots[-1].count(PodState.RUNNING) >= target:
+                if snapshots and snapshots[-1].count(ExecutorState.RUNNING) >= target:
                     done.set()
 
             sidecar.runtime.store.add_subscriber(0.05, check)

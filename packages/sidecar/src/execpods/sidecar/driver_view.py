@@ -11,6 +11,12 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   Explicit mode is sticky: a later update without it does not switch inference back on.
 - **Active executors.** Known executors the driver has not released
   (`UpdateDriverExecutors.released`): a released executor's exit is expected.
+- **Registration times.** When the driver registered each known executor, as it says
+  (`UpdateDriverExecutors.registered_at_ms`), else when the sidecar first learnt of it (saw it
+  running, or was told it registered). The lifecycle manager reports an executor missing only when
+  a full list taken more than `spark.kubernetes.executor.missingPodDetectDelta` later lacks it.
+- **Application failure.** When too many executors failed, the lifecycle manager says so once;
+  every stream, open or opened later, passes it on.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
   it reported twice; and it is handed to every listener (the open streams).
@@ -25,18 +31,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
     CoreSettings,
     ExecutorExited,
+    ExecutorFailureTracker,
     ExecutorPodsLifecycleManager,
     ExecutorPodsSnapshot,
+    ExecutorState,
     PodOperations,
-    PodState,
     SnapshotsStore,
+    SystemClock,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,13 +62,18 @@ class Removal:
 
 
 RemovalListener = Callable[[Removal], None]
+FailureListener = Callable[[str], None]
 
 
 class InferredDriverView:
     """A thread-safe `DriverView` that infers the driver's executors unless told them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
+        self._registered_at: dict[int, float] = {}
+        self._failure: str | None = None
+        self._failure_listeners: list[FailureListener] = []
         self._seen_running: set[int] = set()
         self._registered: set[int] = set()
         self._released: set[int] = set()
@@ -82,9 +95,45 @@ class InferredDriverView:
             inferred = not self._explicit and executor_id in self._seen_running
             return inferred or executor_id in self._registered
 
+    def registration_times(self) -> Mapping[int, float]:
+        with self._lock:
+            return {i: self._registered_at.get(i, 0.0) for i in self._known_locked()}
+
+    def application_failed(self, message: str) -> None:
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = message
+            listeners = list(self._failure_listeners)
+        for listener in listeners:
+            try:
+                listener(message)
+            except Exception:
+                logger.exception("A failure listener failed")
+
+    @property
+    def application_failure(self) -> str | None:
+        """Why the application should fail, once the lifecycle manager said so."""
+        return self._failure
+
+    def add_failure_listener(self, listener: FailureListener) -> Callable[[], None]:
+        """Call `listener` with the application's failure (at once if it already failed)."""
+        with self._lock:
+            self._failure_listeners = [*self._failure_listeners, listener]
+            failure = self._failure
+        if failure is not None:
+            listener(failure)
+
+        def unregister() -> None:
+            with self._lock:
+                self._failure_listeners = [x for x in self._failure_listeners if x is not listener]
+
+        return unregister
+
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         with self._lock:
             self._removed.add(executor_id)
+            self._registered_at.pop(executor_id, None)
             self._seen_running.discard(executor_id)
             self._registered.discard(executor_id)
             self._released.discard(executor_id)
@@ -106,13 +155,30 @@ class InferredDriverView:
     # The driver's side (UpdateDriverExecutors).
 
     def update(
-        self, *, registered: Iterable[int], released: Iterable[int], explicit: bool
+        self,
+        *,
+        registered: Iterable[int],
+        released: Iterable[int],
+        explicit: bool,
+        registered_at: Mapping[int, float] | None = None,
     ) -> list[int]:
-        """Apply one update from the driver; returns the executors now known, sorted."""
+        """Apply one update from the driver; returns the executors now known, sorted.
+
+        `registered_at` gives registration times (wall-clock seconds) the driver knows; an executor
+        registered without one counts as registered now.
+        """
+        now = self._clock.time()
+        times = dict(registered_at or {})
         with self._lock:
             if explicit:
                 self._explicit = True
-            self._registered.update(i for i in registered if i not in self._removed)
+            fresh = [i for i in registered if i not in self._removed]
+            self._registered.update(fresh)
+            for executor_id in fresh:
+                self._registered_at.setdefault(executor_id, now)
+            for executor_id, at in times.items():
+                if executor_id not in self._removed:
+                    self._registered_at[executor_id] = at
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
@@ -127,12 +193,16 @@ class InferredDriverView:
             newly_running.update(
                 i
                 for i in (pods.keys() if changed is None else changed)
-                if (state := pods.get(i)) is not None and state.state is PodState.RUNNING
+                if (state := pods.get(i)) is not None and state.state is ExecutorState.RUNNING
             )
             self._last = snapshot
         if newly_running:
+            now = self._clock.time()
             with self._lock:
-                self._seen_running.update(newly_running - self._removed)
+                fresh = newly_running - self._removed
+                self._seen_running.update(fresh)
+                for executor_id in fresh:
+                    self._registered_at.setdefault(executor_id, now)
 
     def add_listener(self, listener: RemovalListener) -> Callable[[], None]:
         """Call `listener` with every later removal; returns a function that unregisters it."""
@@ -169,8 +239,15 @@ class ObservingLifecycleManager(ExecutorPodsLifecycleManager):
         pod_operations: PodOperations,
         store: SnapshotsStore,
         clock: Clock,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
-        super().__init__(settings=settings, pod_operations=pod_operations, store=store, clock=clock)
+        super().__init__(
+            settings=settings,
+            pod_operations=pod_operations,
+            store=store,
+            clock=clock,
+            failure_tracker=failure_tracker,
+        )
         self._view = view
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:

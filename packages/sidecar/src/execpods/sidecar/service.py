@@ -147,10 +147,16 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             registered = check_driver_ids("registered", request.registered)
             released = check_driver_ids("released", request.released)
+            registered_at_ms = dict(request.registered_at_ms)
+            check_driver_ids("registered_at_ms", registered_at_ms)
+            registered_at = {i: at_ms / 1000 for i, at_ms in registered_at_ms.items()}
         except InvalidArgument as error:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         known = self._runtime.driver_view.update(
-            registered=registered, released=released, explicit=request.explicit
+            registered=registered,
+            released=released,
+            explicit=request.explicit,
+            registered_at=registered_at,
         )
         return pb.UpdateDriverExecutorsResponse(known=known)
 
@@ -176,7 +182,15 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             max_pending=self._runtime.settings.sidecar.stream_max_pending,
         )
         self._feeds.add(feed)
-        unregister = self._runtime.driver_view.add_listener(feed.on_removal)
+        unregister_removals = self._runtime.driver_view.add_listener(feed.on_removal)
+        unregister_failure = self._runtime.driver_view.add_failure_listener(
+            feed.on_application_failed
+        )
+
+        def unregister() -> None:
+            unregister_removals()
+            unregister_failure()
+
         try:
             subscription = self._runtime.store.add_subscriber(interval, feed.on_snapshots)
         except RuntimeError:
@@ -201,7 +215,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         while True:
             await feed.wait()
             pending = feed.take()
-            if pending.snapshots or pending.removals:
+            if pending:
                 for response in build_response(encoder, pending, first=first):
                     yield response
                 first = False

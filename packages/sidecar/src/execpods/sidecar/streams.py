@@ -33,28 +33,29 @@ from execpods.core import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPodsSnapshot,
-    PodState,
+    ExecutorState,
 )
-from execpods.core import ExecutorPodState as CorePodState
+from execpods.core import ObservedPod as CorePodState
 from execpods.sidecar.driver_view import Removal
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 _STATES = {
-    PodState.PENDING: pb.ExecutorPodState.STATE_PENDING,
-    PodState.RUNNING: pb.ExecutorPodState.STATE_RUNNING,
-    PodState.SUCCEEDED: pb.ExecutorPodState.STATE_SUCCEEDED,
-    PodState.FAILED: pb.ExecutorPodState.STATE_FAILED,
-    PodState.DELETED: pb.ExecutorPodState.STATE_DELETED,
-    PodState.UNKNOWN: pb.ExecutorPodState.STATE_UNKNOWN,
+    ExecutorState.PENDING: pb.ExecutorState.STATE_PENDING,
+    ExecutorState.RUNNING: pb.ExecutorState.STATE_RUNNING,
+    ExecutorState.TERMINATING: pb.ExecutorState.STATE_TERMINATING,
+    ExecutorState.SUCCEEDED: pb.ExecutorState.STATE_SUCCEEDED,
+    ExecutorState.FAILED: pb.ExecutorState.STATE_FAILED,
+    ExecutorState.DELETED: pb.ExecutorState.STATE_DELETED,
+    ExecutorState.UNKNOWN: pb.ExecutorState.STATE_UNKNOWN,
 }
 
 
 class _Visible(NamedTuple):
-    """What the contract shows of one executor's state: the fields of `pb.ExecutorPodState`."""
+    """What the contract shows of one executor's state: the fields of `pb.ObservedPod`."""
 
-    state: pb.ExecutorPodState.State.ValueType
+    state: pb.ExecutorState.ValueType
     pod_name: str
     phase: str
     reason: str
@@ -67,7 +68,7 @@ class _Visible(NamedTuple):
 
 def _visible(state: CorePodState) -> _Visible:
     pod = state.pod
-    chosen = pod.executor_container()
+    chosen = state.executor_container()
     container = None if chosen is None else chosen.state
     container_reason = (
         container.reason
@@ -82,12 +83,12 @@ def _visible(state: CorePodState) -> _Visible:
         message=pod.message or "",
         node_name=pod.node_name or "",
         pod_ip=pod.pod_ip or "",
-        exit_code=pod.executor_exit_code(),
+        exit_code=state.exit_code(),
         container_reason=container_reason,
     )
 
 
-def _fill(message: pb.ExecutorPodState, visible: _Visible) -> None:
+def _fill(message: pb.ObservedPod, visible: _Visible) -> None:
     message.state = visible.state
     message.pod_name = visible.pod_name
     message.phase = visible.phase
@@ -100,9 +101,9 @@ def _fill(message: pb.ExecutorPodState, visible: _Visible) -> None:
     message.container_reason = visible.container_reason
 
 
-def encode_state(state: CorePodState) -> pb.ExecutorPodState:
+def encode_state(state: CorePodState) -> pb.ObservedPod:
     """One executor's state as the contract spells it."""
-    message = pb.ExecutorPodState()
+    message = pb.ObservedPod()
     _fill(message, _visible(state))
     return message
 
@@ -114,6 +115,7 @@ def encode_removal(removal: Removal) -> pb.ExecutorRemoved:
         exit_code=reason.exit_code,
         exit_caused_by_app=reason.exit_caused_by_app,
         message=reason.message,
+        killed_by_driver=reason.killed_by_driver,
     )
 
 
@@ -217,6 +219,10 @@ class Pending:
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
     removals: list[Removal] = field(default_factory=list)
     dropped: int = 0
+    application_failure: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.snapshots or self.removals or self.application_failure)
 
 
 class StreamFeed:
@@ -263,6 +269,12 @@ class StreamFeed:
             self._pending.removals.append(removal)
         self._wake()
 
+    def on_application_failed(self, message: str) -> None:
+        """The driver view's failure listener: the application should fail (sent once)."""
+        with self._lock:
+            self._pending.application_failure = message
+        self._wake()
+
     def close(self) -> None:
         """End the stream after it has sent what is pending (from any thread)."""
         self._closed = True
@@ -306,14 +318,19 @@ def build_response(
             "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
         )
         encoder.reset()
+    failure = pending.application_failure
     if first and len(snapshots) > 1:
         head = pb.StreamSnapshotsResponse(snapshots=[encoder.encode(snapshots[0])])
         rest = pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots[1:]], removed_executors=removed
+            snapshots=[encoder.encode(s) for s in snapshots[1:]],
+            removed_executors=removed,
+            application_failure=failure,
         )
         return [head, rest]
     return [
         pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots], removed_executors=removed
+            snapshots=[encoder.encode(s) for s in snapshots],
+            removed_executors=removed,
+            application_failure=failure,
         )
     ]

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
+    ExecutorFailureTracker,
     ExecutorPodBuilder,
     ExecutorPodsAllocator,
     ExecutorPodsBackend,
+    PodClassifier,
     PodOperations,
     Scheduler,
     SettingsError,
@@ -78,17 +80,28 @@ def assemble(
         else ThreadScheduler(workers=2, name="execpods-subscribers"),
         clock=clock,
         labels=core.labels,
+        classifier=PodClassifier(
+            executor_container=core.executor_container_name,
+            check_all_containers=core.check_all_containers,
+        ),
     )
+    failures = ExecutorFailureTracker.from_settings(core, clock)
     allocator = ExecutorPodsAllocator(
         settings=core,
         pod_builder=pod_builder,
         pod_operations=pod_operations,
         store=store,
         clock=clock,
+        failure_tracker=failures,
     )
-    view = InferredDriverView()
+    view = InferredDriverView(clock=clock)
     lifecycle = ObservingLifecycleManager(
-        view=view, settings=core, pod_operations=pod_operations, store=store, clock=clock
+        view=view,
+        settings=core,
+        pod_operations=pod_operations,
+        store=store,
+        clock=clock,
+        failure_tracker=failures,
     )
     watch, poll = sources(store)
     backend = ExecutorPodsBackend(
@@ -137,7 +150,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         namespace = resolve_namespace(k8s)
         gateway = ApiGateway(api_client, namespace=namespace, request_timeout=k8s.request_timeout)
         operations = KubernetesPodOperations(gateway)
-        builder = ExecutorPodTemplateBuilder.create(k8s, operations, labels=settings.core.labels)
+        builder = ExecutorPodTemplateBuilder.create(
+            k8s,
+            operations,
+            labels=settings.core.labels,
+            container_name=settings.core.executor_container_name,
+        )
     except BaseException:
         api_client.close()
         raise
@@ -146,7 +164,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         watch = WatchSource(
             store, operations, settings=k8s, core_settings=settings.core, clock=clock
         )
-        poll = PollSource(store, operations, settings=k8s, core_settings=settings.core)
+        poll = PollSource(store, operations, core_settings=settings.core)
         return watch, poll
 
     return assemble(
