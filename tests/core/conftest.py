@@ -1,4 +1,4 @@
-"""Shared wiring for the core's behaviour tests: the seed's deterministic store and real fakes."""
+"""Shared wiring for the core's behaviour tests: SPARK-24248's deterministic store, real fakes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from execpods.core.testing import (
     DeterministicSnapshotsStore,
     InMemoryPodOperations,
     RecordingDriver,
+    RecordingObserver,
     SimpleExecutorPodBuilder,
 )
 
@@ -32,6 +33,7 @@ class LifecycleRig:
     pods: InMemoryPodOperations
     driver: RecordingDriver
     clock: ManualClock
+    observer: RecordingObserver
 
 
 def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
@@ -55,11 +57,16 @@ def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
     store = DeterministicSnapshotsStore(clock=clock)
     pods = InMemoryPodOperations()
     driver = RecordingDriver()
+    observer = RecordingObserver()
     manager = ExecutorPodsLifecycleManager(
-        settings=settings or CoreSettings(), pod_operations=pods, store=store, clock=clock
+        settings=settings or CoreSettings(),
+        pod_operations=pods,
+        store=store,
+        clock=clock,
+        observer=observer,
     )
     manager.start(driver)
-    return LifecycleRig(manager, store, pods, driver, clock)
+    return LifecycleRig(manager, store, pods, driver, clock, observer)
 
 
 @pytest.fixture

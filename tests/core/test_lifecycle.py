@@ -378,7 +378,7 @@ def test_spark_41210_window_based_executor_failure_tracking() -> None:
     rig.store.update_pod(failed_executor(2))
     rig.store.notify_subscribers()
     assert failures.failed_executors == 2
-    assert rig.driver.failures == []
+    assert rig.observer.failures == []
     rig.clock.advance(1)
     rig.store.notify_subscribers()
     assert failures.failed_executors == 2
@@ -389,12 +389,12 @@ def test_spark_41210_window_based_executor_failure_tracking() -> None:
         rig.store.update_pod(failed_executor(executor_id))
     rig.store.notify_subscribers()
     assert failures.failed_executors == 3
-    (message,) = rig.driver.failures
+    (message,) = rig.observer.failures
     assert "(2)" in message
     assert "3 executors failed" in message
     rig.store.update_pod(failed_executor(6))
     rig.store.notify_subscribers()
-    assert len(rig.driver.failures) == 1, "the driver is told once"
+    assert len(rig.observer.failures) == 1, "the driver is told once"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Property-based tests on event orderings, as the seed commit asks.
+"""Property-based tests on event orderings, as SPARK-24248's design asks.
 
 Kubernetes delivers events late, twice, or out of order, and a poll can land between any two of
 them. These properties hold for every such ordering that hypothesis can find.

@@ -32,15 +32,22 @@ import threading
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
-from execpods.core.clock import Clock
 from execpods.core.errors import PodOperationError
 from execpods.core.expiring import ExpiringSet
 from execpods.core.failures import ExecutorFailureTracker
-from execpods.core.ports import UNKNOWN_EXIT_CODE, DriverView, ExecutorExited, PodOperations
+from execpods.core.ports import (
+    UNKNOWN_EXIT_CODE,
+    Clock,
+    DriverView,
+    ExecutorExited,
+    ExecutorRemoval,
+    LifecycleObserver,
+    PodOperations,
+    SnapshotsReader,
+)
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState, ObservedPod
-from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
 
@@ -136,26 +143,32 @@ def missing_executor_reason(
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
-    __slots__ = ("finished", "removed", "visited")
+    __slots__ = ("deciding_on", "finished", "removed", "visited")
 
     def __init__(self) -> None:
         self.removed: set[int] = set()
         self.finished: dict[int, ObservedPod] = {}
         """Executors whose pods ended Failed or Succeeded: cleaned up once, at the round's end."""
         self.visited = False
+        self.deciding_on = 0
+        """Serial of the snapshot the round is making decisions on (for `ExecutorRemoval`)."""
 
 
 class ExecutorPodsLifecycleManager:
+    """Reports final executors to a `DriverView`, and each decision to a `LifecycleObserver`."""
+
     def __init__(
         self,
         *,
         settings: CoreSettings,
         pod_operations: PodOperations,
-        store: SnapshotsStore,
+        store: SnapshotsReader,
         clock: Clock,
+        observer: LifecycleObserver | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._observer = observer
         self._labels = settings.labels
         self._pods = pod_operations
         self._store = store
@@ -193,8 +206,10 @@ class ExecutorPodsLifecycleManager:
         driver = self._driver
         if driver is None:
             raise RuntimeError("the lifecycle manager was not started")
+        self._observe_round(snapshots)
         work = _Round()
         for snapshot in snapshots:
+            work.deciding_on = snapshot.serial
             for executor_id in self._ids_to_visit(snapshot, work):
                 observed = snapshot.executor_pods.get(executor_id)
                 if observed is None:
@@ -210,7 +225,17 @@ class ExecutorPodsLifecycleManager:
             latest = snapshots[-1]
             self._clean_up(work, latest)
             self._remove_missing(driver, latest, work)
-        self._check_failures(driver)
+        self._check_failures()
+
+    def _observe_round(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer.round_started(snapshots)
+        except Exception:
+            logger.exception(
+                "The lifecycle observer failed on a round of %d snapshots", len(snapshots)
+            )
 
     def _ids_to_visit(self, snapshot: ExecutorPodsSnapshot, work: _Round) -> Iterable[int]:
         changed = snapshot.changes_since(self._last_seen)
@@ -248,10 +273,8 @@ class ExecutorPodsLifecycleManager:
             # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
             # start-up) is exactly what the limit is for.
             self.failures.register_failure()
-        self._report(
-            driver, executor_id, exit_reason(observed, executor_id, killed_by_driver=killed)
-        )
-        work.removed.add(executor_id)
+        reason = exit_reason(observed, executor_id, killed_by_driver=killed)
+        self._report(driver, executor_id, reason, work)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:
         try:
@@ -302,8 +325,11 @@ class ExecutorPodsLifecycleManager:
             self._labels.inactive,
         )
 
-    def _report(self, driver: DriverView, executor_id: int, reason: ExecutorExited) -> None:
+    def _report(
+        self, driver: DriverView, executor_id: int, reason: ExecutorExited, work: _Round
+    ) -> None:
         self._removed.add(executor_id)
+        work.removed.add(executor_id)
         with self._killed_lock:
             self._killed.discard(executor_id)
         logger.info(
@@ -321,6 +347,15 @@ class ExecutorPodsLifecycleManager:
             driver.remove_executor(executor_id, reason)
         except Exception:
             logger.exception("The driver failed to remove executor %d", executor_id)
+        if self._observer is None:
+            return
+        removal = ExecutorRemoval(
+            executor_id=executor_id, reason=reason, snapshot_serial=work.deciding_on
+        )
+        try:
+            self._observer.executor_removed(removal)
+        except Exception:
+            logger.exception("The lifecycle observer failed on the removal of %d", executor_id)
 
     def _remove_missing(
         self, driver: DriverView, latest: ExecutorPodsSnapshot, work: _Round
@@ -349,10 +384,9 @@ class ExecutorPodsLifecycleManager:
                 delta=delta,
                 killed_by_driver=self._was_killed(executor_id),
             )
-            self._report(driver, executor_id, reason)
-            work.removed.add(executor_id)
+            self._report(driver, executor_id, reason, work)
 
-    def _check_failures(self, driver: DriverView) -> None:
+    def _check_failures(self) -> None:
         if self._application_failed:
             return
         message = self.failures.application_failure
@@ -360,7 +394,9 @@ class ExecutorPodsLifecycleManager:
             return
         self._application_failed = True
         logger.error("%s", message)
+        if self._observer is None:
+            return
         try:
-            driver.application_failed(message)
+            self._observer.application_failed(message)
         except Exception:
-            logger.exception("The driver could not be told that the application failed")
+            logger.exception("The lifecycle observer failed on the application's failure")

@@ -2,18 +2,17 @@
 
 These are not mocks: `InMemoryPodOperations` is a tiny pod registry that honours the same
 `PodSelector` semantics as the API, `RecordingDriver` is a driver that remembers what it was told,
-and `DeterministicSnapshotsStore` is the seed's store whose deliveries happen only when the test
-calls `notify_subscribers()`.
+and `DeterministicSnapshotsStore` is SPARK-24248's test store, whose deliveries happen only when
+the test calls `notify_subscribers()`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from execpods.core.clock import Clock
 from execpods.core.errors import PodConflict, PodOperationError
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.pods import (
@@ -23,7 +22,13 @@ from execpods.core.pods import (
     ExecutorPod,
     PodManifest,
 )
-from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, ExecutorExited, PodSelector
+from execpods.core.ports import (
+    DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
+    ExecutorExited,
+    ExecutorRemoval,
+    PodSelector,
+)
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import DEFAULT_CLASSIFIER, PodClassifier
 from execpods.core.store import SnapshotsCallback, Subscription
@@ -41,7 +46,8 @@ class _Cancelled:
 
 
 class DeterministicSnapshotsStore:
-    """The seed's deterministic store: one shared buffer, delivered on `notify_subscribers()`."""
+    """Spark's `DeterministicExecutorPodsSnapshotsStore` (SPARK-24248): one shared buffer,
+    delivered on `notify_subscribers()`."""
 
     def __init__(
         self,
@@ -214,16 +220,12 @@ class RecordingDriver:
     removed: list[tuple[int, ExecutorExited]] = field(default_factory=list)
     registered_at: dict[int, float] = field(default_factory=dict)
     """Registration times of known executors; an executor not listed registered at time 0."""
-    failures: list[str] = field(default_factory=list)
 
     def executor_ids(self) -> Collection[int]:
         return set(self.known)
 
     def registration_times(self) -> Mapping[int, float]:
         return {i: self.registered_at.get(i, 0.0) for i in self.known}
-
-    def application_failed(self, message: str) -> None:
-        self.failures.append(message)
 
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         self.removed.append((executor_id, reason))
@@ -237,7 +239,25 @@ class RecordingDriver:
         return [reason for i, reason in self.removed if i == executor_id]
 
 
-# Pod factories, as the seed's ExecutorLifecycleTestUtils.
+@dataclass
+class RecordingObserver:
+    """A `LifecycleObserver` that remembers every report, in order."""
+
+    rounds: int = 0
+    removals: list[ExecutorRemoval] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        self.rounds += 1
+
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        self.removals.append(removal)
+
+    def application_failed(self, message: str) -> None:
+        self.failures.append(message)
+
+
+# Pod factories, as Spark's ExecutorLifecycleTestUtils (SPARK-24248).
 
 
 def executor_pod(

@@ -15,71 +15,48 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   (`UpdateDriverExecutors.registered_at_ms`), else when the sidecar first learnt of it (saw it
   running, or was told it registered). The lifecycle manager reports an executor missing only when
   a full list taken more than `spark.kubernetes.executor.missingPodDetectDelta` later lacks it.
-- **Application failure.** When too many executors failed, the lifecycle manager says so once;
-  every stream, open or opened later, passes it on.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
-  it reported twice; and it is handed to every listener (the open streams).
+  it reported twice. The streams hear of removals from the backend
+  (`ExecutorPodsBackend.subscribe`).
 
-The view is fed the very batches the lifecycle manager works on, just before it works on them
-(`ObservingLifecycleManager`), so "seen running" never runs ahead of the snapshot the manager
-compares the known executors with: an executor cannot be reported missing because the view saw it
-in a snapshot the manager had not.
+The view is also the lifecycle manager's `LifecycleObserver`: it is fed the very batches the
+manager works on, just before it works on them (`round_started`), so "seen running" never runs
+ahead of the snapshot the manager compares the known executors with: an executor cannot be
+reported missing because the view saw it in a snapshot the manager had not.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from execpods.core import (
     Clock,
-    CoreSettings,
     ExecutorExited,
-    ExecutorFailureTracker,
-    ExecutorPodsLifecycleManager,
     ExecutorPodsSnapshot,
+    ExecutorRemoval,
     ExecutorState,
-    PodOperations,
-    SnapshotsStore,
     SystemClock,
 )
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Removal:
-    """One removal decision of the lifecycle manager."""
-
-    executor_id: int
-    reason: ExecutorExited
-    seen_serial: int = 0
-    """Serial of the newest snapshot the lifecycle manager had seen when it decided this: a
-    stream sends the removal only once it has that snapshot (or a later one) to send with it."""
-
-
-RemovalListener = Callable[[Removal], None]
-FailureListener = Callable[[str], None]
-
-
 class InferredDriverView:
-    """A thread-safe `DriverView` that infers the driver's executors unless told them."""
+    """A thread-safe `DriverView` that infers the driver's executors unless told them; and the
+    `LifecycleObserver` that feeds it."""
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._lock = threading.Lock()
         self._registered_at: dict[int, float] = {}
-        self._failure: str | None = None
-        self._failure_listeners: list[FailureListener] = []
+        self._lock = threading.Lock()
         self._seen_running: set[int] = set()
         self._registered: set[int] = set()
         self._released: set[int] = set()
         self._removed: set[int] = set()
         self._explicit = False
-        self._listeners: list[RemovalListener] = []
         self._last: ExecutorPodsSnapshot | None = None
 
     # The lifecycle manager's side (DriverView).
@@ -99,37 +76,6 @@ class InferredDriverView:
         with self._lock:
             return {i: self._registered_at.get(i, 0.0) for i in self._known_locked()}
 
-    def application_failed(self, message: str) -> None:
-        with self._lock:
-            if self._failure is not None:
-                return
-            self._failure = message
-            listeners = list(self._failure_listeners)
-        for listener in listeners:
-            try:
-                listener(message)
-            except Exception:
-                logger.exception("A failure listener failed")
-
-    @property
-    def application_failure(self) -> str | None:
-        """Why the application should fail, once the lifecycle manager said so."""
-        return self._failure
-
-    def add_failure_listener(self, listener: FailureListener) -> Callable[[], None]:
-        """Call `listener` with the application's failure (at once if it already failed)."""
-        with self._lock:
-            self._failure_listeners = [*self._failure_listeners, listener]
-            failure = self._failure
-        if failure is not None:
-            listener(failure)
-
-        def unregister() -> None:
-            with self._lock:
-                self._failure_listeners = [x for x in self._failure_listeners if x is not listener]
-
-        return unregister
-
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         with self._lock:
             self._removed.add(executor_id)
@@ -137,20 +83,6 @@ class InferredDriverView:
             self._seen_running.discard(executor_id)
             self._registered.discard(executor_id)
             self._released.discard(executor_id)
-            listeners = list(self._listeners)
-        logger.info(
-            "Executor %d removed (exit code %d, caused by the app: %s).",
-            executor_id,
-            reason.exit_code,
-            reason.exit_caused_by_app,
-        )
-        last = self._last  # observe() and remove_executor() run on the lifecycle manager's thread
-        removal = Removal(executor_id, reason, 0 if last is None else last.serial)
-        for listener in listeners:
-            try:
-                listener(removal)
-            except Exception:
-                logger.exception("A removal listener failed on executor %d", executor_id)
 
     # The driver's side (UpdateDriverExecutors).
 
@@ -182,9 +114,18 @@ class InferredDriverView:
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
-    # Observation (the lifecycle manager's batches) and listeners (the streams).
+    # The lifecycle manager's reports (LifecycleObserver).
 
-    def observe(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        reason = removal.reason
+        logger.debug(
+            "Executor %d removed (exit code %d, caused by the app: %s).",
+            removal.executor_id,
+            reason.exit_code,
+            reason.exit_caused_by_app,
+        )
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Note the executors seen running, walking only what changed between snapshots."""
         newly_running: set[int] = set()
         for snapshot in snapshots:
@@ -204,52 +145,12 @@ class InferredDriverView:
                 for executor_id in fresh:
                     self._registered_at.setdefault(executor_id, now)
 
-    def add_listener(self, listener: RemovalListener) -> Callable[[], None]:
-        """Call `listener` with every later removal; returns a function that unregisters it."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unregister() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unregister
-
-    @property
-    def listener_count(self) -> int:
-        """How many removal listeners (open streams) are registered."""
-        with self._lock:
-            return len(self._listeners)
+    def application_failed(self, message: str) -> None:
+        """Nothing to note here: the lifecycle manager logs it, and the streams hear of it from
+        the backend (`ExecutorPodsBackend.subscribe`)."""
 
     def _known_locked(self) -> set[int]:
         known = set(self._registered)
         if not self._explicit:
             known |= self._seen_running
         return known - self._removed
-
-
-class ObservingLifecycleManager(ExecutorPodsLifecycleManager):
-    """The core lifecycle manager, feeding each batch to the driver view before handling it."""
-
-    def __init__(
-        self,
-        *,
-        view: InferredDriverView,
-        settings: CoreSettings,
-        pod_operations: PodOperations,
-        store: SnapshotsStore,
-        clock: Clock,
-        failure_tracker: ExecutorFailureTracker | None = None,
-    ) -> None:
-        super().__init__(
-            settings=settings,
-            pod_operations=pod_operations,
-            store=store,
-            clock=clock,
-            failure_tracker=failure_tracker,
-        )
-        self._view = view
-
-    def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        self._view.observe(snapshots)
-        super().on_new_snapshots(snapshots)

@@ -1,7 +1,8 @@
-"""Assembling a running backend from settings: the core's parts around the adapter's.
+"""Assembling a sidecar's backend from settings: the adapter's parts into the core's root.
 
-`assemble` takes the Kubernetes-facing parts as arguments, so the same wiring runs over the
-adapter (`connect`) and, in unit tests, over the core's in-memory pod registry.
+`assemble` takes the Kubernetes-facing parts as arguments and hands them, with the sidecar's
+driver view, to `execpods.core.compose_backend`, so the same wiring runs over the adapter
+(`connect`) and, in unit tests, over the core's in-memory pod registry.
 """
 
 from __future__ import annotations
@@ -12,19 +13,15 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
-    ExecutorFailureTracker,
     ExecutorPodBuilder,
-    ExecutorPodsAllocator,
     ExecutorPodsBackend,
-    PodClassifier,
     PodOperations,
     Scheduler,
     SettingsError,
     SnapshotSource,
-    SnapshotsStore,
-    SnapshotsStoreImpl,
-    SystemClock,
-    ThreadScheduler,
+    SnapshotsWriter,
+    SourcesFactory,
+    compose_backend,
 )
 from execpods.k8s import (
     ApiGateway,
@@ -35,25 +32,19 @@ from execpods.k8s import (
     api_client_from,
     resolve_namespace,
 )
-from execpods.sidecar.driver_view import InferredDriverView, ObservingLifecycleManager
+from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-SourcesFactory = Callable[[SnapshotsStore], tuple[SnapshotSource | None, SnapshotSource | None]]
-"""Makes the (watch, poll) sources that feed a store; either may be None (switched off)."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """Everything a running sidecar is made of, for the server and for tests to inspect."""
+    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
 
     settings: Settings
-    store: SnapshotsStore
-    allocator: ExecutorPodsAllocator
-    lifecycle: ObservingLifecycleManager
-    driver_view: InferredDriverView
     backend: ExecutorPodsBackend
+    driver_view: InferredDriverView
 
     @property
     def app_id(self) -> str:
@@ -71,64 +62,25 @@ def assemble(
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
 ) -> Runtime:
-    """The store, reconcilers, driver view and backend, not yet started."""
-    core = settings.core
-    clock = clock if clock is not None else SystemClock()
-    store = SnapshotsStoreImpl(
-        store_scheduler
-        if store_scheduler is not None
-        else ThreadScheduler(workers=2, name="execpods-subscribers"),
-        clock=clock,
-        labels=core.labels,
-        classifier=PodClassifier(
-            executor_container=core.executor_container_name,
-            check_all_containers=core.check_all_containers,
-        ),
-    )
-    failures = ExecutorFailureTracker.from_settings(core, clock)
-    allocator = ExecutorPodsAllocator(
-        settings=core,
-        pod_builder=pod_builder,
-        pod_operations=pod_operations,
-        store=store,
-        clock=clock,
-        failure_tracker=failures,
-    )
+    """The backend over these ports (through the core's composition root), not yet started.
+
+    The driver view is both the backend's `DriverView` and its lifecycle observer.
+    """
     view = InferredDriverView(clock=clock)
-    lifecycle = ObservingLifecycleManager(
-        view=view,
-        settings=core,
-        pod_operations=pod_operations,
-        store=store,
-        clock=clock,
-        failure_tracker=failures,
-    )
-    watch, poll = sources(store)
-    backend = ExecutorPodsBackend(
+    backend = compose_backend(
         app_id=settings.sidecar.app_id,
-        settings=core,
-        store=store,
-        allocator=allocator,
-        lifecycle=lifecycle,
+        settings=settings.core,
         pod_operations=pod_operations,
+        pod_builder=pod_builder,
         driver=view,
-        request_scheduler=(
-            request_scheduler
-            if request_scheduler is not None
-            else ThreadScheduler(workers=1, name="execpods-requests")
-        ),
-        watch_source=watch if core.enable_api_watcher else None,
-        poll_source=poll if core.enable_api_polling else None,
-        close_client=close_client,
+        observers=(view,),
+        sources=sources,
+        clock=clock,
+        store_scheduler=store_scheduler,
+        request_scheduler=request_scheduler,
+        close=close_client,
     )
-    return Runtime(
-        settings=settings,
-        store=store,
-        allocator=allocator,
-        lifecycle=lifecycle,
-        driver_view=view,
-        backend=backend,
-    )
+    return Runtime(settings=settings, backend=backend, driver_view=view)
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -160,12 +112,16 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         api_client.close()
         raise
 
-    def sources(store: SnapshotsStore) -> tuple[SnapshotSource | None, SnapshotSource | None]:
-        watch = WatchSource(
-            store, operations, settings=k8s, core_settings=settings.core, clock=clock
-        )
-        poll = PollSource(store, operations, core_settings=settings.core)
-        return watch, poll
+    def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
+        core = settings.core
+        made: list[SnapshotSource] = []
+        if core.enable_api_watcher:
+            made.append(
+                WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock)
+            )
+        if core.enable_api_polling:
+            made.append(PollSource(store, operations, core_settings=core))
+        return made
 
     return assemble(
         settings,

@@ -53,7 +53,7 @@ class _ExecutorStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Executo
     """
 
 class ExecutorState(_ExecutorState, metaclass=_ExecutorStateEnumTypeWrapper):
-    """An executor's state, as the sidecar classified its pod (Spark's ExecutorPodState cases)."""
+    """An executor's state, as the sidecar classified its pod (the cases of Spark's ExecutorPodState)."""
 
 STATE_UNSPECIFIED: ExecutorState.ValueType  # 0
 STATE_PENDING: ExecutorState.ValueType  # 1
