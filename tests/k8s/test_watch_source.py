@@ -362,6 +362,39 @@ def test_deleted_events_mark_the_executor_deleted(
     source.stop()
 
 
+def test_spark_31125_a_pod_deleted_gracefully_is_terminating_then_deleted(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.run_until_idle()
+    source = start_watch(sim, operations, store)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.RUNNING)
+    sim.delete_pod(name(1))  # graceful: marked, still Running while it stops
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.TERMINATING)
+    # Force-deleted while still reading Running: the DELETED event says it is gone.
+    sim.delete_pod(name(1), grace_period=0)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.DELETED)
+    source.stop()
+
+
+def test_inactive_pods_leave_the_watch(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.create_pod(executor_pod(2))
+    sim.run_until_idle()
+    source = start_watch(sim, operations, store)
+    assert store.wait_snapshot(lambda s: len(s) == 2)
+    operations.patch_labels(name(2), {"spark-exec-inactive": "true"})
+    # The pod left the watch's selection: it arrives as a deletion that carries the label.
+    assert store.wait_snapshot(lambda s: state_of(s, 2) is ExecutorState.DELETED)
+    last = store.current_snapshot.executor_pods[2].pod
+    assert last.labels["spark-exec-inactive"] == "true"
+    watches = [r for r in sim.requests() if r.verb in ("list", "watch")]
+    assert all("spark-exec-inactive!=true" in r.query["labelSelector"] for r in watches)
+    source.stop()
+
+
 def test_the_watch_keeps_the_latest_version_from_bookmarks(store: RecordingStore) -> None:
     with KubeSim(deterministic=True, bookmark_interval=0.05) as sim:
         client = connect(api_url=sim.url)

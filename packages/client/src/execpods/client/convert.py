@@ -88,6 +88,7 @@ def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:
         exit_code=message.exit_code,
         exit_caused_by_app=message.exit_caused_by_app,
         message=message.message,
+        killed_by_driver=message.killed_by_driver,
     )
 
 
@@ -97,6 +98,7 @@ def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
         exit_code=removal.exit_code,
         exit_caused_by_app=removal.exit_caused_by_app,
         message=removal.message,
+        killed_by_driver=removal.killed_by_driver,
     )
 
 
@@ -117,10 +119,17 @@ def kill_request(executor_ids: Iterable[int | str]) -> pb.KillExecutorsRequest:
 
 
 def update_request(
-    registered: Iterable[int], released: Iterable[int], *, explicit: bool
+    registered: Iterable[int],
+    released: Iterable[int],
+    *,
+    explicit: bool,
+    registered_at_ms: Mapping[int, int] | None = None,
 ) -> pb.UpdateDriverExecutorsRequest:
     return pb.UpdateDriverExecutorsRequest(
-        registered=list(registered), released=list(released), explicit=explicit
+        registered=list(registered),
+        released=list(released),
+        explicit=explicit,
+        registered_at_ms=dict(registered_at_ms or {}),
     )
 
 

@@ -97,6 +97,8 @@ class ExecutorRemoval:
     exit_code: int
     exit_caused_by_app: bool
     message: str
+    killed_by_driver: bool = False
+    """The driver asked for it to go (`kill_executors`): expected, never a failure."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +110,9 @@ class StreamUpdate:
 
     snapshots: tuple[Snapshot, ...] = ()
     removed: tuple[ExecutorRemoval, ...] = ()
+    application_failure: str = ""
+    """Set once, when too many executors failed (`spark.executor.maxNumFailures`): the sidecar
+    stopped allocating, and the application should fail; says why."""
 
     @property
     def latest(self) -> Snapshot | None:

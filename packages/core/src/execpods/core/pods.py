@@ -103,6 +103,9 @@ class ExecutorPod:
     pod_ip: str | None = None
     resource_version: str | None = None
     restart_policy: str | None = None
+    gone: bool = False
+    """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
+    its last status said (a force-deleted pod's last status can still read Running)."""
     """`spec.restartPolicy` ("Never" for Spark's executors): with Never, a container that exited
     stays exited, which is what lets `checkAllContainers` fail the pod on any container."""
 

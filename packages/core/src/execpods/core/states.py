@@ -1,7 +1,7 @@
 """Executor states, classified from pods as newest Spark's `ExecutorPodsSnapshot.toState`.
 
-- A pod with a deletion timestamp that no longer runs (or that a DELETED event reported) is
-  `DELETED`: its executor is gone.
+- A pod that is gone (a DELETED event reported it) or has a deletion timestamp and no longer
+  runs is `DELETED`: its executor is gone.
 - A pod with a deletion timestamp whose phase is still Running is `TERMINATING` (SPARK-31125):
   its executor is shutting down gracefully and may still finish work; it is not gone yet.
 - A Running pod whose executor container terminated is `SUCCEEDED` or `FAILED` by that container's
@@ -95,7 +95,7 @@ class PodClassifier:
     def classify(self, pod: ExecutorPod) -> ObservedPod:
         """The state of `pod` (see the module docstring for the rules)."""
         phase = (pod.phase or "").lower()
-        if pod.deletion_timestamp is not None and phase not in _STILL_RUNNING:
+        if pod.gone or (pod.deletion_timestamp is not None and phase not in _STILL_RUNNING):
             return self._observed(ExecutorState.DELETED, pod)
         if phase == "running":
             return self._observed(self._running_state(pod), pod)

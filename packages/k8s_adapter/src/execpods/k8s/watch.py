@@ -287,8 +287,7 @@ class WatchSource:
             self._resource_version = version
 
     def _as_deleted(self, pod: ExecutorPod) -> ExecutorPod:
-        """A DELETED pod always reads as deleted, even when it was removed without grace."""
-        if pod.deletion_timestamp is not None:
-            return pod
-        now = datetime.fromtimestamp(self._clock.time(), UTC)
-        return dataclasses.replace(pod, deletion_timestamp=now)
+        """A DELETED pod is gone, even when its last status still read Running (a force delete
+        of a terminating pod) or it was removed without grace (no deletion timestamp)."""
+        deleted_at = pod.deletion_timestamp or datetime.fromtimestamp(self._clock.time(), UTC)
+        return dataclasses.replace(pod, deletion_timestamp=deleted_at, gone=True)
