@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ExecutorPodsAllocator, ManualClock
+from execpods.core import CoreSettings, ExecutorFailureTracker, ExecutorPodsAllocator, ManualClock
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -36,7 +36,9 @@ class LifecycleRig:
     observer: RecordingObserver
 
 
-def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
+def make_allocator_rig(
+    settings: CoreSettings | None = None, *, failures: ExecutorFailureTracker | None = None
+) -> AllocatorRig:
     settings = settings or CoreSettings()
     store = DeterministicSnapshotsStore()
     pods = InMemoryPodOperations()
@@ -47,6 +49,7 @@ def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
         pod_operations=pods,
         store=store,
         clock=clock,
+        failure_tracker=failures,
     )
     allocator.start(TEST_APP_ID)
     return AllocatorRig(allocator, store, pods, clock, settings)

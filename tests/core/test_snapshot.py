@@ -202,3 +202,9 @@ def test_spark_49804_the_executor_container_is_named_by_the_template_setting() -
     assert default.exit_code() is None
     updated = ExecutorPodsSnapshot(classifier=named).with_update(pod)
     assert updated.executor_pods[1].state is ExecutorState.FAILED, "updates keep the classifier"
+
+
+def test_a_pod_the_api_reported_deleted_is_deleted_whatever_its_last_status() -> None:
+    # A terminating pod force-deleted: its DELETED event's object still reads Running.
+    gone = replace(terminating_executor(1), gone=True)
+    assert ExecutorPodsSnapshot().with_update(gone).executor_pods[1].state is ExecutorState.DELETED
