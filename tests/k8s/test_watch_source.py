@@ -102,8 +102,8 @@ class SignallingWaiter(EventWaiter):
 
 
 def state_of(snapshot: ExecutorPodsSnapshot, executor_id: int) -> ExecutorState | None:
-    state = snapshot.get(executor_id)
-    return None if state is None else state.state
+    observed = snapshot.get(executor_id)
+    return None if observed is None else observed.state
 
 
 def name(executor_id: int) -> str:

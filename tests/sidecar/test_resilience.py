@@ -89,7 +89,7 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
 def _states(snapshot: Snapshot | ExecutorPodsSnapshot) -> dict[int, str]:
     if isinstance(snapshot, Snapshot):
         return {i: view.state.value for i, view in snapshot.executors.items()}
-    return {i: state.state.value for i, state in snapshot.items()}
+    return {i: observed.state.value for i, observed in snapshot.items()}
 
 
 def test_a_hundred_streams_all_receive_every_snapshot(

@@ -46,8 +46,8 @@ class ExecutorCounts:
     @classmethod
     def of(cls, snapshot: ExecutorPodsSnapshot) -> ExecutorCounts:
         running = pending = 0
-        for state in snapshot.executor_pods.values():
-            kind = state.state
+        for observed in snapshot.executor_pods.values():
+            kind = observed.state
             if kind is ExecutorState.RUNNING:
                 running += 1
             elif kind is ExecutorState.PENDING:

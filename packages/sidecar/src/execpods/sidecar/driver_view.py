@@ -134,7 +134,7 @@ class InferredDriverView:
             newly_running.update(
                 i
                 for i in (pods.keys() if changed is None else changed)
-                if (state := pods.get(i)) is not None and state.state is ExecutorState.RUNNING
+                if (observed := pods.get(i)) is not None and observed.state is ExecutorState.RUNNING
             )
             self._last = snapshot
         if newly_running:

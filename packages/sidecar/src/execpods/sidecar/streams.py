@@ -35,8 +35,8 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorRemoval,
     ExecutorState,
+    ObservedPod,
 )
-from execpods.core import ObservedPod as CorePodState
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,9 @@ class _Visible(NamedTuple):
     container_reason: str
 
 
-def _visible(state: CorePodState) -> _Visible:
-    pod = state.pod
-    chosen = state.executor_container()
+def _visible(observed: ObservedPod) -> _Visible:
+    pod = observed.pod
+    chosen = observed.executor_container()
     container = None if chosen is None else chosen.state
     container_reason = (
         container.reason
@@ -76,14 +76,14 @@ def _visible(state: CorePodState) -> _Visible:
         else ""
     )
     return _Visible(
-        state=_STATES[state.state],
+        state=_STATES[observed.state],
         pod_name=pod.name,
         phase=pod.phase or "",
         reason=pod.reason or "",
         message=pod.message or "",
         node_name=pod.node_name or "",
         pod_ip=pod.pod_ip or "",
-        exit_code=state.exit_code(),
+        exit_code=observed.exit_code(),
         container_reason=container_reason,
     )
 
@@ -101,10 +101,10 @@ def _fill(message: pb.ObservedPod, visible: _Visible) -> None:
     message.container_reason = visible.container_reason
 
 
-def encode_state(state: CorePodState) -> pb.ObservedPod:
-    """One executor's state as the contract spells it."""
+def encode_state(observed: ObservedPod) -> pb.ObservedPod:
+    """One executor's observed pod as the contract spells it."""
     message = pb.ObservedPod()
-    _fill(message, _visible(state))
+    _fill(message, _visible(observed))
     return message
 
 

@@ -71,8 +71,8 @@ class RunningTimes:
             changed = snapshot.changes_since(self._last)
             ids = snapshot.executor_pods.keys() if changed is None else changed
             for executor_id in ids:
-                state = snapshot.executor_pods.get(executor_id)
-                if state is not None and state.state is ExecutorState.RUNNING:
+                observed = snapshot.executor_pods.get(executor_id)
+                if observed is not None and observed.state is ExecutorState.RUNNING:
                     with self.lock:
                         self.first_running.setdefault(executor_id, now)
             self._last = snapshot
@@ -90,8 +90,8 @@ async def _follow(
         subscribed.set()
         now = time.monotonic()
         for snapshot in message.snapshots:
-            for executor_id, state in snapshot.executor_pods.items():
-                if state.state == RUNNING and executor_id not in seen:
+            for executor_id, observed in snapshot.executor_pods.items():
+                if observed.state == RUNNING and executor_id not in seen:
                     seen[executor_id] = now
         if len(seen) >= total:
             call.cancel()
