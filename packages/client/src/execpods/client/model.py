@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 
 class ExecutorState(enum.Enum):
-    """An executor pod's state, as the sidecar classified it (the wire's `ObservedPod.State`).
+    """An executor pod's state, as the sidecar classified it (`ExecutorState` on the wire too).
 
     `UNKNOWN` also stands for a state this client does not know (an unspecified or newer value), so
     that a newer server never breaks an older driver.
