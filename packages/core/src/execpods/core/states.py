@@ -114,11 +114,17 @@ class PodClassifier:
         return ObservedPod(state, pod, self.executor_container)
 
     def _running_state(self, pod: ExecutorPod) -> ExecutorState:
-        if self.check_all_containers and pod.restart_policy == "Never":
-            for status in pod.container_statuses:
-                if isinstance(status.state, ContainerTerminated) and status.state.exit_code != 0:
-                    return ExecutorState.FAILED
-        code = pod.terminated_exit_code(self.executor_container)
+        # One pass over the containers: this runs for every event of every running executor.
+        never = self.check_all_containers and pod.restart_policy == "Never"
+        code: int | None = None
+        for status in pod.container_statuses:
+            state = status.state
+            if not isinstance(state, ContainerTerminated):
+                continue
+            if never and state.exit_code != 0:
+                return ExecutorState.FAILED
+            if status.name == self.executor_container:
+                code = state.exit_code
         if code is not None:
             return ExecutorState.SUCCEEDED if code == 0 else ExecutorState.FAILED
         if pod.deletion_timestamp is not None:
