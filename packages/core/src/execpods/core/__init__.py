@@ -54,7 +54,8 @@ from execpods.core.scheduling import (
     Scheduler,
     ThreadScheduler,
 )
-from execpods.core.settings import CoreSettings, SettingsBase, parse_duration, unknown_keys
+from execpods.core.settingkit import SettingsBase, SettingSpec, parse_duration, unknown_keys
+from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import (
     DEFAULT_CLASSIFIER,
@@ -113,6 +114,7 @@ __all__ = [
     "PodSelector",
     "ExecutorState",
     "Scheduler",
+    "SettingSpec",
     "SettingsBase",
     "SettingsError",
     "SnapshotSource",
