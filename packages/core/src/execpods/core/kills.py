@@ -45,7 +45,8 @@ class GracefulKiller:
         self._on_killed(ids)
         selector = PodSelector.executors_of(self._settings.labels, app_id, ids)
         deleted = self._pods.delete_by_selector(selector)
-        logger.info(
+        # The sidecar logs the kill itself at INFO (one line per decision); this adds the plan.
+        logger.debug(
             "Deleted %d pods of executors %s killed by the driver; those still running in %gs "
             "will be deleted without grace.",
             deleted,
