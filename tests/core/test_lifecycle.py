@@ -279,6 +279,20 @@ def test_kept_pods_are_labelled_once_and_the_driver_hears_once_however_long_it_r
     assert rig.pods.deletes == []
 
 
+def test_a_list_taken_before_the_label_arrived_does_not_label_the_pod_twice() -> None:
+    rig = keep_pods_rig()
+    failed = failed_executor(1)
+    rig.pods.pods[failed.name] = failed
+    rig.store.update_pod(failed)
+    rig.store.notify_subscribers()
+    rig.store.update_pod(rig.pods.pods[failed.name])  # labelled: it left the watch
+    rig.store.notify_subscribers()
+    rig.store.replace_snapshot([failed])  # a list from before the label, arriving late
+    rig.store.notify_subscribers()
+    assert rig.pods.patches_of(failed.name) == 1
+    assert len(rig.driver.removals_of(1)) == 1
+
+
 def test_an_inactive_pod_in_a_snapshot_is_left_alone() -> None:
     rig = keep_pods_rig()
     inactive = replace(failed_executor(1), labels={**failed_executor(1).labels})

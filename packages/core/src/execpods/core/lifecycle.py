@@ -89,8 +89,13 @@ def exit_reason(
             exit_caused_by_app=False,
             killed_by_driver=True,
             message=(
-                f"The executor with id {executor_id} was killed by the driver (KillExecutors); "
-                f"its pod ended {observed.state.value} with exit code {code}."
+                f"The executor with id {executor_id} was killed by the driver (KillExecutors) "
+                "and has stopped"
+                + (
+                    "."
+                    if code == UNKNOWN_EXIT_CODE
+                    else f": exit code {code} ({describe_exit_code(code)})."
+                )
             ),
         )
     if observed.state is ExecutorState.DELETED:
@@ -183,6 +188,8 @@ class ExecutorPodsLifecycleManager:
         self._last_full_snapshot_ts = 0.0
         self._final_ids: set[int] = set()
         self._inactivated: set[int] = set()
+        """Executors whose kept pods were labelled inactive: never labelled twice, even when a
+        list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
         self._killed_lock = threading.Lock()
         self._application_failed = False
@@ -215,9 +222,8 @@ class ExecutorPodsLifecycleManager:
                 if observed is None:
                     continue
                 if self._labels.is_inactive(observed.pod.labels):
-                    # Done with: reported, and labelled so that the sources leave it out.
-                    self._inactivated.discard(executor_id)
-                elif observed.is_final:
+                    continue  # done with: reported, and labelled so that the sources leave it
+                if observed.is_final:
                     self._on_final_state(driver, executor_id, observed, work)
             self._last_seen = snapshot
             work.visited = True
