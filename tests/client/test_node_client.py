@@ -89,7 +89,7 @@ class SidecarProcess:
             "--initial-executors",
             "0",
             "--conf",
-            "spark.kubernetes.allocation.batch.delay=100ms",
+            "spark.kubernetes.allocation.batch.delay=150ms",
             "--conf",
             "spark.kubernetes.executor.eventProcessingInterval=100ms",
         ]

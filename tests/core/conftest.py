@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ExecutorFailureTracker, ExecutorPodsAllocator, ManualClock
+from execpods.core import (
+    CoreSettings,
+    CreateRunner,
+    ExecutorFailureTracker,
+    ExecutorPodsAllocator,
+    ManualClock,
+    ResourceProfiles,
+)
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -24,6 +32,7 @@ class AllocatorRig:
     pods: InMemoryPodOperations
     clock: ManualClock
     settings: CoreSettings
+    driver: RecordingDriver
 
 
 @dataclass
@@ -37,12 +46,18 @@ class LifecycleRig:
 
 
 def make_allocator_rig(
-    settings: CoreSettings | None = None, *, failures: ExecutorFailureTracker | None = None
+    settings: CoreSettings | None = None,
+    *,
+    profiles: ResourceProfiles | None = None,
+    clock_start: float = 0.0,
+    runner: CreateRunner | None = None,
+    failures: ExecutorFailureTracker | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
     store = DeterministicSnapshotsStore()
     pods = InMemoryPodOperations()
-    clock = ManualClock()
+    clock = ManualClock(clock_start)
+    driver = RecordingDriver()
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=SimpleExecutorPodBuilder(),
@@ -50,9 +65,12 @@ def make_allocator_rig(
         store=store,
         clock=clock,
         failure_tracker=failures,
+        profiles=profiles,
+        runner=runner,
+        rng=random.Random(7),
     )
-    allocator.start(TEST_APP_ID)
-    return AllocatorRig(allocator, store, pods, clock, settings)
+    allocator.start(TEST_APP_ID, driver)
+    return AllocatorRig(allocator, store, pods, clock, settings, driver)
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:

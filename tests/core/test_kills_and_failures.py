@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import pytest
 from execpods.core import (
-    ApiUnavailable,
+    ApiThrottled,
     CoreSettings,
     DeterministicScheduler,
     ExecutorFailureTracker,
@@ -111,22 +112,33 @@ def test_the_grace_period_is_spark_s_property() -> None:
     assert CoreSettings().delete_grace_period == 5.0
 
 
-def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocation() -> None:
+@pytest.mark.parametrize(("limit", "stopped"), [(1, True), (10, False)])
+def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocation(
+    limit: int, stopped: bool
+) -> None:
     clock = ManualClock()
-    tracker = ExecutorFailureTracker(max_failures=1, validity_interval=None, clock=clock)
+    tracker = ExecutorFailureTracker(max_failures=limit, validity_interval=None, clock=clock)
     rig = make_allocator_rig(failures=tracker)
     rig.store.replace_snapshot([])
     rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))
     rig.allocator.set_total_expected_executors(3)
     assert tracker.failed_executors == 1
-    rig.pods.fail_next_create(ApiUnavailable("api down"))
+    rig.clock.advance(600)  # past the refusal's back-off
+    rig.pods.fail_next_create(ApiThrottled("slow down"))
+    rig.store.notify_subscribers()
+    assert tracker.failed_executors == 1, "throttling only paces creates: not a failure"
+    rig.clock.advance(600)
+    rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))
     rig.store.notify_subscribers()
     assert tracker.failed_executors == 2
-    assert tracker.application_failure is not None
+    assert (tracker.application_failure is not None) is stopped
+    # Everything created so far runs; the driver asks for more.
+    rig.store.replace_snapshot([running_executor(i) for i in rig.pods.created_executor_ids()])
     made = len(rig.pods.created)
-    rig.store.replace_snapshot([])
+    rig.clock.advance(600)
+    rig.allocator.set_total_expected_executors(6)
     rig.store.notify_subscribers()
-    assert len(rig.pods.created) == made, "allocation stopped"
+    assert (len(rig.pods.created) == made) is stopped
 
 
 def test_the_application_failure_reaches_every_subscriber_once_late_ones_included() -> None:

@@ -43,8 +43,13 @@ class ExecutorFailureTracker:
 
     def register_failure(self) -> None:
         """One executor failed (its pod failed, or its pod could not be created)."""
+        self.register_failures(1)
+
+    def register_failures(self, count: int) -> None:
+        """`count` executors failed at once (a batch of creates the API refused)."""
         with self._lock:
-            self._times.append(self._clock.monotonic())
+            now = self._clock.monotonic()
+            self._times.extend([now] * count)
 
     def _count_locked(self) -> int:
         if self._validity is not None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from execpods.core import (
+    AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPodsSnapshot,
@@ -37,6 +38,7 @@ from execpods.core import (
     ExecutorState,
     ObservedPod,
 )
+from execpods.sidecar.profiles import encode_notice
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -218,11 +220,12 @@ class Pending:
 
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
     removals: list[ExecutorRemoval] = field(default_factory=list)
+    notices: list[AllocatorNotice] = field(default_factory=list)
     dropped: int = 0
     application_failure: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.snapshots or self.removals or self.application_failure)
+        return bool(self.snapshots or self.removals or self.notices or self.application_failure)
 
 
 class StreamFeed:
@@ -234,6 +237,7 @@ class StreamFeed:
         self._lock = threading.Lock()
         self._pending = Pending()
         self._held: list[ExecutorRemoval] = []
+        self._held_notices: list[AllocatorNotice] = []
         self._newest_serial = 0
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -246,6 +250,9 @@ class StreamFeed:
             pending = self._pending
             pending.snapshots.extend(snapshots)
             self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
+            if self._held_notices:
+                pending.notices.extend(self._held_notices)
+                self._held_notices = []
             if self._held:
                 ready = [r for r in self._held if r.snapshot_serial <= self._newest_serial]
                 self._held = [r for r in self._held if r.snapshot_serial > self._newest_serial]
@@ -270,9 +277,18 @@ class StreamFeed:
         self._wake()
 
     def on_application_failed(self, message: str) -> None:
-        """The driver view's failure listener: the application should fail (sent once)."""
+        """The backend's failure callback (the lifecycle manager's thread): sent once."""
         with self._lock:
             self._pending.application_failure = message
+        self._wake()
+
+    def on_notice(self, notice: AllocatorNotice) -> None:
+        """The allocator's notice listener (its round's thread); held until the first snapshot."""
+        with self._lock:
+            if not self._newest_serial:
+                self._held_notices.append(notice)
+                return
+            self._pending.notices.append(notice)
         self._wake()
 
     def close(self) -> None:
@@ -313,6 +329,7 @@ def build_response(
     """
     snapshots = pending.snapshots
     removed = [encode_removal(r) for r in pending.removals]
+    notices = [encode_notice(n) for n in pending.notices]
     if pending.dropped:
         logger.warning(
             "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
@@ -325,6 +342,7 @@ def build_response(
             snapshots=[encoder.encode(s) for s in snapshots[1:]],
             removed_executors=removed,
             application_failure=failure,
+            allocator_notices=notices,
         )
         return [head, rest]
     return [
@@ -332,5 +350,6 @@ def build_response(
             snapshots=[encoder.encode(s) for s in snapshots],
             removed_executors=removed,
             application_failure=failure,
+            allocator_notices=notices,
         )
     ]

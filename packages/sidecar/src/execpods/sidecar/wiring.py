@@ -16,6 +16,7 @@ from execpods.core import (
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
+    ResourceProfiles,
     Scheduler,
     SettingsError,
     SnapshotSource,
@@ -28,6 +29,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
+    TokenBucket,
     WatchSource,
     api_client_from,
     resolve_namespace,
@@ -45,6 +47,8 @@ class Runtime:
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
+    rate_limiter: TokenBucket | None = None
+    """The API client's rate limit (None over the in-memory registry), for health and benches."""
 
     @property
     def app_id(self) -> str:
@@ -61,6 +65,8 @@ def assemble(
     clock: Clock | None = None,
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
+    profiles: ResourceProfiles | None = None,
+    rate_limiter: TokenBucket | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -79,8 +85,10 @@ def assemble(
         store_scheduler=store_scheduler,
         request_scheduler=request_scheduler,
         close=close_client,
+        profiles=profiles,
+        concurrent_creates=True,
     )
-    return Runtime(settings=settings, backend=backend, driver_view=view)
+    return Runtime(settings=settings, backend=backend, driver_view=view, rate_limiter=rate_limiter)
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -100,12 +108,20 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     api_client = api_client_from(k8s)
     try:
         namespace = resolve_namespace(k8s)
-        gateway = ApiGateway(api_client, namespace=namespace, request_timeout=k8s.request_timeout)
+        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
+        gateway = ApiGateway(
+            api_client,
+            namespace=namespace,
+            request_timeout=k8s.request_timeout,
+            rate_limiter=limiter,
+        )
         operations = KubernetesPodOperations(gateway)
+        profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
             k8s,
             operations,
             labels=settings.core.labels,
+            profiles=profiles,
             container_name=settings.core.executor_container_name,
         )
     except BaseException:
@@ -128,4 +144,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         sources=sources,
         close_client=api_client.close,
         clock=clock,
+        profiles=profiles,
+        rate_limiter=limiter,
     )
