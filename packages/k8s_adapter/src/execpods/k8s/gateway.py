@@ -105,8 +105,15 @@ class ApiGateway:
             ),
         )
 
-    def delete_pods(self, label_selector: str, field_selector: str | None = None) -> object:
-        """DELETE the matching pods (deletecollection); the JSON answer."""
+    def delete_pods(
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> object:
+        """DELETE the matching pods (deletecollection), with the pods' own grace period unless
+        one is given; the JSON answer."""
         return self._json(
             f"delete pods {_selected(label_selector, field_selector)}",
             partial(
@@ -114,6 +121,7 @@ class ApiGateway:
                 self.namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                grace_period_seconds=grace_period_seconds,
             ),
         )
 

@@ -19,7 +19,6 @@ from execpods.core.settingkit import (
     if_set,
     label_key,
     non_negative,
-    parse_bool,
     parse_float,
     parse_int,
     parse_optional_str,
@@ -361,12 +360,6 @@ class KubernetesSettings(SettingsBase):
         "execpods.kubernetes.backoffMax",
         "30s",
         "Longest retry delay of the watch.",
-    )
-    poll_from_cache: bool = setting(
-        "execpods.kubernetes.pollFromCache",
-        False,
-        "Poll with resourceVersion=0: served from the API server's cache, possibly stale.",
-        parse=parse_bool,
     )
     executor_env: Mapping[str, str] = setting_family(
         ENV_PREFIX,
