@@ -124,5 +124,7 @@ def test_sigkill_mid_scale_up_then_a_restart_ends_with_the_target_and_every_id_o
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
     wait_for(lambda: not app_pods(sim, app_id), what="every executor pod deleted")
-    assert sim.pod("bystander") is not None
-    assert sim.pod("bystander")["metadata"]["uid"] == bystander["metadata"]["uid"]
+    untouched = sim.pod("bystander")
+    assert untouched is not None
+    assert untouched["metadata"]["uid"] == bystander["metadata"]["uid"]
+    assert untouched["metadata"].get("deletionTimestamp") is None
