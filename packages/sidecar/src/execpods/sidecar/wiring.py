@@ -25,6 +25,7 @@ from execpods.core import (
     compose_backend,
 )
 from execpods.k8s import (
+    ApiBackoffGate,
     ApiGateway,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
@@ -114,6 +115,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             namespace=namespace,
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
+            backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
         )
         operations = KubernetesPodOperations(gateway)
         profiles = ResourceProfiles()
