@@ -103,6 +103,12 @@ def _restart_soon(sim: KubeSim, data: Args) -> JsonObject:
     return _ok(restarts=before)
 
 
+def _peak_rate(sim: KubeSim, data: Args) -> JsonObject:
+    text = data.opt_text("verbs")
+    verbs = None if text is None else [v for v in text.split(",") if v]
+    return _ok(perSecond=sim.peak_request_rate(data.number("window", 1.0), verbs))
+
+
 def _ok(**extra: JsonValue) -> JsonObject:
     return {"ok": True, **extra}
 
@@ -182,6 +188,8 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("GET", "requests"): lambda s, d: [r.as_dict() for r in s.requests()],
     ("DELETE", "requests"): _void(lambda s, d: s.clear_requests()),
     ("GET", "requests/counts"): lambda s, d: s.request_counts(),
+    ("GET", "requests/peak-rate"): _peak_rate,
+    ("POST", "requests/peak-rate"): _peak_rate,
 }
 
 _POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, Args], Reply]] = {

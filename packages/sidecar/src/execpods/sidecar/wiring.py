@@ -25,6 +25,7 @@ from execpods.core import (
     compose_backend,
 )
 from execpods.k8s import (
+    ApiBackoffGate,
     ApiGateway,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
@@ -76,7 +77,7 @@ def assemble(
     The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
     log is the other observer.
     """
-    view = InferredDriverView()
+    view = InferredDriverView(clock=clock)
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
@@ -125,13 +126,18 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             namespace=namespace,
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
+            backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
         )
         operations = KubernetesPodOperations(
             gateway, executor_id_label=settings.core.labels.executor_id
         )
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
-            k8s, operations, labels=settings.core.labels, profiles=profiles
+            k8s,
+            operations,
+            labels=settings.core.labels,
+            profiles=profiles,
+            container_name=settings.core.executor_container_name,
         )
     except BaseException:
         api_client.close()
@@ -143,7 +149,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         core = settings.core
         return [
             WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, settings=k8s, core_settings=core),
+            PollSource(store, operations, core_settings=core),
         ]
 
     return assemble(
