@@ -13,7 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from execpods.devtools.spark import ExecutorWatch, SparkDriver, spark_available
+from execpods.devtools.spark import (
+    ExecutorWatch,
+    SparkDriver,
+    spark_available,
+    spark_on_kubesim,
+)
 from execpods.devtools.spark_plugin import build
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
@@ -91,3 +96,14 @@ def test_spark_allocates_through_the_sidecar(sim: KubeSim, plugin_jar: Path) -> 
             watch.close()
     assert sim.pods() == []
     assert sim.objects("configmaps") == []
+
+
+def test_the_benchmark_peers_measure_both_ways(plugin_jar: Path) -> None:
+    """The time-to-target benchmark's peers: Spark alone and Spark with the plugin, measured
+    the same way on the same cluster settings; both reach N and leave nothing behind."""
+    cluster = ClusterConfig(nodes=1, pods_per_node=10, start_latency=0.2, start_jitter=0.1)
+    alone = spark_on_kubesim(cluster, 3)
+    plugged = spark_on_kubesim(cluster, 3, plugin_jar=plugin_jar)
+    for run in (alone, plugged):
+        assert run.seconds_to_target >= 0.1  # at least the simulated start latency
+        assert (run.pods_created, run.exit_code, run.pods_left) == (3, 0, 0)

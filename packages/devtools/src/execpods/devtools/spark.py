@@ -47,6 +47,7 @@ __all__ = [
     "SparkDriver",
     "SparkRun",
     "spark_available",
+    "spark_on_kubesim",
     "spark_time_to_target",
 ]
 
@@ -314,6 +315,19 @@ def spark_time_to_target(
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack does not swallow)
 
 
+def spark_on_kubesim(
+    cluster: ClusterConfig,
+    executors: int,
+    *,
+    conf: dict[str, str] | None = None,
+    plugin_jar: Path | None = None,
+) -> SparkRun:
+    """:func:`spark_time_to_target` on a fresh kubesim with ``cluster``: the form a benchmark
+    that compares peers on the same simulated cluster settings calls."""
+    with KubeSim(cluster=cluster) as sim:
+        return spark_time_to_target(sim.url, executors, conf=conf, plugin_jar=plugin_jar)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Time Spark's allocator to N Running pods and print the run as one JSON line."""
     parser = argparse.ArgumentParser(description="Spark 4.3's time to N Running executor pods")
@@ -333,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.api_url:
             run = spark_time_to_target(args.api_url, args.executors, conf=conf, plugin_jar=jar)
         else:
-            with KubeSim(cluster=ClusterConfig(nodes=args.nodes)) as sim:
-                run = spark_time_to_target(sim.url, args.executors, conf=conf, plugin_jar=jar)
+            cluster = ClusterConfig(nodes=args.nodes)
+            run = spark_on_kubesim(cluster, args.executors, conf=conf, plugin_jar=jar)
     print(json.dumps({"peer": PEER_PLUGIN if jar else PEER_SPARK, **dataclasses.asdict(run)}))
     return 0
 
