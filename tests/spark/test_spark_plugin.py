@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from execpods.devtools.spark import (
@@ -58,6 +59,7 @@ def test_spark_allocates_through_the_sidecar(sim: KubeSim, plugin_jar: Path) -> 
             "spark.executor.instances": "0",
             "spark.kubernetes.allocation.batch.delay": "200ms",
             "spark.dynamicAllocation.executorIdleTimeout": "1s",
+            "spark.executor.memory": "2g",  # the sidecar's own default, which Spark's overrides
         },
     )
     with EmbeddedSidecar(props) as sidecar:
@@ -66,6 +68,7 @@ def test_spark_allocates_through_the_sidecar(sim: KubeSim, plugin_jar: Path) -> 
             "spark.kubernetes.allocation.pods.allocator": "io.execpods.spark.ExecPodsAllocator",
             "spark.execpods.sidecar.address": sidecar.address,
             "spark.driver.extraClassPath": str(plugin_jar),
+            "spark.executor.memory": "512m",
         }
         driver = SparkDriver(f"k8s://{sim.url}", executors=CAPACITY, conf=conf).start()
         watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
@@ -78,6 +81,9 @@ def test_spark_allocates_through_the_sidecar(sim: KubeSim, plugin_jar: Path) -> 
             env = {str(e["name"]) for e in pod["spec"]["containers"][0].get("env", [])}
             assert any(name.startswith("SPARK_JAVA_OPT_") for name in env), sorted(env)
             assert "SPARK_DRIVER_URL" in env
+            # Sized as Spark sizes it: 512 MiB heap + the 384 MiB minimum overhead.
+            container: Any = pod["spec"]["containers"][0]
+            assert container["resources"]["requests"]["memory"] == "896Mi", container
 
             # Dynamic allocation's target reaches the sidecar: up (two stay Pending, the
             # cluster is full), then down (the sidecar deletes the surplus pending pods).

@@ -44,7 +44,8 @@ def build(out_dir: Path) -> Path:
     jar = out_dir / JAR_NAME
     with tempfile.TemporaryDirectory(prefix="execpods-spark-") as classes:
         command = [
-            javac, "--release", "17", "-Xlint:all", "-Xlint:-classfile", "-Xlint:-processing",
+            javac, "--release", "17",
+            "-Xlint:all", "-Xlint:-classfile", "-Xlint:-processing", "-Xlint:-path",
             "-d", classes, "-cp", f"{pyspark_jars()}{os.sep}*", *sources,
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -16,6 +16,7 @@ import org.apache.spark.SparkConf;
 import org.apache.spark.deploy.k8s.KubernetesConf$;
 import org.apache.spark.deploy.k8s.KubernetesExecutorConf;
 import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
+import org.apache.spark.resource.ExecutorResourceRequest;
 import org.apache.spark.resource.ResourceProfile;
 import org.apache.spark.scheduler.cluster.k8s.AbstractPodsAllocator;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshotsStore;
@@ -33,7 +34,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * lifecycle manager; only the decision of which pods to create and delete moves to the sidecar.
  * Each resource profile's executor pod is built by Spark's own {@link KubernetesExecutorBuilder}
  * (image, environment, volumes, the pod template, resources) and handed to the sidecar as that
- * profile's pod template; the sidecar fills in the executor id, name and labels.
+ * profile's pod template, with the profile's cores, memory and overhead, so the sidecar sizes
+ * the container as Spark would; the sidecar fills in the executor id, name and labels.
  */
 public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** Where the sidecar's gRPC server listens (host:port). */
@@ -109,7 +111,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
       int total = ((Number) e.getValue()).intValue();
       int id = profile.id();
       if (declared.add(id)) {
-        profiles.add(new SidecarClient.Profile(id, podTemplate(profile)));
+        Map<String, ExecutorResourceRequest> resources = profile.executorResourcesJMap();
+        profiles.add(
+            new SidecarClient.Profile(
+                id,
+                (int) amount(resources, ResourceProfile.CORES()),
+                amount(resources, ResourceProfile.MEMORY()),
+                amount(resources, ResourceProfile.OVERHEAD_MEM()),
+                podTemplate(profile)));
       }
       if (id == DEFAULT_PROFILE_ID) {
         defaultTotal = total;
@@ -118,6 +127,12 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
       }
     }
     sidecar.requestTotal(defaultTotal, others, profiles);
+  }
+
+  /** A profile's executor resource amount (cores, or MiB of memory); 0 when not set. */
+  private static long amount(Map<String, ExecutorResourceRequest> resources, String name) {
+    ExecutorResourceRequest request = resources.get(name);
+    return request == null ? 0L : request.amount();
   }
 
   /** The executor pod Spark would create for this profile, as JSON, with a placeholder id. */

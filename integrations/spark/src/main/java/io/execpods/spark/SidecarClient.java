@@ -66,13 +66,22 @@ public final class SidecarClient implements AutoCloseable {
     return ClientCalls.blockingUnaryCall(channel, unary(name), options, request);
   }
 
-  /** A resource profile as declared to the sidecar: its id and its pod template (JSON). */
+  /**
+   * A resource profile as declared to the sidecar: its id, its executor cores, memory and
+   * memory overhead in MiB (0: the sidecar's settings) and its pod template (JSON).
+   */
   public static final class Profile {
     final int id;
+    final int cores;
+    final long memoryMib;
+    final long overheadMib;
     final String podTemplate;
 
-    public Profile(int id, String podTemplate) {
+    public Profile(int id, int cores, long memoryMib, long overheadMib, String podTemplate) {
       this.id = id;
+      this.cores = cores;
+      this.memoryMib = memoryMib;
+      this.overheadMib = overheadMib;
       this.podTemplate = podTemplate;
     }
   }
@@ -93,6 +102,15 @@ public final class SidecarClient implements AutoCloseable {
       for (Profile p : profiles) {
         out.writeByteArray(3, encode(profile -> {
           profile.writeInt32(1, p.id);
+          if (p.cores > 0) {
+            profile.writeInt32(2, p.cores);
+          }
+          if (p.memoryMib > 0) {
+            profile.writeInt64(3, p.memoryMib);
+          }
+          if (p.overheadMib > 0) {
+            profile.writeInt64(4, p.overheadMib);
+          }
           if (p.podTemplate != null && !p.podTemplate.isEmpty()) {
             profile.writeString(6, p.podTemplate);
           }
