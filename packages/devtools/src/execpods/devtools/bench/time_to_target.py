@@ -358,7 +358,7 @@ def plot(runs: list[Run], path: Path) -> None:
         axis.set_xlabel("seconds since the target was set (kubesim's virtual clock, log scale)")
         axis.set_ylabel("executors Running")
         axis.set_title(f"{size:,} executors on kubesim")
-        axis.legend(fontsize=8, loc="lower right")
+        axis.legend(fontsize=8, loc="upper left")
         axis.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
