@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.kubesim import ClusterConfig, KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
 FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
@@ -88,7 +88,7 @@ def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
         sidecar.stop()
 
 
-def app_pods(sim: KubeSim, app_id: str) -> list[dict[str, Any]]:
+def app_pods(sim: KubeSim, app_id: str) -> list[Pod]:
     return [
         pod
         for pod in sim.pods()

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from execpods.client import AllocatorClient, AllocatorNotice, ExecutorProfile
-from execpods.kubesim import KubeSim
+from execpods.kubesim import KubeSim, Pod
+from execpods.kubesim.bodies import Container
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
@@ -33,10 +34,15 @@ def _stub(address: str) -> Iterator[pb_grpc.ExecutorAllocatorStub]:
         yield pb_grpc.ExecutorAllocatorStub(channel)
 
 
-def _profile_of(pod: dict[str, object]) -> str:
-    metadata = pod["metadata"]
-    assert isinstance(metadata, dict)
-    return str(metadata["labels"]["spark-exec-resourceprofile-id"])
+def _profile_of(pod: Pod) -> str:
+    return pod["metadata"]["labels"]["spark-exec-resourceprofile-id"]
+
+
+def _resource(container: Container, kind: str, name: str) -> object:
+    """One entry of the container's resources (`requests` or `limits`)."""
+    resources = container["resources"][kind]
+    assert isinstance(resources, dict)
+    return resources[name]
 
 
 def test_a_driver_declares_a_profile_and_gets_pods_of_its_shape(
@@ -57,9 +63,9 @@ def test_a_driver_declares_a_profile_and_gets_pods_of_its_shape(
         if _profile_of(pod) != "1":
             continue
         (container,) = pod["spec"]["containers"]
-        assert container["resources"]["requests"]["cpu"] == "2"
-        assert container["resources"]["requests"]["memory"] == "1280Mi"
-        assert container["resources"]["limits"]["example.com/gpu"] == "1"
+        assert _resource(container, "requests", "cpu") == "2"
+        assert _resource(container, "requests", "memory") == "1280Mi"
+        assert _resource(container, "limits", "example.com/gpu") == "1"
 
 
 @pytest.mark.parametrize(

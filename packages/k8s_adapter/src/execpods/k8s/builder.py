@@ -53,6 +53,17 @@ def executor_pod_name(prefix: str, executor_id: int) -> str:
     return f"{cut}{suffix}"
 
 
+def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
+    """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
+    replaced = {}
+    for key, value in values.items():
+        text = value
+        for placeholder, actual in ids.items():
+            text = text.replace(placeholder, actual)
+        replaced[key] = text
+    return replaced
+
+
 def load_template(path: str | Path) -> PodManifest:
     """A pod template from a YAML file; a missing or non-pod file is a `SettingsError`."""
     key = "spark.kubernetes.executor.podTemplateFile"
@@ -150,6 +161,14 @@ class ExecutorPodTemplateBuilder:
 
     def __post_init__(self) -> None:
         _check_template(self.template)
+        reserved = {self.labels.app_id, self.labels.role, self.labels.executor_id}
+        reserved.add(self.labels.resource_profile_id)
+        clashes = sorted(reserved & set(self.settings.executor_labels))
+        if clashes:
+            raise SettingsError(
+                f"spark.kubernetes.executor.label.{clashes[0]} is invalid: execpods selects its "
+                f"executor pods by that label (as Spark, custom labels cannot set {clashes})"
+            )
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
@@ -195,6 +214,25 @@ class ExecutorPodTemplateBuilder:
         prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
         return executor_pod_name(prefix, executor_id)
 
+    def _set_scheduling(self, spec: dict[str, Any]) -> None:
+        """Node selector, scheduler, service account and pull secrets, as Spark's executor
+        feature steps set them (a template's own service account is kept)."""
+        settings = self.settings
+        if settings.node_selectors:
+            _section(spec, "nodeSelector").update(settings.node_selectors)
+        if settings.executor_scheduler is not None:
+            spec["schedulerName"] = settings.executor_scheduler
+        has_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+        if settings.service_account is not None and not has_account:
+            spec["serviceAccountName"] = settings.service_account
+        if settings.image_pull_secrets:
+            secrets = spec.get("imagePullSecrets")
+            kept = [s for s in secrets if isinstance(s, dict)] if isinstance(secrets, list) else []
+            names = {s.get("name") for s in kept}
+            spec["imagePullSecrets"] = kept + [
+                {"name": name} for name in settings.image_pull_secrets if name not in names
+            ]
+
     def build(
         self,
         *,
@@ -212,19 +250,26 @@ class ExecutorPodTemplateBuilder:
         metadata["namespace"] = self.namespace
         metadata.pop("resourceVersion", None)
         metadata.pop("uid", None)
+        ids = {"{{APP_ID}}": app_id, "{{EXECUTOR_ID}}": str(executor_id)}
         labels = _section(metadata, "labels")
+        labels.update(_substituted(self.settings.executor_labels, ids))
         labels.update(self.labels.for_executor(app_id, executor_id))
+        if self.settings.executor_annotations:
+            annotations = _section(metadata, "annotations")
+            annotations.update(_substituted(self.settings.executor_annotations, ids))
         labels[self.labels.resource_profile_id] = str(resource_profile_id)
         if self.owner is not None:
             metadata["ownerReferences"] = [dict(self.owner)]
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
+        self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
             containers = [{"name": EXECUTOR_CONTAINER_NAME}]
             spec["containers"] = containers
         container = containers[0]
         container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
         container["env"] = _merge_env(
