@@ -80,6 +80,9 @@ def compose_backend(
             labels=settings.labels,
         )
     fanout = LifecycleFanout(observers)
+    runner = ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None
+    if runner is not None:
+        close = _then(runner.shutdown, close)  # the create threads go with the backend
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=pod_builder,
@@ -87,7 +90,7 @@ def compose_backend(
         store=store,
         clock=clock,
         profiles=profiles,
-        runner=ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None,
+        runner=runner,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings, pod_operations=pod_operations, store=store, clock=clock, observer=fanout
@@ -109,3 +112,14 @@ def compose_backend(
         sources=sources(store),
         close=close,
     )
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            if then is not None:
+                then()
+
+    return both
