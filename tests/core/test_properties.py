@@ -124,8 +124,13 @@ def test_the_2018_rule_never_exceeds_the_batch_size_or_the_target(
         running = latest.count(PodState.RUNNING)
         assert made <= batch
         assert made <= max(0, target - running)
-        if made:
-            assert latest.count(PodState.PENDING) == 0
+        if made:  # a pod scale-down deleted no longer counts, though the snapshot still shows it
+            pending = [
+                i
+                for i, state in latest.items()
+                if state.state is PodState.PENDING and not rig.allocator.is_deleted(i)
+            ]
+            assert pending == []
 
 
 def _reference_round(

@@ -25,9 +25,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 
-from execpods.core.adaptive import AdaptiveBatch, StartTracker, round_ceiling
 from execpods.core.allocation import (
     ExecutorCounts,
     Limits,
@@ -36,16 +34,8 @@ from execpods.core.allocation import (
     executors_to_request,
     request_counts,
 )
-from execpods.core.creation import (
-    AllocatorNotice,
-    CreateBackoff,
-    CreateResult,
-    CreateRunner,
-    NoticeKind,
-    NoticeListener,
-    SerialRunner,
-    classify_create_error,
-)
+from execpods.core.creation import AllocatorNotice, CreateRunner, NoticeKind, NoticeListener
+from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
@@ -71,13 +61,6 @@ logger = logging.getLogger(__name__)
 class _Request:
     created_at: float
     resource_profile_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    executor_id: int
-    result: CreateResult
-    error: Exception | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,7 +97,6 @@ class ExecutorPodsAllocator:
         self._store = store
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
-        self._runner: CreateRunner = runner if runner is not None else SerialRunner()
         self._ids = itertools.count(1)
         self._ids_issued = 0
         self._lock = threading.Lock()
@@ -126,17 +108,15 @@ class ExecutorPodsAllocator:
         self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
         self._driver: DriverView | None = None
-        self._batches: dict[int, AdaptiveBatch] = {}
-        self._backoff = CreateBackoff(base=settings.batch_delay, rng=rng)
-        self._starts = StartTracker()
-        self._listeners: list[NoticeListener] = []
-        self._maximum_reported = False
-        self._counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
-        self._ceiling = round_ceiling(
-            batch_size=settings.batch_size,
-            api_qps=settings.api_qps,
-            batch_delay=settings.batch_delay,
+        self._creator = PodCreator(
+            settings=settings,
+            pod_builder=pod_builder,
+            pod_operations=pod_operations,
+            clock=clock,
+            runner=runner,
+            rng=rng,
         )
+        self._maximum_reported = False
 
     # Configuration and queries (any thread).
 
@@ -203,7 +183,7 @@ class ExecutorPodsAllocator:
 
     @property
     def stats(self) -> AllocatorStats:
-        counts = dict(self._counts)
+        counts = dict(self._creator.counts)
         return AllocatorStats(
             created=counts["created"],
             refused=counts["refused"],
@@ -215,14 +195,7 @@ class ExecutorPodsAllocator:
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Call `listener` with every later notice; returns a function that unregisters it."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unregister() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unregister
+        return self._creator.add_listener(listener)
 
     # One round (the store calls it serially).
 
@@ -237,7 +210,7 @@ class ExecutorPodsAllocator:
         if snapshots:
             self._last_snapshot = snapshots[-1]
             self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
-        self._note_start_failures()
+        self._creator.observe_starts(self._last_snapshot)
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -281,17 +254,9 @@ class ExecutorPodsAllocator:
         )
         for executor_id in expired:
             del self._unseen[executor_id]
-        self._starts.forget(expired)
+        self._creator.starts.forget(expired)
         if self._settings.delete_on_termination:
             self._delete(PodSelector.executors_of(self._labels, self._app_or_fail(), expired))
-
-    def _note_start_failures(self) -> None:
-        failures = self._starts.observe(self._last_snapshot)
-        if failures:
-            self._counts["starts"] += failures
-            logger.warning("%d executors failed to start; creating more slowly.", failures)
-            for batch in self._batches.values():
-                batch.trouble()
 
     def _profile_states(self, known: frozenset[int]) -> list[ProfileState]:
         """Every profile with a target, classified from the last snapshot, in ascending id."""
@@ -372,7 +337,7 @@ class ExecutorPodsAllocator:
             return state
         for executor_id in excess.unseen:
             self._unseen.pop(executor_id, None)
-        self._starts.forget(ids)
+        self._creator.starts.forget(ids)
         dropped = set(ids)
         return ProfileState(
             profile_id=state.profile_id,
@@ -394,21 +359,9 @@ class ExecutorPodsAllocator:
 
     # Scale-up.
 
-    def _batch(self, profile_id: int) -> AdaptiveBatch:
-        batch = self._batches.get(profile_id)
-        if batch is None:
-            batch = AdaptiveBatch(
-                batch_size=self._settings.batch_size,
-                ceiling=self._ceiling,
-                enabled=self._settings.adaptive_batches,
-            )
-            self._batches[profile_id] = batch
-        return batch
-
     def _scale_up(self, states: list[ProfileState]) -> None:
         settings = self._settings
-        now = self._clock.monotonic()
-        held = {s.profile_id for s in states if self._backoff.wait_for(s.profile_id, now) > 0}
+        held = {s.profile_id for s in states if self._creator.held(s.profile_id)}
         if settings.wait_for_pending_pods:
             held.update(s.profile_id for s in states if s.pending_unknown or s.pending_known)
         all_states = {s.profile_id: s for s in states}
@@ -427,7 +380,7 @@ class ExecutorPodsAllocator:
                 max_pending=settings.max_pending_pods,
                 max_pending_per_rp=settings.max_pending_pods_per_rp,
             ),
-            batch_sizes={s.profile_id: self._batch(s.profile_id).round_cap for s in states},
+            batch_sizes={s.profile_id: self._creator.round_cap(s.profile_id) for s in states},
             held=held,
         )
         for profile_id, count in counts.items():
@@ -446,7 +399,15 @@ class ExecutorPodsAllocator:
                 state.running,
                 state.not_running,
             )
-            self._create(profile_id, min(count, allowed))
+            for requested in self._creator.create(
+                app_id=self._app_or_fail(),
+                profile_id=profile_id,
+                count=min(count, allowed),
+                issue_ids=self._issue_ids,
+            ):
+                self._unseen[requested.executor_id] = _Request(
+                    requested.at, requested.resource_profile_id
+                )
 
     def _ids_left(self) -> int:
         """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
@@ -464,7 +425,7 @@ class ExecutorPodsAllocator:
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
         logger.error(message)
-        self._notify(
+        self._creator.notify(
             AllocatorNotice(
                 kind=NoticeKind.ALLOCATION_MAXIMUM_REACHED,
                 message=message,
@@ -473,103 +434,10 @@ class ExecutorPodsAllocator:
             )
         )
 
-    def _create(self, profile_id: int, count: int) -> None:
-        batch = self._batch(profile_id)
-        for step in batch.steps(count):
-            if self._backoff.wait_for(profile_id, self._clock.monotonic()) > 0:
-                return
-            ids = [next(self._ids) for _ in range(step)]
-            self._ids_issued += step
-            started = self._clock.monotonic()
-            outcomes = self._runner.run(
-                [partial(self._create_one, i, profile_id) for i in ids],
-                self._settings.batch_concurrency,
-            )
-            clean = self._settle(profile_id, outcomes, started)
-            if not clean:
-                batch.trouble()
-                return
-            batch.clean_step(step)
-
-    def _create_one(self, executor_id: int, profile_id: int) -> _Outcome:
-        """One create (on a runner thread): never raises, the outcome says what happened."""
-        try:
-            manifest = self._builder.build(
-                executor_id=executor_id,
-                app_id=self._app_or_fail(),
-                resource_profile_id=profile_id,
-            )
-            self._pods.create(manifest)
-        except PodOperationError as error:
-            result = CreateResult.UNKNOWN if error.outcome_unknown else None
-            return _Outcome(executor_id, result or classify_create_error(error), error)
-        except Exception as error:  # a builder bug or a client surprise must not end the round
-            logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
-            return _Outcome(executor_id, CreateResult.FAILED, error)
-        return _Outcome(executor_id, CreateResult.CREATED)
-
-    def _settle(self, profile_id: int, outcomes: list[_Outcome], started: float) -> bool:
-        """Book a step's outcomes; report failures; returns whether every create went through."""
-        created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
-        unknown = [o for o in outcomes if o.result is CreateResult.UNKNOWN]
-        for executor_id in created + [o.executor_id for o in unknown]:
-            self._unseen[executor_id] = _Request(started, profile_id)
-        self._starts.created(created)
-        self._counts["created"] += len(created)
-        if created:
-            self._backoff.succeeded(profile_id)
-        now = self._clock.monotonic()
-        failed = [o for o in outcomes if o.result is not CreateResult.CREATED]
-        if not failed:
-            return True
-        by_kind: dict[CreateResult, list[_Outcome]] = {}
-        for outcome in failed:
-            kind = CreateResult.THROTTLED if outcome.result is CreateResult.UNKNOWN else None
-            by_kind.setdefault(kind or outcome.result, []).append(outcome)
-        for result, group in by_kind.items():
-            self._report_failures(profile_id, result, group, now)
-        return False
-
-    def _report_failures(
-        self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float
-    ) -> None:
-        first = group[0].error
-        detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
-        if result is CreateResult.REFUSED:
-            self._counts["refused"] += len(group)
-            wait = self._backoff.refused(profile_id, now)
-            kind = NoticeKind.CREATE_REFUSED
-            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
-        elif result is CreateResult.THROTTLED:
-            self._counts["throttled"] += len(group)
-            wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
-            kind = NoticeKind.CREATE_THROTTLED
-            what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
-        else:
-            self._counts["failed"] += len(group)
-            wait = 0.0
-            kind = NoticeKind.CREATE_FAILED
-            what = "failed; retrying next round"
-        ids = ",".join(str(o.executor_id) for o in group)
-        message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
-        message += f"(executors {ids}; first error {detail})"
-        logger.warning(message)
-        self._notify(
-            AllocatorNotice(
-                kind=kind,
-                message=message,
-                resource_profile_id=profile_id,
-                count=len(group),
-                retry_in=wait,
-            )
-        )
-
-    def _notify(self, notice: AllocatorNotice) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(notice)
-            except Exception:
-                logger.exception("An allocator notice listener failed")
+    def _issue_ids(self, count: int) -> list[int]:
+        ids = [next(self._ids) for _ in range(count)]
+        self._ids_issued += count
+        return ids
 
     def _app_or_fail(self) -> str:
         if self._app_id is None:
