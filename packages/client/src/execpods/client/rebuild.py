@@ -59,4 +59,5 @@ class SnapshotRebuilder:
             snapshots=tuple(self.apply_snapshot(s) for s in message.snapshots),
             removed=tuple(removal_from_proto(r) for r in message.removed_executors),
             notices=tuple(notice_from_proto(n) for n in message.allocator_notices),
+            application_failure=message.application_failure,
         )

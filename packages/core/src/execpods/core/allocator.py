@@ -19,7 +19,6 @@ batches on (the default) a round grows by slow start while creates and starts go
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import threading
@@ -34,9 +33,16 @@ from execpods.core.allocation import (
     executors_to_request,
     request_counts,
 )
-from execpods.core.creation import AllocatorNotice, CreateRunner, NoticeKind, NoticeListener
+from execpods.core.creation import (
+    AllocatorNotice,
+    CreateResult,
+    CreateRunner,
+    NoticeKind,
+    NoticeListener,
+)
 from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -48,9 +54,10 @@ from execpods.core.ports import (
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
+from execpods.core.recovery import ExecutorIds, LostCreates, recover
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -61,6 +68,13 @@ logger = logging.getLogger(__name__)
 class _Request:
     created_at: float
     resource_profile_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    executor_id: int
+    result: CreateResult
+    error: Exception | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,16 +103,21 @@ class ExecutorPodsAllocator:
         profiles: ResourceProfiles | None = None,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._failures = failure_tracker
+        """Shared with the lifecycle manager: refused and failed creates count as executor
+        failures, and once too many executors failed no more are created."""
         self._labels: ExecutorLabels = settings.labels
         self._builder = pod_builder
         self._pods = pod_operations
         self._store = store
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
-        self._ids = itertools.count(1)
-        self._ids_issued = 0
+        self._ids = ExecutorIds()
+        self._recovered = False
+        self._lost = LostCreates()
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
         self._unseen: dict[int, _Request] = {}
@@ -108,6 +127,7 @@ class ExecutorPodsAllocator:
         self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
         self._driver: DriverView | None = None
+        self._maximum_reported = False
         self._creator = PodCreator(
             settings=settings,
             pod_builder=pod_builder,
@@ -115,8 +135,8 @@ class ExecutorPodsAllocator:
             clock=clock,
             runner=runner,
             rng=rng,
+            failure_tracker=failure_tracker,
         )
-        self._maximum_reported = False
 
     # Configuration and queries (any thread).
 
@@ -190,7 +210,7 @@ class ExecutorPodsAllocator:
             throttled=counts["throttled"],
             failed=counts["failed"],
             start_failures=counts["starts"],
-            ids_issued=self._ids_issued,
+            ids_issued=self._ids.issued,
         )
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
@@ -202,7 +222,13 @@ class ExecutorPodsAllocator:
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         if self._app_id is None:
             raise RuntimeError("the allocator was not started")
+        if not self._recovered and not self._recover():
+            return  # nothing is created before the pods already in the cluster are known
         self._forget_seen(snapshots)
+        lost = self._lost.read_back(self._pods, self._labels, self._app_or_fail(), self._unseen)
+        for executor_id in lost:  # their creates failed without an answer and made no pod
+            del self._unseen[executor_id]
+        self._creator.starts.forget(lost)
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         for executor_id in [i for i in self._unseen if i in known]:
             self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
@@ -217,6 +243,16 @@ class ExecutorPodsAllocator:
         pending_unknown = sum(len(s.pending_unknown) for s in states)
         with self._lock:
             self._outstanding = pending_unknown + len(self._unseen)
+
+    def _recover(self) -> bool:
+        """Before the first create, adopt the pods in the cluster (`recovery.py`)."""
+        adoption = recover(self._pods, self._labels, self._app_or_fail())
+        if adoption is not None:
+            now = self._clock.monotonic()
+            self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
+            self._ids.continue_above(adoption.highest_id)
+            self._recovered = True
+        return adoption is not None
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Drop the requests any snapshot of the batch shows.
@@ -266,16 +302,16 @@ class ExecutorPodsAllocator:
         pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
         pending_known: dict[int, int] = dict.fromkeys(targets, 0)
         deleted = self._deleted
-        for executor_id, state in self._last_snapshot.executor_pods.items():
-            kind = state.state
-            if (kind is not PodState.RUNNING and kind is not PodState.PENDING) or (
+        for executor_id, observed in self._last_snapshot.executor_pods.items():
+            kind = observed.state
+            if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
                 executor_id in deleted
             ):
                 continue
-            profile_id = profile_id_of(state.pod, self._labels)
+            profile_id = profile_id_of(observed.pod, self._labels)
             if profile_id not in targets:
                 continue
-            if kind is PodState.RUNNING:
+            if kind is ExecutorState.RUNNING:
                 running[profile_id] += 1
             elif executor_id in known:
                 pending_known[profile_id] += 1
@@ -360,6 +396,8 @@ class ExecutorPodsAllocator:
     # Scale-up.
 
     def _scale_up(self, states: list[ProfileState]) -> None:
+        if self._failures is not None and self._failures.application_failure is not None:
+            return  # too many executors failed (spark.executor.maxNumFailures): stopped for good
         settings = self._settings
         held = {s.profile_id for s in states if self._creator.held(s.profile_id)}
         if settings.wait_for_pending_pods:
@@ -399,19 +437,19 @@ class ExecutorPodsAllocator:
                 state.running,
                 state.not_running,
             )
-            for requested in self._creator.create(
+            requested = self._creator.create(
                 app_id=self._app_or_fail(),
                 profile_id=profile_id,
                 count=min(count, allowed),
-                issue_ids=self._issue_ids,
-            ):
-                self._unseen[requested.executor_id] = _Request(
-                    requested.at, requested.resource_profile_id
-                )
+                issue_id=self._ids.next,
+            )
+            for r in requested:
+                self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
+            self._lost.add(r.executor_id for r in requested if r.answer_lost)
 
     def _ids_left(self) -> int:
         """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
-        return max(0, self._settings.allocation_maximum - 1 - self._ids_issued)
+        return max(0, self._settings.allocation_maximum - 1 - self._ids.issued)
 
     def _report_maximum(self, profile_id: int, short: int) -> None:
         if self._maximum_reported:
@@ -420,7 +458,7 @@ class ExecutorPodsAllocator:
         maximum = self._settings.allocation_maximum
         message = (
             f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
-            f"{self._ids_issued} executor ids were issued in this application's lifetime and no "
+            f"{self._ids.issued} executor ids were issued in this application's lifetime and no "
             f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
@@ -433,11 +471,6 @@ class ExecutorPodsAllocator:
                 count=short,
             )
         )
-
-    def _issue_ids(self, count: int) -> list[int]:
-        ids = [next(self._ids) for _ in range(count)]
-        self._ids_issued += count
-        return ids
 
     def _app_or_fail(self) -> str:
         if self._app_id is None:

@@ -29,7 +29,9 @@ from execpods.core.creation import (
     classify_create_error,
 )
 from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.ports import Clock, ExecutorPodBuilder, PodOperations
+from execpods.core.recovery import create_skipping_taken_ids
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 
@@ -51,6 +53,8 @@ class Requested:
     resource_profile_id: int
     at: float
     """Monotonic time of the step that created it."""
+    answer_lost: bool = False
+    """The create failed without an answer: the pod may or may not exist."""
 
 
 class PodCreator:
@@ -65,8 +69,10 @@ class PodCreator:
         clock: Clock,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._failures = failure_tracker
         self._builder = pod_builder
         self._pods = pod_operations
         self._clock = clock
@@ -130,12 +136,13 @@ class PodCreator:
         app_id: str,
         profile_id: int,
         count: int,
-        issue_ids: Callable[[int], list[int]],
+        issue_id: Callable[[], int],
     ) -> list[Requested]:
         """Create up to `count` pods of `profile_id` in adaptive steps; returns what to track.
 
-        `issue_ids(n)` hands out the next n executor ids (ids are spent on refused creates too, as
-        Spark). The steps stop at the first that did not go cleanly, or when backing off.
+        `issue_id()` hands out the next executor id, from any thread (ids are spent on refused
+        creates too, as Spark; an id whose pod name is taken is skipped). The steps stop at the
+        first that did not go cleanly, or when backing off.
         """
         batch = self._batch(profile_id)
         requested: list[Requested] = []
@@ -143,12 +150,18 @@ class PodCreator:
             if self.held(profile_id):
                 break
             started = self._clock.monotonic()
+            ids = [issue_id() for _ in range(step)]
             outcomes = self._runner.run(
-                [partial(self._create_one, app_id, i, profile_id) for i in issue_ids(step)],
+                [partial(self._create_one, app_id, i, profile_id, issue_id) for i in ids],
                 self._settings.batch_concurrency,
             )
             requested.extend(
-                Requested(executor_id=o.executor_id, resource_profile_id=profile_id, at=started)
+                Requested(
+                    executor_id=o.executor_id,
+                    resource_profile_id=profile_id,
+                    at=started,
+                    answer_lost=o.result is CreateResult.UNKNOWN,
+                )
                 for o in outcomes
                 if o.result in (CreateResult.CREATED, CreateResult.UNKNOWN)
             )
@@ -169,16 +182,22 @@ class PodCreator:
             self._batches[profile_id] = batch
         return batch
 
-    def _create_one(self, app_id: str, executor_id: int, profile_id: int) -> _Outcome:
+    def _create_one(
+        self, app_id: str, executor_id: int, profile_id: int, issue_id: Callable[[], int]
+    ) -> _Outcome:
         """One create (on a runner thread): never raises, the outcome says what happened."""
+        used = [executor_id]
+
+        def fresh_id() -> int:  # after a 409: the id is taken, skip past it at once
+            used.append(issue_id())
+            return used[-1]
+
+        build = partial(self._builder.build, app_id=app_id, resource_profile_id=profile_id)
         try:
-            manifest = self._builder.build(
-                executor_id=executor_id, app_id=app_id, resource_profile_id=profile_id
-            )
-            self._pods.create(manifest)
+            executor_id = create_skipping_taken_ids(self._pods, build, executor_id, fresh_id)
         except PodOperationError as error:
             result = CreateResult.UNKNOWN if error.outcome_unknown else None
-            return _Outcome(executor_id, result or classify_create_error(error), error)
+            return _Outcome(used[-1], result or classify_create_error(error), error)
         except Exception as error:  # a builder bug or a client surprise must not end the round
             logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
             return _Outcome(executor_id, CreateResult.FAILED, error)
@@ -224,6 +243,10 @@ class PodCreator:
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"
+        if self._failures is not None and result is not CreateResult.THROTTLED:
+            # Refused or failed creates are executors that will not serve the application;
+            # throttling only paces us, and is not counted.
+            self._failures.register_failures(len(group))
         ids = ",".join(str(o.executor_id) for o in group)
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
         message += f"(executors {ids}; first error {detail})"

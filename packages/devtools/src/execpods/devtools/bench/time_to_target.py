@@ -54,6 +54,7 @@ from execpods.core import (
 from execpods.core.testing import RecordingDriver, SimpleExecutorPodBuilder
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.kubesim.bodies import JsonValue
 from execpods.kubesim.errors import ApiError
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 from matplotlib.figure import Figure
@@ -160,7 +161,9 @@ class SimPodOperations:
             if error.code != 404:
                 raise PodNotFound(str(error)) from None
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         self._limiter.acquire()
         doomed = self.list(selector)
         for pod in doomed:
@@ -169,6 +172,14 @@ class SimPodOperations:
             except ApiError:
                 continue
         return len(doomed)
+
+    def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        self._limiter.acquire()
+        label_values: dict[str, JsonValue] = dict(labels)
+        body: JsonValue = {"metadata": {"labels": label_values}}
+        self._sim.api.patch(
+            "default", name, "application/strategic-merge-patch+json", body, status=False
+        )
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         pods = (pod_from_dict(raw) for raw in self._sim.pods("default"))
