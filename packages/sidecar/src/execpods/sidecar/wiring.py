@@ -25,6 +25,7 @@ from execpods.core import (
     compose_backend,
 )
 from execpods.k8s import (
+    ApiBackoffGate,
     ApiGateway,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
@@ -72,7 +73,7 @@ def assemble(
 
     The driver view is both the backend's `DriverView` and its lifecycle observer.
     """
-    view = InferredDriverView()
+    view = InferredDriverView(clock=clock)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
@@ -114,11 +115,16 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             namespace=namespace,
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
+            backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
         )
         operations = KubernetesPodOperations(gateway)
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
-            k8s, operations, labels=settings.core.labels, profiles=profiles
+            k8s,
+            operations,
+            labels=settings.core.labels,
+            profiles=profiles,
+            container_name=settings.core.executor_container_name,
         )
     except BaseException:
         api_client.close()
@@ -130,7 +136,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         core = settings.core
         return [
             WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, settings=k8s, core_settings=core),
+            PollSource(store, operations, core_settings=core),
         ]
 
     return assemble(
