@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from execpods.devtools.spark import ExecutorWatch, SparkDriver, spark_available
+from execpods.devtools.spark_plugin import ALLOCATOR, plugin_conf
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tools" / "build_spark_plugin.py"
-ALLOCATOR = "io.execpods.spark.ExecpodsPodsAllocator"
 IMAGE = "apache/spark:4.3.0"
 
 
@@ -73,6 +73,9 @@ def sidecar(sim: KubeSim) -> Iterator[EmbeddedSidecar]:
             "spark.kubernetes.container.image": IMAGE,
             "spark.executor.instances": "0",
             "spark.kubernetes.allocation.batch.delay": "200ms",
+            # The sidecar's allocation settings are its own (Spark's go to Spark's allocator,
+            # which the plugin replaces): pending pods older than this go when a target drops.
+            "spark.dynamicAllocation.executorIdleTimeout": "1s",
         },
     )
     with EmbeddedSidecar(props) as running:
@@ -91,12 +94,9 @@ def running(phases: dict[str, str]) -> int:
 def test_spark_allocates_through_the_sidecar(
     sim: KubeSim, sidecar: EmbeddedSidecar, plugin_jar: Path
 ) -> None:
-    conf = {
-        "spark.app.id": APP_ID,  # the sidecar labels its pods with this application id
-        "spark.jars": str(plugin_jar),
-        "spark.kubernetes.allocation.pods.allocator": ALLOCATOR,
-        "spark.execpods.sidecar.address": sidecar.address,
-    }
+    # The jar, the allocator class, the sidecar's address, and the application id (the sidecar
+    # labels its pods with it, and Spark watches its executors by it).
+    conf = plugin_conf(plugin_jar, sidecar.address, APP_ID)
     backend = sidecar.runtime.backend
     selector = f"spark-app-selector={APP_ID},spark-role=executor"
     watch = ExecutorWatch(sim.url, selector=selector).start()

@@ -50,7 +50,7 @@ DRIVER = Path(__file__).with_name("spark_driver.py")
 def spark_available() -> str | None:
     """None when real Spark can run here, else why not (for a skip message)."""
     if shutil.which("java") is None:
-        return "java is not installed (python3 tools/dev.py installs openjdk-17-jre-headless)"
+        return "java is not installed (python3 tools/dev.py installs openjdk-17-jdk-headless)"
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (the 'spark' dependency group)"
     return None
@@ -250,6 +250,7 @@ def spark_time_to_target(
     *,
     conf: dict[str, str] | None = None,
     timeout: float = 300.0,
+    namespace: str | None = None,
 ) -> SparkRun:
     """Run Spark with ``executors`` executors in a namespace of its own and time its allocator:
     from its first executor pod's creation to ``executors`` pods Running. Then stop Spark and
@@ -257,8 +258,10 @@ def spark_time_to_target(
 
     The clock starts at the first pod so that the JVM's start-up is not counted (spark-submit
     refuses a starting target of 0, so the target cannot be set later by command instead).
+    ``namespace``: a given one instead of a new one (where a sidecar that the run allocates
+    through already waits).
     """
-    namespace = f"spark-{uuid.uuid4().hex[:8]}"
+    namespace = namespace or f"spark-{uuid.uuid4().hex[:8]}"
     settings = {"spark.kubernetes.namespace": namespace, **(conf or {})}
     watch = ExecutorWatch(api_url, namespace=namespace).start()
     try:
