@@ -64,8 +64,12 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
   private final String namespace;
   private final boolean deleteOnTermination;
   private final Option<Pod> driverPod;
-  /** Profiles declared to the sidecar (immutable there once declared). */
-  private final Set<Integer> declared = new HashSet<>();
+  /**
+   * Each profile's declaration, built once. Every RequestTotal carries the declarations of the
+   * profiles it names: declaring a known profile again with the same shape is a no-op for the
+   * sidecar, and a restarted sidecar learns them again without a round of errors.
+   */
+  private final Map<Integer, SidecarClient.Profile> declarations = new HashMap<>();
   /** Every profile's last total, so stop() can zero them all. */
   private final Map<Integer, Integer> totals = new HashMap<>();
   private volatile SidecarClient sidecar;
@@ -137,9 +141,7 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
     for (Map.Entry<ResourceProfile, Object> entry : asked.entrySet()) {
       ResourceProfile profile = entry.getKey();
       int total = ((Number) entry.getValue()).intValue();
-      if (!declared.contains(profile.id())) {
-        toDeclare.add(declaration(profile));
-      }
+      toDeclare.add(declarations.computeIfAbsent(profile.id(), id -> declaration(profile)));
       if (profile.id() != DEFAULT_PROFILE_ID) {
         others.put(profile.id(), total);
       }
@@ -147,9 +149,6 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
     }
     int defaultTotal = totals.getOrDefault(DEFAULT_PROFILE_ID, 0);
     Map<Integer, Integer> inForce = client.requestTotal(defaultTotal, others, toDeclare);
-    for (SidecarClient.Profile profile : toDeclare) {
-      declared.add(profile.id);
-    }
     LOG.debug("execpods: targets by resource profile now {}", inForce);
   }
 
@@ -246,7 +245,7 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
     }
     try {
       Map<Integer, Integer> zero = new HashMap<>();
-      for (Integer id : declared) {
+      for (Integer id : declarations.keySet()) {
         if (id != DEFAULT_PROFILE_ID) {
           zero.put(id, 0);
         }
