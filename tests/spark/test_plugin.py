@@ -165,6 +165,23 @@ def test_spark_fails_to_start_without_its_sidecar(sim: KubeSim, plugin_jar: Path
     assert sim.pods() == []
 
 
+def test_spark_fails_to_start_with_a_sidecar_of_another_application(
+    sim: KubeSim, sidecar: EmbeddedSidecar, plugin_jar: Path
+) -> None:
+    """Spark's application id is not the sidecar's: the sidecar would label its pods so that
+    Spark never saw them. The sidecar refuses the first target instead, and Spark's start fails
+    saying which id to give the sidecar."""
+    driver = SparkDriver(
+        f"k8s://{sim.url}", executors=1, conf=plugin_conf(plugin_jar, sidecar.address, "spark-x")
+    )
+    with pytest.raises(RuntimeError):
+        driver.start(timeout=120)
+    driver.stop()
+    assert any("--app-id spark-x" in line for line in driver.stderr_tail), driver.stderr_tail[-20:]
+    assert sidecar.runtime.backend.targets() == {0: 0}
+    assert sim.pods() == []
+
+
 class socket_nobody_listens_on:  # noqa: N801 (used as a context manager, like a function)
     """A 127.0.0.1 address that was free a moment ago: bound, read back, then closed."""
 
