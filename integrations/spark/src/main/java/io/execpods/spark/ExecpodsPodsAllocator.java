@@ -235,7 +235,8 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
   /**
    * Stops the application's allocation: every profile's target drops to zero and, when
    * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), the sidecar deletes
-   * the executors it still has; otherwise their pods are left, as Spark leaves them.
+   * the executors it still has; otherwise their pods are left, as Spark leaves them. (Spark 4.3
+   * calls this only when that property holds; the check keeps the promise for any caller.)
    */
   @Override
   public synchronized void stop(String applicationId) {
