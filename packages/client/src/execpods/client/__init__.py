@@ -17,6 +17,8 @@ See docs/client.md.
 
 from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
 from execpods.client.model import (
+    AllocatorNotice,
+    ExecutorProfile,
     ExecutorRemoval,
     ExecutorState,
     ExecutorView,
@@ -28,6 +30,8 @@ from execpods.client.rebuild import SnapshotRebuilder, StreamProtocolError
 from execpods.client.sync import AllocatorClient, SnapshotStream
 
 __all__ = [
+    "AllocatorNotice",
+    "ExecutorProfile",
     "AllocatorClient",
     "AsyncAllocatorClient",
     "AsyncSnapshotStream",

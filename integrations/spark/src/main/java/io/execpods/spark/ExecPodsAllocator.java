@@ -33,7 +33,7 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * Spark's executor-pod allocation delegated to an execpods sidecar beside the driver.
  *
- * <p>Selected with {@code spark.kubernetes.allocation.pods.allocator=io.execpods.spark.ExecpodsPodsAllocator}.
+ * <p>Selected with {@code spark.kubernetes.allocation.pods.allocator=io.execpods.spark.ExecPodsAllocator}.
  * Spark keeps its watch, poll, snapshots and lifecycle manager; only the creation of executor
  * pods (and the deletion of surplus pending ones when the target drops) moves to the sidecar. For
  * every resource profile the executor pod is built here, with Spark's own {@link
@@ -41,20 +41,20 @@ import scala.jdk.javaapi.CollectionConverters;
  * driver URL, environment, volumes, user pod template and resources are Spark's; the sidecar gives
  * each pod its executor id (name, labels, {@code SPARK_EXECUTOR_ID}, hostname).
  */
-public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
+public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** The sidecar's gRPC address, "host:port". */
   public static final String SIDECAR_ADDRESS = "spark.execpods.sidecar.address";
   public static final String DEFAULT_SIDECAR_ADDRESS = "127.0.0.1:50551";
   /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
-  public static final String SIDECAR_TIMEOUT = "spark.execpods.sidecar.timeout";
-  public static final long DEFAULT_SIDECAR_TIMEOUT_MS = 30_000L;
+  public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
+  public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
   /**
    * The executor id Spark's builder is given for a profile's template. The sidecar replaces it
    * with each executor's own id wherever Spark puts one (name, labels, environment, hostname).
    */
   static final String TEMPLATE_EXECUTOR_ID = "0";
 
-  private static final Logger LOG = LoggerFactory.getLogger(ExecpodsPodsAllocator.class);
+  private static final Logger LOG = LoggerFactory.getLogger(ExecPodsAllocator.class);
   private static final int DEFAULT_PROFILE_ID = ResourceProfile.DEFAULT_RESOURCE_PROFILE_ID();
 
   private final SparkConf conf;
@@ -75,7 +75,7 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
   private volatile SidecarClient sidecar;
   private volatile String applicationId;
 
-  public ExecpodsPodsAllocator(
+  public ExecPodsAllocator(
       SparkConf conf,
       SecurityManager secMgr,
       KubernetesExecutorBuilder executorBuilder,
@@ -116,7 +116,7 @@ public class ExecpodsPodsAllocator extends AbstractPodsAllocator {
   public void start(String applicationId, KubernetesClusterSchedulerBackend schedulerBackend) {
     this.applicationId = applicationId;
     String address = conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS);
-    long timeout = conf.getTimeAsMs(SIDECAR_TIMEOUT, DEFAULT_SIDECAR_TIMEOUT_MS + "ms");
+    long timeout = conf.getLong(SIDECAR_DEADLINE, DEFAULT_SIDECAR_DEADLINE_MS);
     SidecarClient client = new SidecarClient(address, timeout);
     try {
       client.isDeleted(1); // reachable now, or Spark's start fails with the reason
