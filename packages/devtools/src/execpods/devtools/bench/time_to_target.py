@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from execpods.core import (
     SnapshotsStoreImpl,
 )
 from execpods.core.testing import RecordingDriver, SimpleExecutorPodBuilder
+from execpods.devtools.spark import PEER_PLUGIN, PEER_SPARK, spark_on_kubesim
+from execpods.devtools.spark_plugin import build as build_plugin
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
@@ -327,6 +330,38 @@ def run_real(policy: Policy, executors: int) -> Run:
     )
 
 
+def spark_peer(name: str, plugin_jar: Path | None) -> Callable[[int], Run]:
+    """A `PEERS` runner: real Spark 4.3 (pyspark's JVM driver, client mode) on a kubesim like
+    `run_real`'s, alone or (with ``plugin_jar``) allocating through the execpods plugin and a
+    sidecar. Its clock runs from Spark's first executor pod to N Running (the JVM's start-up is
+    not counted; see `execpods.devtools.spark.spark_time_to_target`); no rate figures."""
+
+    def run(executors: int) -> Run:
+        cluster = ClusterConfig(
+            nodes=math.ceil(executors / 110) + 2,
+            start_latency=START_LATENCY,
+            start_jitter=START_JITTER,
+            create_rate=SERVER_CREATE_RATE,
+        )
+        started = time.monotonic()
+        measured = spark_on_kubesim(cluster, executors, plugin_jar=plugin_jar)
+        limiting = SERVER_CREATE_RATE
+        if plugin_jar is not None:  # the sidecar's client rate limit applies too
+            limiting = min(float(CoreSettings.from_properties({}).api_qps), limiting)
+        return Run(
+            policy=f"{name} [real time, HTTP]",
+            executors=executors,
+            seconds=measured.seconds_to_target,
+            bound=START_LATENCY + executors / limiting,
+            peak_rate=0,
+            rate_limit=0.0,
+            creates=measured.pods_created,
+            wall=time.monotonic() - started,
+        )
+
+    return run
+
+
 def _sync(sim: KubeSim, clock: ManualClock) -> None:
     """Bring kubesim's virtual clock to the allocator's (kubelet timers fire on the way)."""
     behind = clock.monotonic() - sim.now()
@@ -346,10 +381,10 @@ def report(runs: Iterable[Run]) -> str:
     ]
     for run in runs:
         ratio = "-" if run.ratio is None else f"{run.ratio:.2f}x"
+        peak = "-" if not run.rate_limit else f"{run.peak_rate} ({run.rate_limit:.0f})"
         lines.append(
             f"| {run.policy} | {run.executors:,} | {_fmt(run.seconds)} | {run.bound:.1f} s | "
-            f"{ratio} | {run.peak_rate} ({run.rate_limit:.0f}) | {run.creates:,} | "
-            f"{run.throttled} |"
+            f"{ratio} | {peak} | {run.creates:,} | {run.throttled} |"
         )
     return "\n".join(lines)
 
@@ -389,7 +424,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also run these sizes through the real sidecar over HTTP in real time, for newest "
         "Spark's and execpods' defaults (e.g. 1000)",
     )
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="also run real Spark 4.3 at each size, alone and through the execpods plugin "
+        "(needs pyspark, java and javac; e.g. --sizes 100 --spark)",
+    )
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="execpods-ttt-") as tmp:
+        if args.spark:
+            PEERS[PEER_SPARK] = spark_peer(PEER_SPARK, None)
+            PEERS[PEER_PLUGIN] = spark_peer(PEER_PLUGIN, build_plugin(Path(tmp)))
+        return _run_benchmark(args)
+
+
+def _run_benchmark(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.ERROR
     )  # the allocator's warnings (429s) would drown the table
