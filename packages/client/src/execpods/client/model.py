@@ -98,14 +98,31 @@ class ExecutorRemoval:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StreamPosition:
+    """Where a stream is in one sidecar process's removals: resume a stream from it.
+
+    `incarnation` names the sidecar process; `sequence` is the number of the last removal sent.
+    """
+
+    incarnation: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StreamUpdate:
     """One message of the snapshot stream, decoded: complete snapshots, oldest first, and removals.
 
-    `snapshots` may be empty when only removals happened since the previous message.
+    `snapshots` may be empty when only removals happened since the previous message. `position` is
+    the stream's position after this message (None from a sidecar that does not send one);
+    `resync` is true on the first message of a resumed stream that may have missed removals (the
+    sidecar restarted, or the position fell out of its window): reconcile the executors you know
+    with this update's full snapshot.
     """
 
     snapshots: tuple[Snapshot, ...] = ()
     removed: tuple[ExecutorRemoval, ...] = ()
+    position: StreamPosition | None = None
+    resync: bool = False
 
     @property
     def latest(self) -> Snapshot | None:

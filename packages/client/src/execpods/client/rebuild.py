@@ -9,7 +9,7 @@ previous snapshot and overlays each delta on it. Callers then only ever see comp
 from __future__ import annotations
 
 from execpods.client.convert import executor_from_proto, removal_from_proto
-from execpods.client.model import Snapshot, StreamUpdate
+from execpods.client.model import Snapshot, StreamPosition, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 
 
@@ -55,7 +55,16 @@ class SnapshotRebuilder:
 
     def apply(self, message: pb.StreamSnapshotsResponse) -> StreamUpdate:
         """Decodes one stream message: its snapshots rebuilt in order, and its removals."""
+        position = (
+            StreamPosition(
+                incarnation=message.position.incarnation, sequence=message.position.sequence
+            )
+            if message.HasField("position")
+            else None
+        )
         return StreamUpdate(
             snapshots=tuple(self.apply_snapshot(s) for s in message.snapshots),
             removed=tuple(removal_from_proto(r) for r in message.removed_executors),
+            position=position,
+            resync=message.resync,
         )

@@ -108,4 +108,5 @@ def compose_backend(
         ),
         sources=sources(store),
         close=close,
+        clock=clock,
     )

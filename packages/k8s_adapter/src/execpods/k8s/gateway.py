@@ -109,10 +109,15 @@ class ApiGateway:
             ),
         )
 
-    def delete_pods(self, label_selector: str, field_selector: str | None = None) -> object:
-        """DELETE the matching pods (deletecollection); the JSON answer."""
+    def delete_pods(
+        self, label_selector: str, field_selector: str | None = None, *, what: str | None = None
+    ) -> object:
+        """DELETE the matching pods (deletecollection); the JSON answer.
+
+        `what` names the call in errors instead of the selectors (a kill's may list 500 ids).
+        """
         return self._json(
-            f"delete pods {_selected(label_selector, field_selector)}",
+            what or f"delete pods {_selected(label_selector, field_selector)}",
             partial(
                 self._core.delete_collection_namespaced_pod,
                 self.namespace,

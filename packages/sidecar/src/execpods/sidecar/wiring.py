@@ -36,6 +36,7 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -43,11 +44,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
+    """A sidecar's allocation: the backend (the one facade), the driver view beside it, and
+    the numbered removals that streams resume from."""
 
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
+    removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
 
@@ -71,16 +74,18 @@ def assemble(
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
-    The driver view is both the backend's `DriverView` and its lifecycle observer.
+    The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
+    log is the other observer.
     """
     view = InferredDriverView()
+    removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
         pod_operations=pod_operations,
         pod_builder=pod_builder,
         driver=view,
-        observers=(view,),
+        observers=(view, removal_log),
         sources=sources,
         clock=clock,
         store_scheduler=store_scheduler,
@@ -89,7 +94,13 @@ def assemble(
         profiles=profiles,
         concurrent_creates=True,
     )
-    return Runtime(settings=settings, backend=backend, driver_view=view, rate_limiter=rate_limiter)
+    return Runtime(
+        settings=settings,
+        backend=backend,
+        driver_view=view,
+        removal_log=removal_log,
+        rate_limiter=rate_limiter,
+    )
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -117,7 +128,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             rate_limiter=limiter,
             backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
         )
-        operations = KubernetesPodOperations(gateway)
+        operations = KubernetesPodOperations(
+            gateway, executor_id_label=settings.core.labels.executor_id
+        )
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
             k8s, operations, labels=settings.core.labels, profiles=profiles
