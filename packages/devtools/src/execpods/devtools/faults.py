@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.client import AllocatorClient
+from execpods.devtools.proxy import CuttableProxy
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
@@ -109,14 +110,18 @@ class Monitor:
                 self.failed.add(executor_id)
 
 
-def running(sim: KubeSim) -> int:
-    return sum(
-        1
+def _running_ids(sim: KubeSim) -> set[int]:
+    return {
+        int(pod["metadata"]["labels"]["spark-exec-id"])
         for pod in sim.pods()
         if pod["metadata"].get("labels", {}).get("spark-app-selector") == APP_ID
         and pod.get("status", {}).get("phase") == "Running"
         and not pod["metadata"].get("deletionTimestamp")
-    )
+    }
+
+
+def running(sim: KubeSim) -> int:
+    return len(_running_ids(sim))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -131,49 +136,83 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-Fault = Callable[[KubeSim, Scale], Callable[[], None]]
+@dataclass(slots=True, kw_only=True)
+class FaultContext:
+    """What a fault acts on: the simulator, the driver's network, an admin client, the target
+    the driver asks for during the fault, and executors the fault removes on purpose."""
+
+    sim: KubeSim
+    scale: Scale
+    proxy: CuttableProxy
+    admin: AllocatorClient
+    target: int
+    removed: set[int] = field(default_factory=set)
+
+
+Fault = Callable[[FaultContext], Callable[[], None]]
 """Starts a fault; returns what ends it."""
 
 
-def _drops(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _drops(ctx: FaultContext) -> Callable[[], None]:
+    sim, scale = ctx.sim, ctx.scale
     sim.drop_watches_every(scale.drop_every)
     return lambda: sim.drop_watches_every(0)
 
 
-def _gone_storm(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _gone_storm(ctx: FaultContext) -> Callable[[], None]:
+    sim, scale = ctx.sim, ctx.scale
     sim.expire_next(seconds=scale.fault_seconds)
     return lambda: None
 
 
-def _errors(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _errors(ctx: FaultContext) -> Callable[[], None]:
+    sim, scale = ctx.sim, ctx.scale
     sim.fail_requests(500, seconds=scale.fault_seconds)
     return lambda: None
 
 
-def _throttle(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _throttle(ctx: FaultContext) -> Callable[[], None]:
+    sim, scale = ctx.sim, ctx.scale
     sim.throttle(seconds=scale.fault_seconds, retry_after=1)
     return lambda: None
 
 
-def _latency(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _latency(ctx: FaultContext) -> Callable[[], None]:
+    sim = ctx.sim
     sim.set_latency(0.5)
     return lambda: sim.set_latency(0.0)
 
 
-def _restart(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _restart(ctx: FaultContext) -> Callable[[], None]:
+    sim, scale = ctx.sim, ctx.scale
     sim.restart(down_seconds=min(2.0, scale.fault_seconds / 2))
     return lambda: None
 
 
-def _start_failures(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _start_failures(ctx: FaultContext) -> Callable[[], None]:
+    sim = ctx.sim
     sim.set_failures(0.2, after=0.0)
     return lambda: sim.set_failures(0.0)
 
 
-def _node_loss(sim: KubeSim, scale: Scale) -> Callable[[], None]:
+def _node_loss(ctx: FaultContext) -> Callable[[], None]:
+    sim = ctx.sim
     busiest = max(sim.nodes(), key=lambda node: node.pods)
     sim.lose_node(busiest.name)
     return lambda: None
+
+
+def _stream_cut(ctx: FaultContext) -> Callable[[], None]:
+    """The driver's network fails mid-scale-down: the driver kills half its executors and lowers
+    its target while its stream is cut; the client must resume and hear each removal once."""
+    ctx.proxy.cut()
+    running_ids = sorted(_running_ids(ctx.sim))
+    doomed = running_ids[: len(running_ids) // 2]
+    ctx.target = len(running_ids) - len(doomed)
+    ctx.admin.request_total(ctx.target)
+    ctx.admin.kill_executors(doomed)
+    ctx.removed.update(doomed)
+    return ctx.proxy.restore
 
 
 SCENARIOS: dict[str, Fault] = {
@@ -185,6 +224,7 @@ SCENARIOS: dict[str, Fault] = {
     "kubesim restart": _restart,
     "20% start failures": _start_failures,
     "node lost": _node_loss,
+    "driver stream cut mid-scale-down": _stream_cut,
 }
 
 
@@ -200,17 +240,22 @@ def run_scenario(name: str, fault: Fault, scale: Scale) -> Result:
         with (
             Monitor(sim) as monitor,
             EmbeddedSidecar(_properties(sim, scale)) as sidecar,
-            AllocatorClient(sidecar.address) as client,
+            CuttableProxy(sidecar.address) as proxy,
+            AllocatorClient(proxy.target) as driver,
+            AllocatorClient(sidecar.address) as admin,
         ):
+            ctx = FaultContext(
+                sim=sim, scale=scale, proxy=proxy, admin=admin, target=scale.target * 2
+            )
             _drive(
-                sim=sim,
-                client=client,
+                ctx=ctx,
+                driver=driver,
                 fault=fault,
-                scale=scale,
                 result=result,
                 removals=removals,
                 monitor=monitor,
             )
+            monitor.failed.update(ctx.removed)
         _check(sim=sim, bystander=bystander, result=result, removals=removals, monitor=monitor)
     return result
 
@@ -241,17 +286,17 @@ def _properties(sim: KubeSim, scale: Scale) -> dict[str, str]:
 
 def _drive(
     *,
-    sim: KubeSim,
-    client: AllocatorClient,
+    ctx: FaultContext,
+    driver: AllocatorClient,
     fault: Fault,
-    scale: Scale,
     result: Result,
     removals: collections.Counter[int],
     monitor: Monitor,
 ) -> None:
-    """Reach the target, inject the fault while the driver asks for twice as many, end it, and
-    time how long the new target took from the fault's start."""
-    stream = client.stream_snapshots()
+    """Reach the target, inject the fault while the driver asks for twice as many (or what the
+    fault sets), end it, and time how long the new target took from the fault's start."""
+    sim, scale = ctx.sim, ctx.scale
+    stream = driver.stream_snapshots()
     threading.Thread(target=_read_removals, args=(stream, removals), daemon=True).start()
     try:
         if not wait_until(lambda: running(sim) == scale.target, scale.deadline):
@@ -259,16 +304,17 @@ def _drive(
             return
         sim.clear_requests()
         started = time.monotonic()
-        end_fault = fault(sim, scale)
-        target = scale.target * 2
-        client.request_total(target)
+        end_fault = fault(ctx)
+        target = ctx.target
+        ctx.admin.request_total(target)
         time.sleep(scale.fault_seconds)
         end_fault()
         result.recovered = wait_until(lambda: running(sim) == target, scale.deadline)
         result.seconds = time.monotonic() - started
         result.peak_rate = sim.peak_request_rate(1.0)
         monitor.sample()
-        wait_until(lambda: all(removals[i] for i in monitor.failed), 10.0)
+        expected = monitor.failed | ctx.removed
+        wait_until(lambda: all(removals[i] for i in expected), 10.0)
     finally:
         stream.cancel()
 
