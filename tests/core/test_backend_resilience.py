@@ -14,7 +14,7 @@ from execpods.core import (
     PodSelector,
     compose_backend,
 )
-from execpods.core.backend import KILL_CHUNK
+from execpods.core.kills import KILL_CHUNK
 from execpods.core.testing import (
     TEST_APP_ID,
     DeterministicSnapshotsStore,
@@ -37,12 +37,14 @@ class FlakyPods(InMemoryPodOperations):
         self.list_fails = list_fails
         self.attempts = 0
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         self.attempts += 1
         if self.failures > 0:
             self.failures -= 1
             raise ApiUnavailable("delete pods failed: 503 the API is down")
-        return super().delete_by_selector(selector)
+        return super().delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         if self.list_fails:

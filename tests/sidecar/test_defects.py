@@ -129,7 +129,8 @@ def test_a_failed_kill_of_many_ids_reports_a_bounded_message(
     caplog.set_level(logging.INFO)
     with AllocatorClient(sidecar.address) as client, pytest.raises(grpc.RpcError) as failed:
         client.kill_executors(range(1, 5_001))
-    assert failed.value.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The sidecar's own answer (an outage: UNAVAILABLE, or RESOURCE_EXHAUSTED while the API
+    # gateway backs off), not gRPC refusing a status too large to send (RESOURCE_EXHAUSTED too).
     details = failed.value.details() or ""
     assert "could not delete the pods" in details
     assert "495 more" in details

@@ -9,7 +9,7 @@ import tempfile
 import grpc
 import pytest
 from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
-from execpods.core import ExecutorPodsSnapshot, PodState
+from execpods.core import ExecutorPodsSnapshot, ExecutorState
 from execpods.kubesim import KubeSim
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
@@ -51,7 +51,7 @@ def test_a_create_that_vanished_is_read_back_and_requested_again_at_once(
 def _states(snapshot: Snapshot | ExecutorPodsSnapshot) -> dict[int, str]:
     if isinstance(snapshot, Snapshot):
         return {i: view.state.value for i, view in snapshot.executors.items()}
-    return {i: state.state.value for i, state in snapshot.items()}
+    return {i: observed.state.value for i, observed in snapshot.items()}
 
 
 def test_a_hundred_streams_all_receive_every_snapshot(
@@ -81,7 +81,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
 
             def settled() -> bool:
                 last = reference[-1]
-                return last.count(PodState.RUNNING) == 10 and all(
+                return last.count(ExecutorState.RUNNING) == 10 and all(
                     len(r) == len(reference) for r in received
                 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self, TypeAlias
 
@@ -162,12 +162,22 @@ class AsyncAllocatorClient:
         registered: Iterable[int] = (),
         released: Iterable[int] = (),
         explicit: bool = False,
+        registered_at_ms: Mapping[int, int] | None = None,
     ) -> frozenset[int]:
-        """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
+        """Tells the sidecar which executors the driver knows; returns the ones it now knows.
+
+        `registered_at_ms` says when the driver registered executors (ms since the epoch): an
+        executor is reported missing only when a list taken more than
+        `spark.kubernetes.executor.missingPodDetectDelta` later lacks its pod.
+        """
         registered, released = list(registered), list(released)
-        request = update_request(registered, released, explicit=explicit)
+        request = update_request(
+            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+        )
         response = await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
-        self._view.note_update(registered, released, explicit=explicit)
+        self._view.note_update(
+            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+        )
         return frozenset(response.known)
 
     def stream_snapshots(

@@ -67,4 +67,5 @@ class SnapshotRebuilder:
             removed=tuple(removal_from_proto(r) for r in message.removed_executors),
             position=position,
             resync=message.resync,
+            application_failure=message.application_failure,
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -95,15 +95,22 @@ class DriverViewMemory:
         self._lock = threading.Lock()
         self._registered: set[int] = set()
         self._released: set[int] = set()
+        self._registered_at_ms: dict[int, int] = {}
         self._explicit = False
         self._used = False
 
     def note_update(
-        self, registered: Iterable[int], released: Iterable[int], *, explicit: bool
+        self,
+        registered: Iterable[int],
+        released: Iterable[int],
+        *,
+        explicit: bool,
+        registered_at_ms: Mapping[int, int] | None = None,
     ) -> None:
         with self._lock:
             self._used = True
             self._registered.update(registered)
+            self._registered_at_ms.update(registered_at_ms or {})
             self._released.update(released)
             self._explicit = self._explicit or explicit
 
@@ -113,6 +120,7 @@ class DriverViewMemory:
             for executor_id in executor_ids:
                 self._registered.discard(executor_id)
                 self._released.discard(executor_id)
+                self._registered_at_ms.pop(executor_id, None)
 
     def request(self) -> pb.UpdateDriverExecutorsRequest | None:
         """The update that rebuilds the sidecar's view, or None if the driver never sent one."""
@@ -123,6 +131,7 @@ class DriverViewMemory:
                 registered=sorted(self._registered),
                 released=sorted(self._released),
                 explicit=self._explicit,
+                registered_at_ms=self._registered_at_ms,
             )
 
 

@@ -46,6 +46,7 @@ from execpods.core.creation import (
     classify_create_error,
 )
 from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -60,7 +61,7 @@ from execpods.core.profiles import ResourceProfiles, profile_id_of
 from execpods.core.recovery import ExecutorIds, LostCreates, create_skipping_taken_ids, recover
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -106,8 +107,12 @@ class ExecutorPodsAllocator:
         profiles: ResourceProfiles | None = None,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._failures = failure_tracker
+        """Shared with the lifecycle manager: refused and failed creates count as executor
+        failures, and once too many executors failed no more are created."""
         self._labels: ExecutorLabels = settings.labels
         self._builder = pod_builder
         self._pods = pod_operations
@@ -318,16 +323,16 @@ class ExecutorPodsAllocator:
         pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
         pending_known: dict[int, int] = dict.fromkeys(targets, 0)
         deleted = self._deleted
-        for executor_id, state in self._last_snapshot.executor_pods.items():
-            kind = state.state
-            if (kind is not PodState.RUNNING and kind is not PodState.PENDING) or (
+        for executor_id, observed in self._last_snapshot.executor_pods.items():
+            kind = observed.state
+            if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
                 executor_id in deleted
             ):
                 continue
-            profile_id = profile_id_of(state.pod, self._labels)
+            profile_id = profile_id_of(observed.pod, self._labels)
             if profile_id not in targets:
                 continue
-            if kind is PodState.RUNNING:
+            if kind is ExecutorState.RUNNING:
                 running[profile_id] += 1
             elif executor_id in known:
                 pending_known[profile_id] += 1
@@ -423,6 +428,8 @@ class ExecutorPodsAllocator:
         return batch
 
     def _scale_up(self, states: list[ProfileState]) -> None:
+        if self._failures is not None and self._failures.application_failure is not None:
+            return  # too many executors failed (spark.executor.maxNumFailures): stopped for good
         settings = self._settings
         now = self._clock.monotonic()
         held = {s.profile_id for s in states if self._backoff.wait_for(s.profile_id, now) > 0}
@@ -571,6 +578,10 @@ class ExecutorPodsAllocator:
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"
+        if self._failures is not None and result is not CreateResult.THROTTLED:
+            # Refused or failed creates are executors that will not serve the application;
+            # throttling only paces us, and is not counted.
+            self._failures.register_failures(len(group))
         ids = ",".join(str(o.executor_id) for o in group)
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
         message += f"(executors {ids}; first error {detail})"

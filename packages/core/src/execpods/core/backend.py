@@ -27,6 +27,7 @@ from execpods.core.clock import SystemClock
 from execpods.core.creation import NoticeListener
 from execpods.core.errors import PodOperationError
 from execpods.core.idlists import summarize_ids
+from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -51,10 +52,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RemovalCallback = Callable[[ExecutorRemoval], None]
-
-KILL_CHUNK = 500
-"""Most executor ids one delete request names: a label selector `in (...)` set must stay well
-inside an API server's request-line limit (about 9,000 ids overflow one)."""
+FailureCallback = Callable[[str], None]
 
 _FIRST_RETRY_S = 0.2
 _MAX_RETRY_S = 5.0
@@ -99,11 +97,17 @@ class AllocationCounts:
 class _Subscriber:
     """One `subscribe` call: its store subscription and its removal callback, cancelled as one."""
 
-    __slots__ = ("_fanout", "on_removal", "store_subscription")
+    __slots__ = ("_fanout", "on_application_failure", "on_removal", "store_subscription")
 
-    def __init__(self, fanout: LifecycleFanout, on_removal: RemovalCallback | None) -> None:
+    def __init__(
+        self,
+        fanout: LifecycleFanout,
+        on_removal: RemovalCallback | None,
+        on_application_failure: FailureCallback | None = None,
+    ) -> None:
         self._fanout = fanout
         self.on_removal = on_removal
+        self.on_application_failure = on_application_failure
         self.store_subscription: Subscription | None = None
 
     def cancel(self) -> None:
@@ -124,10 +128,14 @@ class LifecycleFanout:
         self._observers = tuple(observers)
         self._lock = threading.Lock()
         self._subscribers: tuple[_Subscriber, ...] = ()
+        self._failure: str | None = None
 
     def add(self, subscriber: _Subscriber) -> None:
         with self._lock:
             self._subscribers = (*self._subscribers, subscriber)
+            failure = self._failure
+        if failure is not None and subscriber.on_application_failure is not None:
+            subscriber.on_application_failure(failure)  # a stream opened after the failure
 
     def remove(self, subscriber: _Subscriber) -> None:
         with self._lock:
@@ -157,6 +165,25 @@ class LifecycleFanout:
                 subscriber.on_removal(removal)
             except Exception:
                 logger.exception("A removal subscriber failed on executor %d", removal.executor_id)
+
+    def application_failed(self, message: str) -> None:
+        for observer in self._observers:
+            try:
+                observer.application_failed(message)
+            except Exception:
+                logger.exception(
+                    "Lifecycle observer %r failed on the application's failure", observer
+                )
+        with self._lock:
+            self._failure = message
+            subscribers = self._subscribers
+        for subscriber in subscribers:
+            if subscriber.on_application_failure is None:
+                continue
+            try:
+                subscriber.on_application_failure(message)
+            except Exception:
+                logger.exception("A subscriber failed on the application's failure")
 
 
 class ExecutorPodsBackend:
@@ -191,6 +218,12 @@ class ExecutorPodsBackend:
         self._fanout = fanout
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._started = False
+        self._killer = GracefulKiller(
+            settings=settings,
+            pod_operations=pod_operations,
+            scheduler=request_scheduler,
+            on_killed=lifecycle.executors_killed,
+        )
 
     # Start and stop.
 
@@ -339,34 +372,14 @@ class ExecutorPodsBackend:
         return total
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
-        """Delete these executors' pods, `KILL_CHUNK` ids a request; the events drive the rest."""
-        ids = sorted(frozenset(executor_ids))
+        """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
+        the events drive the rest."""
+        ids = frozenset(executor_ids)
         if not ids:
             done: Future[int] = Future()
             done.set_result(0)
             return done
-        return self._run_async(lambda: self._delete_executors(ids))
-
-    def _delete_executors(self, ids: Sequence[int]) -> int:
-        deleted = 0
-        for start in range(0, len(ids), KILL_CHUNK):
-            chunk = ids[start : start + KILL_CHUNK]
-            selector = PodSelector.executors_of(self.settings.labels, self.app_id, chunk)
-            try:
-                deleted += self._pods.delete_by_selector(selector)
-            except PodOperationError:
-                if start:
-                    logger.warning(
-                        "Killing executors of application %s failed after %d of %d ids "
-                        "(%d pods deleted); ids %s were not deleted.",
-                        self.app_id,
-                        start,
-                        len(ids),
-                        deleted,
-                        summarize_ids(ids[start:]),
-                    )
-                raise
-        return deleted
+        return self._run_async(lambda: self._killer.kill(self.app_id, ids))
 
     def _run_async(self, action: Callable[[], T]) -> Future[T]:
         """Run `action` on the request scheduler; `RuntimeError` if it is shut down."""
@@ -403,14 +416,17 @@ class ExecutorPodsBackend:
         on_snapshots: SnapshotsCallback,
         *,
         on_removal: RemovalCallback | None = None,
+        on_application_failure: FailureCallback | None = None,
     ) -> Subscription:
         """`on_snapshots` gets the current snapshot, then every `interval` s the ones since;
-        `on_removal` gets every later removal the lifecycle manager decides.
+        `on_removal` gets every later removal the lifecycle manager decides;
+        `on_application_failure` gets the reason once too many executors failed (at once, when
+        that happened before this call).
 
         Both stop when the returned subscription is cancelled. Raises `RuntimeError` once the
         backend has stopped.
         """
-        subscriber = _Subscriber(self._fanout, on_removal)
+        subscriber = _Subscriber(self._fanout, on_removal, on_application_failure)
         self._fanout.add(subscriber)
         try:
             subscriber.store_subscription = self._store.add_subscriber(interval, on_snapshots)

@@ -110,12 +110,16 @@ class ApiGateway:
         )
 
     def delete_pods(
-        self, label_selector: str, field_selector: str | None = None, *, what: str | None = None
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        what: str | None = None,
     ) -> object:
-        """DELETE the matching pods (deletecollection); the JSON answer.
-
-        `what` names the call in errors instead of the selectors (a kill's may list 500 ids).
-        """
+        """DELETE the matching pods (deletecollection), with the pods' own grace period unless
+        one is given; the JSON answer. `what` names the call in errors instead of the selectors
+        (a kill's may list 500 ids)."""
         return self._json(
             what or f"delete pods {_selected(label_selector, field_selector)}",
             partial(
@@ -123,6 +127,7 @@ class ApiGateway:
                 self.namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                grace_period_seconds=grace_period_seconds,
             ),
         )
 

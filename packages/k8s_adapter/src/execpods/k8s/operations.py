@@ -55,11 +55,18 @@ class KubernetesPodOperations:
         except PodNotFound:
             logger.debug("Pod %s was already gone when deleted.", name)
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         label_selector = selector.label_selector()
         # Named in errors and logs: summarised, since a kill's selector may list 500 ids.
         what = f"delete pods {selector.describe()!r}"
-        body = self._gateway.delete_pods(label_selector, selector.field_selector(), what=what)
+        body = self._gateway.delete_pods(
+            label_selector,
+            selector.field_selector(),
+            grace_period_seconds=grace_period_seconds,
+            what=what,
+        )
         # A real server answers with the list of deleted pods, although the client types a Status.
         items = body.get("items") if isinstance(body, dict) else None
         count = len(items) if isinstance(items, list) else 0

@@ -100,6 +100,9 @@ class RemovalLog:
     def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Nothing to note: only removals are numbered."""
 
+    def application_failed(self, message: str) -> None:
+        """Nothing to note: streams hear of it from the backend."""
+
     def executor_removed(self, removal: ExecutorRemoval) -> None:
         with self._lock:
             self._sequence += 1

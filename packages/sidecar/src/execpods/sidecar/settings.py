@@ -38,7 +38,7 @@ _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+):(?P<port>\d{1,5}
 
 def _app_id_rule(value: str) -> str | None:
     if not value:
-        return "must be set (--app-id, EXECPODS_APP_ID or --conf spark.app.id=...)"
+        return "must be set"  # the CLI adds the flag and variable that set it
     return label_value(value)
 
 

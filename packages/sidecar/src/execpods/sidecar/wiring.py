@@ -77,7 +77,7 @@ def assemble(
     The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
     log is the other observer.
     """
-    view = InferredDriverView()
+    view = InferredDriverView(clock=clock)
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
@@ -133,7 +133,11 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         )
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
-            k8s, operations, labels=settings.core.labels, profiles=profiles
+            k8s,
+            operations,
+            labels=settings.core.labels,
+            profiles=profiles,
+            container_name=settings.core.executor_container_name,
         )
     except BaseException:
         api_client.close()
@@ -145,7 +149,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         core = settings.core
         return [
             WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, settings=k8s, core_settings=core),
+            PollSource(store, operations, core_settings=core),
         ]
 
     return assemble(
