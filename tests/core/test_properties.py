@@ -128,7 +128,14 @@ def test_the_2018_rule_never_exceeds_the_batch_size_or_the_target(
         assert made <= batch
         assert made <= max(0, target - running)
         if made:
-            assert latest.count(ExecutorState.PENDING) == 0
+            # Pending pods block a batch, except those scale-down already deleted (Spark's
+            # isDeleted): their deletion simply has not reached the snapshots yet.
+            blocking = [
+                i
+                for i, observed in latest.items()
+                if observed.state is ExecutorState.PENDING and not rig.allocator.is_deleted(i)
+            ]
+            assert blocking == []
 
 
 @dataclass
