@@ -18,6 +18,8 @@ See docs/client.md.
 
 from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
 from execpods.client.model import (
+    AllocatorNotice,
+    ExecutorProfile,
     ExecutorRemoval,
     ExecutorState,
     ExecutorView,
@@ -31,6 +33,8 @@ from execpods.client.reconnect import Reconnect
 from execpods.client.sync import AllocatorClient, SnapshotStream
 
 __all__ = [
+    "AllocatorNotice",
+    "ExecutorProfile",
     "AllocatorClient",
     "AsyncAllocatorClient",
     "AsyncSnapshotStream",

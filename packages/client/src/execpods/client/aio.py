@@ -16,8 +16,18 @@ from typing import Self, TypeAlias
 import grpc
 import grpc.aio
 from execpods.client.calls import CallOpener, DecodedCall
-from execpods.client.convert import kill_request, request_total_result, update_request
-from execpods.client.model import RequestTotalResult, StreamPosition, StreamUpdate
+from execpods.client.convert import (
+    kill_request,
+    request_total_request,
+    request_total_result,
+    update_request,
+)
+from execpods.client.model import (
+    ExecutorProfile,
+    RequestTotalResult,
+    StreamPosition,
+    StreamUpdate,
+)
 from execpods.client.reconnect import (
     DriverViewMemory,
     Reconnect,
@@ -144,12 +154,29 @@ class AsyncAllocatorClient:
         except TimeoutError:
             raise TimeoutError(f"the sidecar was not reachable within {limit} s") from None
 
-    async def request_total(self, total: int) -> RequestTotalResult:
-        """Sets the desired number of executors; the allocator reconciles towards it in batches."""
-        response = await self._stub.RequestTotal(
-            pb.RequestTotalRequest(total=total), timeout=self._timeout
-        )
+    async def request_total(
+        self,
+        total: int,
+        *,
+        profile_totals: Mapping[int, int] | None = None,
+        profiles: Iterable[ExecutorProfile] = (),
+    ) -> RequestTotalResult:
+        """Sets the desired number of executors; the allocator reconciles towards it in batches.
+
+        `total` is the default resource profile's; `profile_totals` sets other profiles' totals
+        (by id), after declaring `profiles` (immutable once declared). All or nothing.
+        """
+        request = request_total_request(total, profile_totals, profiles)
+        response = await self._stub.RequestTotal(request, timeout=self._timeout)
         return request_total_result(response)
+
+    async def is_deleted(self, executor_id: int) -> bool:
+        """Whether scale-down deleted this executor and its pod may still show (Spark's
+        isDeleted): refuse its late registration."""
+        response = await self._stub.IsDeleted(
+            pb.IsDeletedRequest(executor_id=executor_id), timeout=self._timeout
+        )
+        return bool(response.deleted)
 
     async def kill_executors(self, executor_ids: Iterable[int | str]) -> int:
         """Deletes these executors' pods; returns how many pods the API server deleted."""
