@@ -85,6 +85,18 @@ def test_a_driver_declares_a_profile_and_gets_pods_of_its_shape(
             pb.RequestTotalRequest(profiles=[pb.ResourceProfile(id=1, cores=-1)]),
             "cores=-1 must be positive",
         ),
+        (  # a pod Spark built for another application (the Spark plugin's declarations)
+            pb.RequestTotalRequest(
+                profiles=[
+                    pb.ResourceProfile(
+                        id=0,
+                        pod_template='{"metadata": {"labels": {"spark-app-selector": "spark-1"}}}',
+                    )
+                ]
+            ),
+            "labelled for application 'spark-1' (spark-app-selector) but this sidecar allocates"
+            " for 'bad-profiles'",
+        ),
     ],
 )
 def test_a_bad_profile_request_is_refused_whole(

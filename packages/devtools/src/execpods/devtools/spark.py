@@ -60,7 +60,7 @@ PEER_PLUGIN = "Spark 4.3 + execpods plugin"
 def spark_available() -> str | None:
     """None when real Spark can run here, else why not (for a skip message)."""
     if shutil.which("java") is None:
-        return "java is not installed (python3 tools/dev.py installs openjdk-17-jre-headless)"
+        return "java is not installed (python3 tools/dev.py installs openjdk-17-jdk-headless)"
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (the 'spark' dependency group)"
     return None

@@ -119,7 +119,9 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         backend = self._runtime.backend
         try:
             # Everything is checked before anything applies: profiles, then totals.
-            checked = check_totals_request(request, declared=backend.declared_profile_ids())
+            checked = check_totals_request(
+                request, declared=backend.declared_profile_ids(), app_id=self._runtime.app_id
+            )
             backend.declare_profiles(checked.profiles)
             await asyncio.wrap_future(backend.request_totals(checked.totals))
         except ValueError as error:  # includes a conflicting profile declaration

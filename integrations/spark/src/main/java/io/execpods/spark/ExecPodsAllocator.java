@@ -7,82 +7,104 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
+import io.fabric8.kubernetes.api.model.Container;
+import io.fabric8.kubernetes.api.model.EnvVar;
 import io.fabric8.kubernetes.api.model.Pod;
-import io.fabric8.kubernetes.api.model.PodBuilder;
+import io.fabric8.kubernetes.api.model.Quantity;
 import io.fabric8.kubernetes.client.KubernetesClient;
 import io.fabric8.kubernetes.client.utils.Serialization;
 import org.apache.spark.SecurityManager;
 import org.apache.spark.SparkConf;
+import org.apache.spark.SparkException;
 import org.apache.spark.deploy.k8s.KubernetesConf$;
 import org.apache.spark.deploy.k8s.KubernetesExecutorConf;
 import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
-import org.apache.spark.resource.ExecutorResourceRequest;
 import org.apache.spark.resource.ResourceProfile;
 import org.apache.spark.scheduler.cluster.k8s.AbstractPodsAllocator;
 import org.apache.spark.scheduler.cluster.k8s.ExecutorPodsSnapshotsStore;
 import org.apache.spark.scheduler.cluster.k8s.KubernetesClusterSchedulerBackend;
 import org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBuilder;
 import org.apache.spark.util.Clock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A Spark pods allocator that delegates executor-pod allocation to an execpods sidecar.
+ * Spark's executor-pod allocation delegated to an execpods sidecar beside the driver.
  *
- * <p>Set {@code spark.kubernetes.allocation.pods.allocator=io.execpods.spark.ExecPodsAllocator}
- * and {@code spark.execpods.sidecar.address=host:port}. Spark keeps its own watch, poll and
- * lifecycle manager; only the decision of which pods to create and delete moves to the sidecar.
- * Each resource profile's executor pod is built by Spark's own {@link KubernetesExecutorBuilder}
- * (image, environment, volumes, the pod template, resources) and handed to the sidecar as that
- * profile's pod template, with the profile's cores, memory and overhead, so the sidecar sizes
- * the container as Spark would; the sidecar fills in the executor id, name and labels.
+ * <p>Selected with {@code spark.kubernetes.allocation.pods.allocator=io.execpods.spark.ExecPodsAllocator}.
+ * Spark keeps its watch, poll, snapshots and lifecycle manager; only the creation of executor
+ * pods (and the deletion of surplus pending ones when the target drops) moves to the sidecar. For
+ * every resource profile the executor pod is built here, with Spark's own {@link
+ * KubernetesExecutorBuilder}, and declared to the sidecar as that profile's pod template, so the
+ * driver URL, environment, volumes, user pod template and resources are Spark's; the sidecar gives
+ * each pod its executor id (name, labels, {@code SPARK_EXECUTOR_ID}, hostname).
  */
 public class ExecPodsAllocator extends AbstractPodsAllocator {
-  /** Where the sidecar's gRPC server listens (host:port). */
-  public static final String ADDRESS = "spark.execpods.sidecar.address";
-  /** The deadline of each call to the sidecar, in milliseconds. */
-  public static final String DEADLINE = "spark.execpods.sidecar.deadlineMs";
+  /** The sidecar's gRPC address, "host:port". */
+  public static final String SIDECAR_ADDRESS = "spark.execpods.sidecar.address";
+  public static final String DEFAULT_SIDECAR_ADDRESS = "127.0.0.1:50551";
+  /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
+  public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
+  public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
+  /**
+   * The executor id Spark's builder is given for a profile's template. The sidecar replaces it
+   * with each executor's own id wherever Spark puts one (name, labels, environment, hostname).
+   */
+  static final String TEMPLATE_EXECUTOR_ID = "0";
 
-  private static final int DEFAULT_PROFILE_ID = 0;
-  private static final String TEMPLATE_EXECUTOR_ID = "0";
+  private static final Logger LOG = LoggerFactory.getLogger(ExecPodsAllocator.class);
+  private static final int DEFAULT_PROFILE_ID = ResourceProfile.DEFAULT_RESOURCE_PROFILE_ID();
 
   private final SparkConf conf;
-  private final SecurityManager securityManager;
-  private final KubernetesExecutorBuilder builder;
-  private final KubernetesClient client;
+  private final SecurityManager secMgr;
+  private final KubernetesExecutorBuilder executorBuilder;
+  private final KubernetesClient kubernetesClient;
+  private final String namespace;
+  private final boolean deleteOnTermination;
   private final Option<Pod> driverPod;
-  private final Set<Integer> declared = new HashSet<>();
-  private SidecarClient sidecar;
-  private String appId;
+  /**
+   * Each profile's declaration, built once. Every RequestTotal carries the declarations of the
+   * profiles it names: declaring a known profile again with the same shape is a no-op for the
+   * sidecar, and a restarted sidecar learns them again without a round of errors.
+   */
+  private final Map<Integer, SidecarClient.Profile> declarations = new HashMap<>();
+  /** Every profile's last total, so stop() can zero them all. */
+  private final Map<Integer, Integer> totals = new HashMap<>();
+  private volatile SidecarClient sidecar;
+  private volatile String applicationId;
 
   public ExecPodsAllocator(
       SparkConf conf,
-      SecurityManager securityManager,
-      KubernetesExecutorBuilder builder,
-      KubernetesClient client,
+      SecurityManager secMgr,
+      KubernetesExecutorBuilder executorBuilder,
+      KubernetesClient kubernetesClient,
       ExecutorPodsSnapshotsStore snapshotsStore,
       Clock clock) {
     this.conf = conf;
-    this.securityManager = securityManager;
-    this.builder = builder;
-    this.client = client;
-    if (!conf.contains(ADDRESS)) {
-      throw new IllegalArgumentException(
-          ADDRESS + " must name the execpods sidecar (host:port) when "
-              + "spark.kubernetes.allocation.pods.allocator is " + getClass().getName());
+    this.secMgr = secMgr;
+    this.executorBuilder = executorBuilder;
+    this.kubernetesClient = kubernetesClient;
+    this.namespace = conf.get("spark.kubernetes.namespace", "default");
+    this.deleteOnTermination =
+        conf.getBoolean("spark.kubernetes.executor.deleteOnTermination", true);
+    this.driverPod = lookUpDriverPod();
+  }
+
+  /** The driver pod named by spark.kubernetes.driver.pod.name, as Spark's own allocator. */
+  private Option<Pod> lookUpDriverPod() {
+    Option<String> name = conf.getOption("spark.kubernetes.driver.pod.name");
+    if (name.isEmpty()) {
+      return Option.empty();
     }
-    Option<String> driverName = conf.getOption("spark.kubernetes.driver.pod.name");
-    if (driverName.isDefined()) {
-      String namespace = conf.get("spark.kubernetes.namespace", "default");
-      Pod pod = client.pods().inNamespace(namespace).withName(driverName.get()).get();
-      if (pod == null) {
-        throw new IllegalStateException(
-            "no driver pod named " + driverName.get() + " in namespace " + namespace);
-      }
-      this.driverPod = Option.apply(pod);
-    } else {
-      this.driverPod = Option.empty();
+    Pod pod = kubernetesClient.pods().inNamespace(namespace).withName(name.get()).get();
+    if (pod == null) {
+      throw new RuntimeException(new SparkException(
+          "No pod was found named " + name.get() + " in the cluster in the namespace "
+              + namespace + " (this was supposed to be the driver pod.)."));
     }
+    return Option.apply(pod);
   }
 
   @Override
@@ -91,64 +113,108 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   }
 
   @Override
-  public synchronized void start(String applicationId, KubernetesClusterSchedulerBackend backend) {
-    this.appId = applicationId;
-    long deadline = conf.getLong(DEADLINE, 30_000L);
-    this.sidecar = new SidecarClient(conf.get(ADDRESS), deadline);
+  public void start(String applicationId, KubernetesClusterSchedulerBackend schedulerBackend) {
+    this.applicationId = applicationId;
+    String address = conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS);
+    long timeout = conf.getLong(SIDECAR_DEADLINE, DEFAULT_SIDECAR_DEADLINE_MS);
+    SidecarClient client = new SidecarClient(address, timeout);
+    try {
+      client.isDeleted(1); // reachable now, or Spark's start fails with the reason
+    } catch (RuntimeException e) {
+      client.close();
+      throw new IllegalStateException(
+          "execpods: the sidecar at " + address + " (" + SIDECAR_ADDRESS + ") is not reachable: "
+              + e.getMessage(), e);
+    }
+    this.sidecar = client;
+    LOG.info("execpods: executor pods of {} are allocated by the sidecar at {}",
+        applicationId, address);
   }
 
   @Override
   public synchronized void setTotalExpectedExecutors(
-      scala.collection.immutable.Map<ResourceProfile, Object> totals) {
-    if (sidecar == null) {
-      throw new IllegalStateException("setTotalExpectedExecutors before start");
-    }
-    int defaultTotal = 0;
+      scala.collection.immutable.Map<ResourceProfile, Object> resourceProfileToTotalExecs) {
+    SidecarClient client = requireStarted();
+    Map<ResourceProfile, Object> asked = CollectionConverters.asJava(resourceProfileToTotalExecs);
+    List<SidecarClient.Profile> toDeclare = new ArrayList<>();
     Map<Integer, Integer> others = new HashMap<>();
-    List<SidecarClient.Profile> profiles = new ArrayList<>();
-    for (Map.Entry<ResourceProfile, Object> e : CollectionConverters.asJava(totals).entrySet()) {
-      ResourceProfile profile = e.getKey();
-      int total = ((Number) e.getValue()).intValue();
-      int id = profile.id();
-      if (declared.add(id)) {
-        Map<String, ExecutorResourceRequest> resources = profile.executorResourcesJMap();
-        profiles.add(
-            new SidecarClient.Profile(
-                id,
-                (int) amount(resources, ResourceProfile.CORES()),
-                amount(resources, ResourceProfile.MEMORY()),
-                amount(resources, ResourceProfile.OVERHEAD_MEM()),
-                podTemplate(profile)));
+    for (Map.Entry<ResourceProfile, Object> entry : asked.entrySet()) {
+      ResourceProfile profile = entry.getKey();
+      int total = ((Number) entry.getValue()).intValue();
+      toDeclare.add(declarations.computeIfAbsent(profile.id(), id -> declaration(profile)));
+      if (profile.id() != DEFAULT_PROFILE_ID) {
+        others.put(profile.id(), total);
       }
-      if (id == DEFAULT_PROFILE_ID) {
-        defaultTotal = total;
-      } else {
-        others.put(id, total);
+      totals.put(profile.id(), total);
+    }
+    int defaultTotal = totals.getOrDefault(DEFAULT_PROFILE_ID, 0);
+    Map<Integer, Integer> inForce = client.requestTotal(defaultTotal, others, toDeclare);
+    LOG.debug("execpods: targets by resource profile now {}", inForce);
+  }
+
+  /** The profile's executor pod as Spark builds it, declared as the profile's pod template. */
+  private SidecarClient.Profile declaration(ResourceProfile profile) {
+    KubernetesExecutorConf executorConf = KubernetesConf$.MODULE$.createExecutorConf(
+        conf.clone(), TEMPLATE_EXECUTOR_ID, applicationId, driverPod, profile.id());
+    KubernetesExecutorSpec spec =
+        executorBuilder.buildFromFeatures(executorConf, secMgr, kubernetesClient, profile);
+    if (!spec.executorKubernetesResources().isEmpty()) {
+      LOG.warn("execpods: the executor's extra Kubernetes resources ({}) are not created by the "
+          + "sidecar", spec.executorKubernetesResources());
+    }
+    Container container = spec.pod().container();
+    Pod pod = new io.fabric8.kubernetes.api.model.PodBuilder(spec.pod().pod())
+        .editOrNewSpec()
+        .addToContainers(0, container)
+        .endSpec()
+        .build();
+    int cores = parseCores(env(container, "SPARK_EXECUTOR_CORES"));
+    long memoryMib = parseMib(env(container, "SPARK_EXECUTOR_MEMORY"));
+    long podMemoryMib = 0;
+    Quantity requested = container.getResources() == null
+        ? null : container.getResources().getRequests().get("memory");
+    if (requested != null) {
+      podMemoryMib = Quantity.getAmountInBytes(requested).longValue() / (1024L * 1024L);
+    }
+    long overheadMib = podMemoryMib > memoryMib ? podMemoryMib - memoryMib : 0;
+    return new SidecarClient.Profile(
+        profile.id(), cores, memoryMib, overheadMib, Serialization.asJson(pod));
+  }
+
+  private static String env(Container container, String name) {
+    for (EnvVar var : container.getEnv()) {
+      if (name.equals(var.getName()) && var.getValue() != null) {
+        return var.getValue();
       }
     }
-    sidecar.requestTotal(defaultTotal, others, profiles);
+    return null;
   }
 
-  /** A profile's executor resource amount (cores, or MiB of memory); 0 when not set. */
-  private static long amount(Map<String, ExecutorResourceRequest> resources, String name) {
-    ExecutorResourceRequest request = resources.get(name);
-    return request == null ? 0L : request.amount();
+  private static int parseCores(String value) {
+    try {
+      return value == null ? 0 : Integer.parseInt(value.trim());
+    } catch (NumberFormatException e) {
+      return 0;
+    }
   }
 
-  /** The executor pod Spark would create for this profile, as JSON, with a placeholder id. */
-  private String podTemplate(ResourceProfile profile) {
-    KubernetesExecutorConf executorConf =
-        KubernetesConf$.MODULE$.createExecutorConf(
-            conf, TEMPLATE_EXECUTOR_ID, appId, driverPod, profile.id());
-    KubernetesExecutorSpec spec =
-        builder.buildFromFeatures(executorConf, securityManager, client, profile);
-    Pod pod =
-        new PodBuilder(spec.pod().pod())
-            .editOrNewSpec()
-            .addToContainers(spec.pod().container())
-            .endSpec()
-            .build();
-    return Serialization.asJson(pod);
+  /** Spark's "1024m" (as BasicExecutorFeatureStep writes SPARK_EXECUTOR_MEMORY) in MiB. */
+  private static long parseMib(String value) {
+    if (value == null || value.isEmpty()) {
+      return 0;
+    }
+    try {
+      String digits = value.trim().toLowerCase();
+      if (digits.endsWith("m")) {
+        return Long.parseLong(digits.substring(0, digits.length() - 1));
+      }
+      if (digits.endsWith("g")) {
+        return Long.parseLong(digits.substring(0, digits.length() - 1)) * 1024L;
+      }
+      return Long.parseLong(digits) / (1024L * 1024L);
+    } catch (NumberFormatException e) {
+      return 0;
+    }
   }
 
   @Override
@@ -157,54 +223,61 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     if (client == null) {
       return false;
     }
+    long id;
     try {
-      return client.isDeleted(Long.parseLong(executorId));
+      id = Long.parseLong(executorId);
     } catch (NumberFormatException e) {
-      return false;
+      return false; // never an id the sidecar issued
     }
+    return client.isDeleted(id);
   }
 
   /**
-   * Spark calls this on exit only when spark.kubernetes.executor.deleteOnTermination is true
-   * (its default): the sidecar's targets go to 0, so it creates no more pods, and every executor
-   * pod of the application is deleted through the sidecar's KillExecutors.
+   * Stops the application's allocation: every profile's target drops to zero and, when
+   * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), the sidecar deletes
+   * the executors it still has; otherwise their pods are left, as Spark leaves them. (Spark 4.3
+   * calls this only when that property holds; the check keeps the promise for any caller.)
    */
   @Override
   public synchronized void stop(String applicationId) {
     SidecarClient client = sidecar;
-    sidecar = null;
     if (client == null) {
       return;
     }
     try {
-      client.requestTotal(0, zeroOthers(), List.of());
-      List<String> ids = new ArrayList<>();
-      String namespace = conf.get("spark.kubernetes.namespace", "default");
-      for (Pod pod :
-          this.client.pods().inNamespace(namespace)
-              .withLabel("spark-app-selector", applicationId)
-              .withLabel("spark-role", "executor")
-              .list().getItems()) {
-        String id = pod.getMetadata().getLabels().get("spark-exec-id");
-        if (id != null) {
-          ids.add(id);
+      Map<Integer, Integer> zero = new HashMap<>();
+      for (Integer id : declarations.keySet()) {
+        if (id != DEFAULT_PROFILE_ID) {
+          zero.put(id, 0);
         }
       }
-      if (!ids.isEmpty()) {
-        client.killExecutors(ids);
+      client.requestTotal(0, zero, new ArrayList<>());
+      if (deleteOnTermination) {
+        Set<Long> killed = new HashSet<>();
+        for (int round = 0; round < 5; round++) {
+          List<Long> live = client.liveExecutors();
+          live.removeAll(killed);
+          if (live.isEmpty()) {
+            break;
+          }
+          int deleted = client.killExecutors(live);
+          killed.addAll(live);
+          LOG.info("execpods: deleted {} executor pods of {} at stop", deleted, applicationId);
+        }
       }
+    } catch (RuntimeException e) {
+      LOG.warn("execpods: could not stop the allocation at the sidecar: {}", e.toString());
     } finally {
+      sidecar = null;
       client.close();
     }
   }
 
-  private Map<Integer, Integer> zeroOthers() {
-    Map<Integer, Integer> zero = new HashMap<>();
-    for (Integer id : declared) {
-      if (id != DEFAULT_PROFILE_ID) {
-        zero.put(id, 0);
-      }
+  private SidecarClient requireStarted() {
+    SidecarClient client = sidecar;
+    if (client == null) {
+      throw new IllegalStateException("execpods: the allocator is not started");
     }
-    return zero;
+    return client;
   }
 }

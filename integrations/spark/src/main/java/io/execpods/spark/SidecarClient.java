@@ -1,183 +1,246 @@
 package io.execpods.spark;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 import org.sparkproject.connect.grpc.CallOptions;
+import org.sparkproject.connect.grpc.Context;
 import org.sparkproject.connect.grpc.ManagedChannel;
 import org.sparkproject.connect.grpc.MethodDescriptor;
 import org.sparkproject.connect.grpc.netty.NettyChannelBuilder;
+import org.sparkproject.connect.grpc.protobuf.ProtoUtils;
 import org.sparkproject.connect.grpc.stub.ClientCalls;
-import org.sparkproject.connect.protobuf.CodedInputStream;
-import org.sparkproject.connect.protobuf.CodedOutputStream;
-import org.sparkproject.connect.protobuf.WireFormat;
+import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorProto;
+import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorSet;
+import org.sparkproject.connect.protobuf.Descriptors;
+import org.sparkproject.connect.protobuf.Descriptors.Descriptor;
+import org.sparkproject.connect.protobuf.Descriptors.FieldDescriptor;
+import org.sparkproject.connect.protobuf.DynamicMessage;
 
 /**
- * The execpods sidecar's gRPC contract (proto/execpods/v1/allocator.proto), the calls a Spark
- * allocator needs, over the gRPC that pyspark's spark-connect jar carries (relocated to
- * org.sparkproject.connect.grpc).
+ * The execpods sidecar's gRPC contract, spoken with the gRPC and protobuf runtimes that Spark
+ * already ships (relocated inside its spark-connect jar), so the plugin adds no library.
  *
- * <p>The messages are encoded by hand with the relocated protobuf runtime's coded streams: no
- * Java code generator is available on these machines (grpcio-tools' protoc has no --java_out),
- * and the few fields used here are stable wire numbers of the contract.
+ * <p>There is no Java code generator for the contract here, so the messages are {@link
+ * DynamicMessage}s over the descriptors of {@code proto/execpods/v1/allocator.proto}, which the
+ * build compiles into the jar ({@code allocator.desc}). That also frees the plugin from
+ * protobuf's gencode/runtime version check: the descriptors are data, valid for any runtime.
  */
-public final class SidecarClient implements AutoCloseable {
-  private static final String SERVICE = "execpods.v1.ExecutorAllocator/";
-  private static final MethodDescriptor.Marshaller<byte[]> BYTES =
-      new MethodDescriptor.Marshaller<byte[]>() {
-        @Override
-        public InputStream stream(byte[] value) {
-          return new java.io.ByteArrayInputStream(value);
-        }
-
-        @Override
-        public byte[] parse(InputStream stream) {
-          try {
-            return stream.readAllBytes();
-          } catch (IOException e) {
-            throw new IllegalStateException("reading a sidecar response", e);
-          }
-        }
-      };
+final class SidecarClient implements AutoCloseable {
+  static final String SERVICE = "execpods.v1.ExecutorAllocator";
+  private static final String DESCRIPTORS = "/io/execpods/spark/allocator.desc";
 
   private final ManagedChannel channel;
-  private final long deadlineMillis;
+  private final long deadlineMs;
+  private final Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> methods;
+  private final Descriptors.FileDescriptor contract;
 
-  /** A client for the sidecar at {@code target} (host:port), each call bounded by the deadline. */
-  public SidecarClient(String target, long deadlineMillis) {
+  /** A client of the sidecar at {@code target} ("host:port"); calls wait for it up to {@code deadlineMs}. */
+  SidecarClient(String target, long deadlineMs) {
+    this.contract = loadContract();
+    this.deadlineMs = deadlineMs;
     this.channel = NettyChannelBuilder.forTarget(target).usePlaintext().build();
-    this.deadlineMillis = deadlineMillis;
+    Descriptors.ServiceDescriptor service = contract.findServiceByName("ExecutorAllocator");
+    Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> byName = new HashMap<>();
+    for (Descriptors.MethodDescriptor method : service.getMethods()) {
+      byName.put(
+          method.getName(),
+          MethodDescriptor.<DynamicMessage, DynamicMessage>newBuilder()
+              .setType(
+                  method.isServerStreaming()
+                      ? MethodDescriptor.MethodType.SERVER_STREAMING
+                      : MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(MethodDescriptor.generateFullMethodName(SERVICE, method.getName()))
+              .setRequestMarshaller(
+                  ProtoUtils.marshaller(DynamicMessage.getDefaultInstance(method.getInputType())))
+              .setResponseMarshaller(
+                  ProtoUtils.marshaller(DynamicMessage.getDefaultInstance(method.getOutputType())))
+              .build());
+    }
+    this.methods = byName;
   }
 
-  private static MethodDescriptor<byte[], byte[]> unary(String name) {
-    return MethodDescriptor.<byte[], byte[]>newBuilder()
-        .setType(MethodDescriptor.MethodType.UNARY)
-        .setFullMethodName(SERVICE + name)
-        .setRequestMarshaller(BYTES)
-        .setResponseMarshaller(BYTES)
-        .build();
+  static Descriptors.FileDescriptor loadContract() {
+    try (InputStream in = SidecarClient.class.getResourceAsStream(DESCRIPTORS)) {
+      if (in == null) {
+        throw new IllegalStateException(DESCRIPTORS + " is missing from the plugin jar");
+      }
+      FileDescriptorSet set = FileDescriptorSet.parseFrom(in);
+      // The set is in dependency order (protoc --include_imports); allocator.proto imports nothing.
+      Map<String, Descriptors.FileDescriptor> built = new HashMap<>();
+      Descriptors.FileDescriptor last = null;
+      for (FileDescriptorProto file : set.getFileList()) {
+        List<Descriptors.FileDescriptor> deps = new ArrayList<>();
+        for (String dependency : file.getDependencyList()) {
+          deps.add(built.get(dependency));
+        }
+        last = Descriptors.FileDescriptor.buildFrom(
+            file, deps.toArray(new Descriptors.FileDescriptor[0]));
+        built.put(file.getName(), last);
+      }
+      Descriptors.FileDescriptor allocator = built.get("execpods/v1/allocator.proto");
+      return allocator != null ? allocator : last;
+    } catch (IOException | Descriptors.DescriptorValidationException e) {
+      throw new IllegalStateException("cannot load the execpods contract: " + e, e);
+    }
   }
 
-  private byte[] call(String name, byte[] request) {
-    CallOptions options = CallOptions.DEFAULT.withDeadlineAfter(deadlineMillis, TimeUnit.MILLISECONDS);
-    return ClientCalls.blockingUnaryCall(channel, unary(name), options, request);
+  Descriptor type(String name) {
+    return contract.findMessageTypeByName(name);
   }
 
-  /**
-   * A resource profile as declared to the sidecar: its id, its executor cores, memory and
-   * memory overhead in MiB (0: the sidecar's settings) and its pod template (JSON).
-   */
-  public static final class Profile {
+  private DynamicMessage unary(String method, DynamicMessage request) {
+    CallOptions options = CallOptions.DEFAULT
+        .withWaitForReady()
+        .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
+    return ClientCalls.blockingUnaryCall(channel, methods.get(method), options, request);
+  }
+
+  /** One resource profile's declaration; zero or empty fields take the sidecar's settings. */
+  static final class Profile {
     final int id;
     final int cores;
     final long memoryMib;
-    final long overheadMib;
+    final long memoryOverheadMib;
     final String podTemplate;
 
-    public Profile(int id, int cores, long memoryMib, long overheadMib, String podTemplate) {
+    Profile(int id, int cores, long memoryMib, long memoryOverheadMib, String podTemplate) {
       this.id = id;
       this.cores = cores;
       this.memoryMib = memoryMib;
-      this.overheadMib = overheadMib;
+      this.memoryOverheadMib = memoryOverheadMib;
       this.podTemplate = podTemplate;
     }
   }
 
   /**
-   * RequestTotal: the default profile's total, the other profiles' totals by id, and profiles
-   * to declare first. Returns the target now in force for the default profile.
+   * RequestTotal: {@code defaultTotal} for profile 0, {@code others} by profile id, declaring
+   * {@code profiles} first. Returns the targets in force, by profile id.
    */
-  public int requestTotal(int total, Map<Integer, Integer> profileTotals, Iterable<Profile> profiles) {
-    byte[] request = encode(out -> {
-      out.writeInt32(1, total);
-      for (Map.Entry<Integer, Integer> e : profileTotals.entrySet()) {
-        out.writeByteArray(2, encode(entry -> {
-          entry.writeInt32(1, e.getKey());
-          entry.writeInt32(2, e.getValue());
-        }));
-      }
-      for (Profile p : profiles) {
-        out.writeByteArray(3, encode(profile -> {
-          profile.writeInt32(1, p.id);
-          if (p.cores > 0) {
-            profile.writeInt32(2, p.cores);
-          }
-          if (p.memoryMib > 0) {
-            profile.writeInt64(3, p.memoryMib);
-          }
-          if (p.overheadMib > 0) {
-            profile.writeInt64(4, p.overheadMib);
-          }
-          if (p.podTemplate != null && !p.podTemplate.isEmpty()) {
-            profile.writeString(6, p.podTemplate);
-          }
-        }));
-      }
-    });
-    return (int) readVarintField(call("RequestTotal", request), 1);
+  Map<Integer, Integer> requestTotal(
+      int defaultTotal, Map<Integer, Integer> others, List<Profile> profiles) {
+    Descriptor requestType = type("RequestTotalRequest");
+    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
+    request.setField(requestType.findFieldByName("total"), defaultTotal);
+    FieldDescriptor totals = requestType.findFieldByName("profile_totals");
+    for (Map.Entry<Integer, Integer> entry : others.entrySet()) {
+      request.addRepeatedField(totals, mapEntry(totals, entry.getKey(), entry.getValue()));
+    }
+    Descriptor profileType = type("ResourceProfile");
+    FieldDescriptor declared = requestType.findFieldByName("profiles");
+    for (Profile profile : profiles) {
+      DynamicMessage.Builder message = DynamicMessage.newBuilder(profileType);
+      message.setField(profileType.findFieldByName("id"), profile.id);
+      message.setField(profileType.findFieldByName("cores"), profile.cores);
+      message.setField(profileType.findFieldByName("memory_mib"), profile.memoryMib);
+      message.setField(
+          profileType.findFieldByName("memory_overhead_mib"), profile.memoryOverheadMib);
+      message.setField(profileType.findFieldByName("pod_template"), profile.podTemplate);
+      request.addRepeatedField(declared, message.build());
+    }
+    DynamicMessage response = unary("RequestTotal", request.build());
+    Map<Integer, Integer> inForce = new HashMap<>();
+    FieldDescriptor field = response.getDescriptorForType().findFieldByName("profile_totals");
+    for (int i = 0; i < response.getRepeatedFieldCount(field); i++) {
+      DynamicMessage entry = (DynamicMessage) response.getRepeatedField(field, i);
+      inForce.put((Integer) entryKey(entry), (Integer) entryValue(entry));
+    }
+    return inForce;
   }
 
-  /** IsDeleted: whether the sidecar's allocator deleted this executor while scaling down. */
-  public boolean isDeleted(long executorId) {
-    byte[] request = encode(out -> out.writeInt64(1, executorId));
-    return readVarintField(call("IsDeleted", request), 1) != 0;
+  /** IsDeleted: whether the sidecar deleted this executor while scaling down. */
+  boolean isDeleted(long executorId) {
+    Descriptor requestType = type("IsDeletedRequest");
+    DynamicMessage request = DynamicMessage.newBuilder(requestType)
+        .setField(requestType.findFieldByName("executor_id"), executorId)
+        .build();
+    DynamicMessage response = unary("IsDeleted", request);
+    return (Boolean) response.getField(response.getDescriptorForType().findFieldByName("deleted"));
   }
 
-  /** KillExecutors: delete these executors' pods (ids as decimal strings). */
-  public void killExecutors(Iterable<String> executorIds) {
-    call("KillExecutors", encode(out -> {
-      for (String id : executorIds) {
-        out.writeString(1, id);
-      }
-    }));
+  /** KillExecutors: deletes these executors' pods; returns how many pods were deleted. */
+  int killExecutors(List<Long> executorIds) {
+    Descriptor requestType = type("KillExecutorsRequest");
+    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
+    FieldDescriptor ids = requestType.findFieldByName("executor_ids");
+    for (Long id : executorIds) {
+      request.addRepeatedField(ids, Long.toString(id));
+    }
+    DynamicMessage response = unary("KillExecutors", request.build());
+    return (Integer) response.getField(
+        response.getDescriptorForType().findFieldByName("deleted_pods"));
+  }
+
+  /**
+   * The executors of the sidecar's current snapshot whose pods are not being deleted: the first
+   * message of StreamSnapshots, which is the current snapshot in full.
+   */
+  List<Long> liveExecutors() {
+    Descriptor requestType = type("StreamSnapshotsRequest");
+    List<Long> live = new ArrayList<>();
+    Context.CancellableContext context = Context.current().withCancellation();
+    try {
+      context.run(() -> {
+        CallOptions options = CallOptions.DEFAULT
+            .withWaitForReady()
+            .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
+        Iterator<DynamicMessage> stream = ClientCalls.blockingServerStreamingCall(
+            channel, methods.get("StreamSnapshots"), options,
+            DynamicMessage.getDefaultInstance(requestType));
+        DynamicMessage first = stream.next();
+        FieldDescriptor snapshots = first.getDescriptorForType().findFieldByName("snapshots");
+        for (int s = 0; s < first.getRepeatedFieldCount(snapshots); s++) {
+          DynamicMessage snapshot = (DynamicMessage) first.getRepeatedField(snapshots, s);
+          FieldDescriptor pods = snapshot.getDescriptorForType().findFieldByName("executor_pods");
+          for (int p = 0; p < snapshot.getRepeatedFieldCount(pods); p++) {
+            DynamicMessage entry = (DynamicMessage) snapshot.getRepeatedField(pods, p);
+            DynamicMessage state = (DynamicMessage) entryValue(entry);
+            Descriptors.EnumValueDescriptor value = (Descriptors.EnumValueDescriptor)
+                state.getField(state.getDescriptorForType().findFieldByName("state"));
+            if (!value.getName().equals("STATE_DELETED")) {
+              live.add((Long) entryKey(entry));
+            }
+          }
+        }
+      });
+    } finally {
+      context.cancel(null);
+    }
+    return live;
+  }
+
+  private static DynamicMessage mapEntry(FieldDescriptor mapField, Object key, Object value) {
+    Descriptor entryType = mapField.getMessageType();
+    return DynamicMessage.newBuilder(entryType)
+        .setField(entryType.findFieldByName("key"), key)
+        .setField(entryType.findFieldByName("value"), value)
+        .build();
+  }
+
+  private static Object entryKey(DynamicMessage entry) {
+    return entry.getField(entry.getDescriptorForType().findFieldByName("key"));
+  }
+
+  private static Object entryValue(DynamicMessage entry) {
+    return entry.getField(entry.getDescriptorForType().findFieldByName("value"));
   }
 
   @Override
   public void close() {
-    channel.shutdownNow();
+    channel.shutdown();
     try {
-      channel.awaitTermination(5, TimeUnit.SECONDS);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-    }
-  }
-
-  private interface Writer {
-    void write(CodedOutputStream out) throws IOException;
-  }
-
-  private static byte[] encode(Writer writer) {
-    try {
-      ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-      CodedOutputStream out = CodedOutputStream.newInstance(bytes);
-      writer.write(out);
-      out.flush();
-      return bytes.toByteArray();
-    } catch (IOException e) {
-      throw new IllegalStateException("encoding a sidecar request", e);
-    }
-  }
-
-  /** The value of a varint field (0 when absent, as proto3 omits defaults). */
-  private static long readVarintField(byte[] message, int field) {
-    try {
-      CodedInputStream in = CodedInputStream.newInstance(message);
-      long value = 0;
-      int tag;
-      while ((tag = in.readTag()) != 0) {
-        if (WireFormat.getTagFieldNumber(tag) == field
-            && WireFormat.getTagWireType(tag) == WireFormat.WIRETYPE_VARINT) {
-          value = in.readInt64();
-        } else {
-          in.skipField(tag);
-        }
+      if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+        channel.shutdownNow();
       }
-      return value;
-    } catch (IOException e) {
-      throw new IllegalStateException("decoding a sidecar response", e);
+    } catch (InterruptedException e) {
+      channel.shutdownNow();
+      Thread.currentThread().interrupt();
     }
   }
 }
