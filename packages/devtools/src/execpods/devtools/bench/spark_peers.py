@@ -54,8 +54,10 @@ def spark_peer(executors: int, *, plugin_jar: Path | None = None) -> Run:
     limiting = SERVER_CREATE_RATE
     rate_limit = math.inf
     if plugin_jar is not None:
-        qps = CoreSettings.from_properties({"spark.executor.instances": "0"}).api_qps
-        limiting, rate_limit = min(float(qps), SERVER_CREATE_RATE), float(qps)
+        core = CoreSettings.from_properties({"spark.executor.instances": "0"})
+        # The table's limit column: what the sidecar's bucket lets through in one second.
+        limiting = min(float(core.api_qps), SERVER_CREATE_RATE)
+        rate_limit = float(core.api_burst + core.api_qps)
     started = time.monotonic()
     with KubeSim(cluster=cluster) as sim:
         run = spark_time_to_target(sim.url, executors, plugin_jar=plugin_jar, timeout=1800.0)
