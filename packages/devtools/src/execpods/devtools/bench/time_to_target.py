@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -389,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run these sizes through the real sidecar over HTTP in real time, for newest "
         "Spark's and execpods' defaults (e.g. 1000)",
     )
+    parser.add_argument(
+        "--spark",
+        default="",
+        help="also run real Spark 4.3, alone and with the execpods plugin, at these sizes in real "
+        "time on kubesim (e.g. 200; needs Java and pyspark, see docs/spark.md)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.ERROR
@@ -414,6 +421,18 @@ def main(argv: list[str] | None = None) -> int:
             run = run_real(policy, size)
             runs.append(run)
             print(f"{run.policy}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
+    spark_sizes = [int(s) for s in args.spark.split(",") if s]
+    if spark_sizes:
+        # Imported here: the peers module builds on this one's Run and cluster settings.
+        from execpods.devtools.bench.spark_peers import spark_peers  # noqa: PLC0415
+
+        with tempfile.TemporaryDirectory(prefix="execpods-spark-") as tmp:
+            peers = spark_peers(Path(tmp))
+            for size in spark_sizes:
+                for name, peer in peers.items():
+                    run = peer(size)
+                    runs.append(run)
+                    print(f"{name}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
     print()
     print(report(runs))
     for size in sizes:
