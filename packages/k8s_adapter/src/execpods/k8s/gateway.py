@@ -8,6 +8,7 @@ every failure leaves here as one of the core's `PodOperationError`s (see `errors
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -15,6 +16,7 @@ import orjson
 from execpods.core import ApiUnavailable
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
+from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver, verb_of
 from kubernetes import client as k8s_client
 from urllib3 import BaseHTTPResponse
 
@@ -45,8 +47,10 @@ class ApiGateway:
         namespace: str,
         request_timeout: float = 30.0,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        observer: ApiObserver | None = None,
     ) -> None:
         self._api_client = api_client
+        self._observer = observer
         self._core: Any = k8s_client.CoreV1Api(api_client)
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -66,13 +70,25 @@ class ApiGateway:
     ) -> BaseHTTPResponse:
         """Call `CoreV1Api.<method>` and return the raw response (the caller must release it)."""
         call = getattr(self._core, method)
-        with _typed_errors(what):
-            response = call(
-                *args,
-                _preload_content=False,
-                _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
-                **kwargs,
-            )
+        started = time.perf_counter()
+        outcome = SUCCESS
+        try:
+            with _typed_errors(what):
+                response = call(
+                    *args,
+                    _preload_content=False,
+                    _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
+                    **kwargs,
+                )
+        except Exception as error:
+            outcome = type(error).__name__
+            raise
+        finally:
+            if self._observer is not None:
+                seconds = time.perf_counter() - started
+                self._observer(
+                    ApiCall(verb=verb_of(method, kwargs), outcome=outcome, seconds=seconds)
+                )
         return cast(BaseHTTPResponse, response)
 
     def request_json(

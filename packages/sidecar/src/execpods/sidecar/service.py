@@ -112,6 +112,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 f"total={request.total} is invalid: it must not be negative",
             )
         runtime = self._runtime
+        runtime.observers.target_set(request.total)
         try:
             await asyncio.wrap_future(runtime.backend.request_total_executors(request.total))
         except RuntimeError:  # the request scheduler is shut down
@@ -177,17 +178,23 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         )
         self._feeds.add(feed)
         unregister = self._runtime.driver_view.add_listener(feed.on_removal)
+        observed = self._runtime.observers.stream()
         try:
-            subscription = self._runtime.store.add_subscriber(interval, feed.on_snapshots)
+            subscription = self._runtime.store.add_subscriber(
+                interval, observed.arrived(feed.on_snapshots)
+            )
         except RuntimeError:
             unregister()
+            observed.close()
             self._feeds.discard(feed)
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
         logger.debug("A stream subscribed every %.3f s (%d open).", interval, len(self._feeds))
         try:
             async for response in self._messages(feed):
                 yield response
+                observed.sent()
         finally:
+            observed.close()
             subscription.cancel()
             unregister()
             self._feeds.discard(feed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import CoreSettings, SettingsBase, SettingsError, unknown_keys
@@ -25,6 +25,9 @@ from execpods.core.settings import (
     setting,
 )
 from execpods.k8s import KubernetesSettings, is_known_key
+from execpods.sidecar.health import HealthSettings
+from execpods.sidecar.metrics import MetricsSettings
+from execpods.sidecar.security import SecuritySettings
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -94,6 +97,9 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
     KubernetesSettings,
     SidecarSettings,
+    SecuritySettings,
+    HealthSettings,
+    MetricsSettings,
 )
 
 
@@ -112,7 +118,7 @@ def refused_keys(properties: Mapping[str, str]) -> list[str]:
     `spark.executorEnv.NAME` family that no list of specs can name.
     """
     rest = {k: v for k, v in properties.items() if not is_known_key(k)}
-    return unknown_keys(rest, CoreSettings, SidecarSettings)
+    return unknown_keys(rest, *(cls for cls in SETTINGS_CLASSES if cls is not KubernetesSettings))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,6 +128,9 @@ class Settings:
     core: CoreSettings
     kubernetes: KubernetesSettings
     sidecar: SidecarSettings
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -136,4 +145,7 @@ class Settings:
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
+            security=SecuritySettings.from_properties(properties),
+            health=HealthSettings.from_properties(properties),
+            metrics=MetricsSettings.from_properties(properties),
         )

@@ -6,6 +6,7 @@ adapter (`connect`) and, in unit tests, over the core's in-memory pod registry.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from execpods.core import (
     ExecutorPodsAllocator,
     ExecutorPodsBackend,
     PodOperations,
+    PodSelector,
     Scheduler,
     SettingsError,
     SnapshotSource,
@@ -34,6 +36,8 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView, ObservingLifecycleManager
+from execpods.sidecar.observe import ObservedPodOperations, Observers, TimedRounds
+from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -52,6 +56,9 @@ class Runtime:
     lifecycle: ObservingLifecycleManager
     driver_view: InferredDriverView
     backend: ExecutorPodsBackend
+    observers: Observers
+    probe: Callable[[], None] | None = None
+    """A cheap API call that tells whether the cluster answers (for health); None: no API."""
 
     @property
     def app_id(self) -> str:
@@ -68,9 +75,12 @@ def assemble(
     clock: Clock | None = None,
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
+    observers: Observers | None = None,
 ) -> Runtime:
     """The store, reconcilers, driver view and backend, not yet started."""
     core = settings.core
+    observers = observers if observers is not None else Observers()
+    pod_operations = ObservedPodOperations(pod_operations, observers)
     clock = clock if clock is not None else SystemClock()
     store = SnapshotsStoreImpl(
         store_scheduler
@@ -83,12 +93,16 @@ def assemble(
         settings=core,
         pod_builder=pod_builder,
         pod_operations=pod_operations,
-        store=store,
+        store=TimedRounds(store, "allocator", observers),
         clock=clock,
     )
     view = InferredDriverView()
     lifecycle = ObservingLifecycleManager(
-        view=view, settings=core, pod_operations=pod_operations, store=store, clock=clock
+        view=view,
+        settings=core,
+        pod_operations=pod_operations,
+        store=TimedRounds(store, "lifecycle", observers),
+        clock=clock,
     )
     watch, poll = sources(store)
     backend = ExecutorPodsBackend(
@@ -115,6 +129,7 @@ def assemble(
         lifecycle=lifecycle,
         driver_view=view,
         backend=backend,
+        observers=observers,
     )
 
 
@@ -133,9 +148,20 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
+    observers = Observers()
     try:
         namespace = resolve_namespace(k8s)
-        gateway = ApiGateway(api_client, namespace=namespace, request_timeout=k8s.request_timeout)
+        gateway = ApiGateway(
+            api_client,
+            namespace=namespace,
+            request_timeout=k8s.request_timeout,
+            observer=observers.api_call,
+        )
+        selector = PodSelector.executors_of(
+            settings.core.labels, settings.sidecar.app_id
+        ).label_selector()
+        if settings.security.check_permissions:
+            check_pod_permissions(gateway, selector=selector)
         operations = KubernetesPodOperations(gateway)
         builder = ExecutorPodTemplateBuilder.create(k8s, operations, labels=settings.core.labels)
     except BaseException:
@@ -149,11 +175,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         poll = PollSource(store, operations, settings=k8s, core_settings=settings.core)
         return watch, poll
 
-    return assemble(
+    runtime = assemble(
         settings,
         pod_operations=operations,
         pod_builder=builder,
         sources=sources,
         close_client=api_client.close,
         clock=clock,
+        observers=observers,
     )
+    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
