@@ -16,6 +16,7 @@ See docs/client.md.
 """
 
 from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
+from execpods.client.credentials import TlsOptions, read_token_file
 from execpods.client.model import (
     ExecutorRemoval,
     ExecutorState,
@@ -40,4 +41,6 @@ __all__ = [
     "SnapshotStream",
     "StreamProtocolError",
     "StreamUpdate",
+    "TlsOptions",
+    "read_token_file",
 ]

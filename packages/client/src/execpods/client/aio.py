@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 from execpods.client.calls import DecodedCall
 from execpods.client.convert import kill_request, request_total_result, update_request
+from execpods.client.credentials import TlsOptions, call_metadata
 from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -70,9 +71,21 @@ def _current_task_cancelling() -> bool:
 class AsyncAllocatorClient:
     """The asyncio twin of `AllocatorClient`; create and use it inside a running event loop."""
 
-    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+    ) -> None:
         self._timeout = timeout
-        self._channel = grpc.aio.insecure_channel(target)
+        self._metadata = call_metadata(token)
+        self._channel = (
+            grpc.aio.insecure_channel(target)
+            if tls is None
+            else grpc.aio.secure_channel(target, tls.credentials(), options=tls.channel_options())
+        )
         self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -86,13 +99,15 @@ class AsyncAllocatorClient:
     async def request_total(self, total: int) -> RequestTotalResult:
         """Sets the desired number of executors; the allocator reconciles towards it in batches."""
         response = await self._stub.RequestTotal(
-            pb.RequestTotalRequest(total=total), timeout=self._timeout
+            pb.RequestTotalRequest(total=total), timeout=self._timeout, metadata=self._metadata
         )
         return request_total_result(response)
 
     async def kill_executors(self, executor_ids: Iterable[int | str]) -> int:
         """Deletes these executors' pods; returns how many pods the API server deleted."""
-        response = await self._stub.KillExecutors(kill_request(executor_ids), timeout=self._timeout)
+        response = await self._stub.KillExecutors(
+            kill_request(executor_ids), timeout=self._timeout, metadata=self._metadata
+        )
         return int(response.deleted_pods)
 
     async def update_driver_executors(
@@ -104,13 +119,15 @@ class AsyncAllocatorClient:
     ) -> frozenset[int]:
         """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
         request = update_request(registered, released, explicit=explicit)
-        response = await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+        response = await self._stub.UpdateDriverExecutors(
+            request, timeout=self._timeout, metadata=self._metadata
+        )
         return frozenset(response.known)
 
     def stream_snapshots(self, *, batch_interval_ms: int = 0) -> AsyncSnapshotStream:
         """Subscribes to the executor snapshots and removals (0: the server's batch interval)."""
         request = pb.StreamSnapshotsRequest(batch_interval_ms=batch_interval_ms)
-        return AsyncSnapshotStream(self._stub.StreamSnapshots(request))
+        return AsyncSnapshotStream(self._stub.StreamSnapshots(request, metadata=self._metadata))
 
     async def close(self) -> None:
         """Closes the channel, which also ends any open stream."""

@@ -15,6 +15,7 @@ from typing import Self
 import grpc
 from execpods.client.calls import DecodedCall
 from execpods.client.convert import kill_request, request_total_result, update_request
+from execpods.client.credentials import TlsOptions, call_metadata
 from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -60,9 +61,21 @@ class AllocatorClient:
     meant to last as long as the driver. Use it as a context manager, or call `close()`.
     """
 
-    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+    ) -> None:
         self._timeout = timeout
-        self._channel = grpc.insecure_channel(target)
+        self._metadata = call_metadata(token)
+        self._channel = (
+            grpc.insecure_channel(target)
+            if tls is None
+            else grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
+        )
         self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
 
     def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -79,7 +92,7 @@ class AllocatorClient:
     def request_total(self, total: int) -> RequestTotalResult:
         """Sets the desired number of executors; the allocator reconciles towards it in batches."""
         response = self._stub.RequestTotal(
-            pb.RequestTotalRequest(total=total), timeout=self._timeout
+            pb.RequestTotalRequest(total=total), timeout=self._timeout, metadata=self._metadata
         )
         return request_total_result(response)
 
@@ -88,7 +101,9 @@ class AllocatorClient:
 
         The removals are then reported on the snapshot stream, like any other executor exit.
         """
-        response = self._stub.KillExecutors(kill_request(executor_ids), timeout=self._timeout)
+        response = self._stub.KillExecutors(
+            kill_request(executor_ids), timeout=self._timeout, metadata=self._metadata
+        )
         return int(response.deleted_pods)
 
     def update_driver_executors(
@@ -100,7 +115,9 @@ class AllocatorClient:
     ) -> frozenset[int]:
         """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
         request = update_request(registered, released, explicit=explicit)
-        response = self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+        response = self._stub.UpdateDriverExecutors(
+            request, timeout=self._timeout, metadata=self._metadata
+        )
         return frozenset(response.known)
 
     def stream_snapshots(self, *, batch_interval_ms: int = 0) -> SnapshotStream:
@@ -109,7 +126,7 @@ class AllocatorClient:
         The call starts at once; an invalid interval surfaces as a `grpc.RpcError` on iteration.
         """
         request = pb.StreamSnapshotsRequest(batch_interval_ms=batch_interval_ms)
-        return SnapshotStream(self._stub.StreamSnapshots(request))
+        return SnapshotStream(self._stub.StreamSnapshots(request, metadata=self._metadata))
 
     def close(self) -> None:
         """Closes the channel, which also ends any open stream."""

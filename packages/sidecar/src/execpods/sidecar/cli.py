@@ -19,6 +19,7 @@ from pathlib import Path
 
 from execpods.core import ExecpodsError, SettingsError
 from execpods.sidecar.demo import add_demo_arguments, run_demo
+from execpods.sidecar.logformat import JsonFormatter, stamp_app_id
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_specs
 from execpods.sidecar.wiring import connect
@@ -85,6 +86,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 PROPERTIES_FILE_ENV = "EXECPODS_PROPERTIES_FILE"
 LOG_LEVEL_ENV = "EXECPODS_LOG_LEVEL"
+LOG_FORMAT_ENV = "EXECPODS_LOG_FORMAT"
 
 
 class UsageError(Exception):
@@ -193,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"DEBUG, INFO, WARNING or ERROR (env {LOG_LEVEL_ENV}; default WARNING)",
     )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        help=f"text or json (one JSON object per line; env {LOG_FORMAT_ENV}; default text)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve the ExecutorAllocator gRPC service")
     _add_setting_flags(serve)
@@ -202,18 +209,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(level_name: str | None, environ: Mapping[str, str]) -> None:
+def _configure_logging(
+    level_name: str | None, environ: Mapping[str, str], log_format: str | None = None
+) -> None:
     name = (level_name or environ.get(LOG_LEVEL_ENV) or "WARNING").upper()
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
         raise UsageError(f"--log-level {name!r}: use DEBUG, INFO, WARNING or ERROR")
+    style = (log_format or environ.get(LOG_FORMAT_ENV) or "text").lower()
+    if style not in ("text", "json"):
+        raise UsageError(f"--log-format {style!r}: use text or json")
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if style == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
 
 
 async def serve(settings: Settings) -> None:
     """Run the sidecar until SIGTERM or SIGINT; prints the listening line when ready."""
+    stamp_app_id(settings.sidecar.app_id)
     runtime = await asyncio.to_thread(connect, settings)
     server = SidecarServer(runtime)
     server.install_signal_handlers()
@@ -232,7 +248,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        _configure_logging(args.log_level, env)
+        _configure_logging(args.log_level, env, args.log_format)
         if args.command == "settings":
             print_settings()
             return 0

@@ -94,6 +94,7 @@ class InferredDriverView:
             executor_id,
             reason.exit_code,
             reason.exit_caused_by_app,
+            extra={"executor_id": executor_id, "reason": reason.message},
         )
         last = self._last  # observe() and remove_executor() run on the lifecycle manager's thread
         removal = Removal(executor_id, reason, 0 if last is None else last.serial)
