@@ -13,10 +13,10 @@ import subprocess
 import sys
 
 MODULES = (
-    "execpods.core.bench",
-    "execpods.kubesim.bench",
-    "execpods.k8s.bench",
-    "execpods.sidecar.bench",
+    "execpods.devtools.bench.core",
+    "execpods.devtools.bench.kubesim",
+    "execpods.devtools.bench.k8s",
+    "execpods.devtools.bench.sidecar",
 )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
-GENERATED = ROOT / "packages" / "client" / "src" / "execpods" / "v1"
+GENERATED = ROOT / "packages" / "contract" / "src" / "execpods" / "v1"
 
 
 def _say(message: str) -> None:
@@ -76,7 +76,7 @@ def check() -> None:
 
 
 def demo() -> None:
-    _run(_tool("execpods-sidecar"), "demo", *sys.argv[2:])
+    _run(_tool("execpods-demo"), *sys.argv[2:])
 
 
 def bench() -> None:

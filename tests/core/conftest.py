@@ -1,4 +1,4 @@
-"""Shared wiring for the core's behaviour tests: the seed's deterministic store and real fakes."""
+"""Shared wiring for the core's behaviour tests: SPARK-24248's deterministic store, real fakes."""
 
 from __future__ import annotations
 

@@ -1,19 +1,24 @@
-"""The seed's KubernetesClusterSchedulerBackendSuite (start, stop, kill, request total)."""
+"""Spark's KubernetesClusterSchedulerBackendSuite (SPARK-24248): start, stop, kill, request total;
+and the backend as the one facade built by the composition root."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
-    ExecutorPodsAllocator,
     ExecutorPodsBackend,
+    ExecutorPodsSnapshot,
+    ExecutorRemoval,
+    LifecycleObserver,
     ManualClock,
     PodSelector,
+    SnapshotsStoreImpl,
+    compose_backend,
 )
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.store import SnapshotsCallback, Subscription
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -22,6 +27,8 @@ from execpods.core.testing import (
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
+    failed_executor,
+    running_executor,
 )
 
 APP_LABELS = {"spark-app-selector": TEST_APP_ID, "spark-role": "executor"}
@@ -72,53 +79,52 @@ class LoggingPods(InMemoryPodOperations):
 @dataclass
 class BackendRig:
     backend: ExecutorPodsBackend
-    allocator: ExecutorPodsAllocator
+    store: LoggingStore
     pods: LoggingPods
+    driver: RecordingDriver
     requests: DeterministicScheduler
     watch: RecordingSource
     poll: RecordingSource
     log: list[str]
 
 
-def make_backend(*, settings: CoreSettings | None = None, watch_fails: bool = False) -> BackendRig:
+def make_backend(
+    *,
+    settings: CoreSettings | None = None,
+    watch_fails: bool = False,
+    observers: Sequence[LifecycleObserver] = (),
+    driver: RecordingDriver | None = None,
+) -> BackendRig:
+    """A backend from the composition root, over a logging store, pods and sources."""
     settings = settings or CoreSettings.from_properties({"spark.executor.instances": "3"})
     log: list[str] = []
     store = LoggingStore(log)
     pods = LoggingPods(log)
     clock = ManualClock()
-    allocator = ExecutorPodsAllocator(
-        settings=settings,
-        pod_builder=SimpleExecutorPodBuilder(),
-        pod_operations=pods,
-        store=store,
-        clock=clock,
-    )
-    lifecycle = ExecutorPodsLifecycleManager(
-        settings=settings, pod_operations=pods, store=store, clock=clock
-    )
     watch = RecordingSource("watch", log, fail_on_stop=watch_fails)
     poll = RecordingSource("poll", log)
     requests = DeterministicScheduler(clock)
-    backend = ExecutorPodsBackend(
+    driver = driver if driver is not None else RecordingDriver()
+    backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=settings,
-        store=store,
-        allocator=allocator,
-        lifecycle=lifecycle,
         pod_operations=pods,
-        driver=RecordingDriver(),
+        pod_builder=SimpleExecutorPodBuilder(),
+        driver=driver,
+        observers=observers,
+        sources=lambda writer: [watch, poll],
+        clock=clock,
+        store=store,
         request_scheduler=requests,
-        watch_source=watch,
-        poll_source=poll,
-        close_client=lambda: log.append("client.close"),
+        close=lambda: log.append("client.close"),
     )
-    return BackendRig(backend, allocator, pods, requests, watch, poll, log)
+    return BackendRig(backend, store, pods, driver, requests, watch, poll, log)
 
 
-def test_start_all_components_in_the_seed_order() -> None:
+def test_start_all_components_in_sparks_order() -> None:
     rig = make_backend()
     rig.backend.start()
-    assert rig.allocator.total_expected_executors == 3
+    assert rig.backend.counts().total == 3
     assert rig.log == [
         "subscribe ExecutorPodsLifecycleManager",
         "subscribe ExecutorPodsAllocator",
@@ -128,7 +134,7 @@ def test_start_all_components_in_the_seed_order() -> None:
     assert rig.watch.started_with == rig.poll.started_with == [TEST_APP_ID]
 
 
-def test_stop_all_components_in_the_seed_order_even_when_one_fails() -> None:
+def test_stop_all_components_in_sparks_order_even_when_one_fails() -> None:
     rig = make_backend(watch_fails=True)
     rig.backend.start()
     rig.log.clear()
@@ -171,15 +177,125 @@ def test_kill_executors_is_one_delete_by_labels_run_asynchronously() -> None:
 def test_request_total_executors_sets_the_target_asynchronously() -> None:
     rig = make_backend()
     rig.backend.start()
-    future = rig.backend.request_total_executors(5)
-    assert rig.allocator.total_expected_executors == 3
+    future = rig.backend.request_total(5)
+    assert rig.backend.counts().total == 3
     rig.requests.run_until_idle()
-    assert rig.allocator.total_expected_executors == 5
+    assert rig.backend.counts().total == 5
     assert future.done()
 
 
 def test_a_negative_total_is_refused_before_anything_runs() -> None:
     rig = make_backend()
     with pytest.raises(ValueError, match="negative"):
-        rig.backend.request_total_executors(-2)
+        rig.backend.request_total(-2)
     assert rig.requests.pending_tasks == 0
+
+
+def test_the_total_is_validated_once_at_the_boundary_for_every_profile() -> None:
+    rig = make_backend()
+    rig.backend.start()
+    rig.backend.request_total(2, resource_profile_id=1)
+    rig.requests.run_until_idle()
+    assert rig.backend.counts().total == 5, "the default profile's 3 and profile 1's 2"
+    with pytest.raises(ValueError, match=r"total=-1 is invalid: it must not be negative"):
+        rig.backend.request_total(-1, resource_profile_id=1)
+    with pytest.raises(ValueError, match="negative"):
+        make_backend().backend.start(initial_executors=-1)
+    assert rig.requests.pending_tasks == 0
+    assert rig.backend.counts().total == 5
+
+
+def test_counts_are_the_target_and_the_latest_snapshot() -> None:
+    rig = make_backend()
+    rig.backend.start()
+    rig.store.replace_snapshot([running_executor(1), running_executor(2)])
+    rig.store.update_pod(failed_executor(3))
+    counts = rig.backend.counts()
+    assert (counts.total, counts.running, counts.pending) == (3, 2, 0)
+    assert rig.backend.current_snapshot is rig.store.current_snapshot
+
+
+def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> None:
+    rig = make_backend()
+    rig.backend.start()
+    snapshots: list[ExecutorPodsSnapshot] = []
+    removals: list[ExecutorRemoval] = []
+    subscription = rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    assert rig.backend.subscription_count == 1
+    rig.store.update_pod(running_executor(1))
+    rig.store.update_pod(failed_executor(1, exit_code=137))
+    rig.store.notify_subscribers()
+    decided_on = rig.store.current_snapshot
+    assert snapshots[-1] is decided_on
+    assert [(r.executor_id, r.reason.exit_code, r.snapshot_serial) for r in removals] == [
+        (1, 137, decided_on.serial)
+    ]
+    assert rig.driver.removals_of(1) == [removals[0].reason]
+    subscription.cancel()
+    assert rig.backend.subscription_count == 0
+    delivered = len(snapshots)
+    rig.store.update_pod(failed_executor(2))
+    rig.store.notify_subscribers()
+    assert (len(snapshots), len(removals)) == (delivered, 1), "nothing after the cancel"
+    assert [i for i, _ in rig.driver.removed] == [1, 2], "the lifecycle manager goes on"
+
+
+def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuses_more() -> None:
+    clock = ManualClock()
+    store = SnapshotsStoreImpl(DeterministicScheduler(clock), clock=clock)
+    backend = compose_backend(
+        app_id=TEST_APP_ID,
+        settings=CoreSettings(),
+        pod_operations=InMemoryPodOperations(),
+        pod_builder=SimpleExecutorPodBuilder(),
+        driver=RecordingDriver(),
+        clock=clock,
+        store=store,
+        request_scheduler=DeterministicScheduler(clock),
+    )
+    backend.start()
+    reconcilers = store.subscriber_count
+    subscription = backend.subscribe(1.0, lambda batch: None, on_removal=lambda removal: None)
+    assert store.subscriber_count == reconcilers + 1
+    subscription.cancel()
+    assert (store.subscriber_count, backend.subscription_count) == (reconcilers, 0)
+    backend.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        backend.subscribe(1.0, lambda batch: None)
+    assert backend.subscription_count == 0
+
+
+@dataclass
+class RecordingObserver:
+    """A lifecycle observer that notes what the driver had been told when it heard each report."""
+
+    driver: RecordingDriver
+    heard: list[tuple[str, object, list[int]]] = field(default_factory=list)
+    fail: bool = False
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        told = [i for i, _ in self.driver.removed]
+        self.heard.append(("round", [s.serial for s in snapshots], told))
+        if self.fail:
+            raise RuntimeError("observer broke")
+
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        told = [i for i, _ in self.driver.removed]
+        self.heard.append(("removed", removal.executor_id, told))
+        if self.fail:
+            raise RuntimeError("observer broke")
+
+
+def test_observers_hear_each_round_before_its_decisions_and_each_removal_after_the_driver() -> None:
+    driver = RecordingDriver()
+    first, second = RecordingObserver(driver, fail=True), RecordingObserver(driver)
+    rig = make_backend(observers=[first, second], driver=driver)
+    rig.backend.start()
+    removals: list[ExecutorRemoval] = []
+    rig.backend.subscribe(1.0, lambda batch: None, on_removal=removals.append)
+    rig.store.update_pod(failed_executor(4))
+    rig.store.notify_subscribers()
+    serial = rig.store.current_snapshot.serial
+    expected = [("round", [serial], []), ("removed", 4, [4])]
+    assert first.heard == second.heard == expected, "a failing observer stops no one"
+    assert [r.executor_id for r in removals] == [4]

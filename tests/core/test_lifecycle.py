@@ -1,4 +1,4 @@
-"""The seed's ExecutorPodsLifecycleManagerSuite as behaviour tests, with SPARK-54198's change."""
+"""Spark's ExecutorPodsLifecycleManagerSuite (SPARK-24248) as behaviour tests, with SPARK-54198."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from execpods.core.testing import (
 from .conftest import LifecycleRig, make_lifecycle_rig
 
 
-def seed_exit_message(executor_id: int) -> str:
+def spark_exit_message(executor_id: int) -> str:
     pod = failed_executor(executor_id)
     statuses = "\n===\n".join(s.describe() for s in pod.container_statuses)
     return (
@@ -35,7 +35,7 @@ def test_an_executor_in_an_error_state_is_removed_from_the_driver_and_deleted(
     failed = failed_executor(1)
     life.store.update_pod(failed)
     life.store.notify_subscribers()
-    expected = ExecutorExited(exit_code=1, exit_caused_by_app=True, message=seed_exit_message(1))
+    expected = ExecutorExited(exit_code=1, exit_caused_by_app=True, message=spark_exit_message(1))
     assert life.driver.removed == [(1, expected)]
     assert life.pods.deletes_of(failed.name) == 1
     assert "name=spark-executor, image=k8s-spark, state=terminated(exitCode=1" in expected.message
@@ -141,8 +141,8 @@ def test_a_succeeded_executor_the_driver_still_counts_on_is_logged_at_info(
 
 
 def test_the_cache_window_bounds_memory_not_correctness(life: LifecycleRig) -> None:
-    # As in the seed, the cache forgets after its window; a pod that is somehow still listed
-    # then is reported again (a driver ignores removals of executors it no longer has).
+    # As in Spark (SPARK-24248), the cache forgets after its window; a pod that is somehow still
+    # listed then is reported again (a driver ignores removals of executors it no longer has).
     life.store.update_pod(failed_executor(1))
     life.store.notify_subscribers()
     life.clock.advance(CoreSettings().removed_executors_cache_ttl - 1)

@@ -36,6 +36,6 @@ def test_without_an_executor_container_the_first_one_and_first_exit_code_count()
 def test_while_the_executor_runs_the_first_terminated_container_gives_the_code() -> None:
     executor = ContainerStatus(name=EXECUTOR_CONTAINER_NAME, state=ContainerRunning())
     helper = ContainerStatus(name="init-ish", state=ContainerTerminated(exit_code=0))
-    assert _pod(executor, helper).executor_exit_code() == 0  # the seed: first terminated one
+    assert _pod(executor, helper).executor_exit_code() == 0  # Spark: the first terminated one
     assert _pod().executor_container() is None
     assert _pod().executor_exit_code() is None

@@ -1,4 +1,4 @@
-"""Property-based tests on event orderings, as the seed commit asks.
+"""Property-based tests on event orderings, as SPARK-24248's design asks.
 
 Kubernetes delivers events late, twice, or out of order, and a poll can land between any two of
 them. These properties hold for every such ordering that hypothesis can find.
@@ -127,7 +127,7 @@ def _reference_round(
     told: set[int],
     delete_on_termination: bool = True,
 ) -> tuple[set[int], Counter[str]]:
-    """The seed's lifecycle round, walking every executor of every snapshot (with SPARK-54198)."""
+    """SPARK-24248's lifecycle round, walking every executor of every snapshot (+ SPARK-54198)."""
     told_now: set[int] = set()
     deletes: Counter[str] = Counter()
     removed_in_round: set[int] = set()
@@ -155,7 +155,7 @@ def _reference_round(
 
 @settings(max_examples=300, deadline=None)
 @given(actions=ACTIONS, known=st.sets(IDS, max_size=4))
-def test_lifecycle_deltas_do_exactly_what_the_seeds_full_walk_does(
+def test_lifecycle_deltas_do_exactly_what_sparks_full_walk_does(
     actions: list[tuple[str, object]], known: set[int]
 ) -> None:
     life = make_lifecycle_rig()

@@ -1,4 +1,4 @@
-"""The seed's ExecutorPodsSnapshotSuite, plus what the persistent map and deltas promise."""
+"""Spark's ExecutorPodsSnapshotSuite (SPARK-24248), and what the persistent map and deltas add."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seed's ExecutorPodsSnapshotsStoreSuite on a deterministic scheduler, and more."""
+"""Spark's ExecutorPodsSnapshotsStoreSuite (SPARK-24248) on a deterministic scheduler, and more."""
 
 from __future__ import annotations
 

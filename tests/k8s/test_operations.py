@@ -31,6 +31,16 @@ from execpods.kubesim import KubeSim
 from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod, free_port
 
 APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
+APP_SELECTOR = APP.label_selector()
+
+
+def _writes(sim: KubeSim) -> list[tuple[str, int, str]]:
+    """The creates and deletes the simulator answered: (verb, status, label selector)."""
+    return [
+        (r.verb, r.status, r.query.get("labelSelector", ""))
+        for r in sim.requests()
+        if r.method in {"POST", "DELETE"}
+    ]
 
 
 def test_create_list_and_patch_labels(sim: KubeSim, operations: KubernetesPodOperations) -> None:
@@ -161,12 +171,13 @@ def test_creation_errors_reach_the_core_allocator_typed(
     builder = ExecutorPodTemplateBuilder(
         settings=KubernetesSettings(container_image=IMAGE), namespace="default"
     )
+    clock = ManualClock()
     allocator = ExecutorPodsAllocator(
         settings=CoreSettings(),
         pod_builder=builder,
         pod_operations=operations,
         store=store,
-        clock=ManualClock(),
+        clock=clock,
     )
     allocator.start(APP_ID)
     allocator.set_total_expected_executors(3)
@@ -175,11 +186,18 @@ def test_creation_errors_reach_the_core_allocator_typed(
         allocator.on_new_snapshots([store.current_snapshot])
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
-    assert dict(allocator.requested_but_unseen()) == {}
     assert sim.pods() == []
     caplog.clear()
     sim.fail_requests(500, count=1)  # the answer is lost: the pod may exist, so it is tracked
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "ApiUnavailable" in caplog.text
-    assert set(allocator.requested_but_unseen()) == {2}
+    # The refused executor 1 was not tracked (this round was not held back); executor 2 is.
+    assert _writes(sim) == [("create", 422, ""), ("create", 500, "")]
+    allocator.on_new_snapshots([store.current_snapshot])
+    assert _writes(sim) == [("create", 422, ""), ("create", 500, "")], "held back by executor 2"
+    clock.advance(allocator.pod_creation_timeout + 1)
+    allocator.on_new_snapshots([store.current_snapshot])
+    writes = _writes(sim)
+    assert writes[2] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (2)")
+    assert writes[3:] == [("create", 201, "")] * 3

@@ -1,4 +1,4 @@
-"""The poll source (the seed's ExecutorPodsPollingSnapshotSourceSuite, over HTTP)."""
+"""The poll source (Spark's ExecutorPodsPollingSnapshotSourceSuite, SPARK-24248, over HTTP)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The watch source over HTTP against the simulator: the seed's suite, then the failure modes."""
+"""The watch source over HTTP against the simulator: Spark's suite (SPARK-24248), then failures."""
 
 from __future__ import annotations
 

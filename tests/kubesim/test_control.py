@@ -197,7 +197,7 @@ def test_cli_flags_and_a_driver_in_another_process(tmp_path: Path) -> None:
 
 
 def test_benchmark_runs_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> None:
-    from execpods.kubesim import bench
+    from execpods.devtools.bench import kubesim as bench
 
     assert bench.main(["--pods", "60", "--requests", "30", "--watchers", "3", "--json"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from execpods.core import SnapshotsStoreImpl
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
@@ -107,10 +106,8 @@ def running_ids(sim: KubeSim, app_id: str) -> set[int]:
 
 
 def store_subscribers(sidecar: EmbeddedSidecar) -> int:
-    """How many subscribers the sidecar's snapshot store has."""
-    store = sidecar.runtime.store
-    assert isinstance(store, SnapshotsStoreImpl)
-    return store.subscriber_count
+    """How many live subscriptions (snapshots and removals, cancelled as one) the backend has."""
+    return sidecar.runtime.backend.subscription_count
 
 
 def creates(sim: KubeSim) -> int:

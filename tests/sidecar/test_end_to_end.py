@@ -62,7 +62,7 @@ def test_no_second_batch_until_the_first_is_running(
     sidecar = make_sidecar("batches", conf={"spark.kubernetes.allocation.batch.size": "3"})
     rounds: list[int] = []
     sim.pause_kubelet()
-    sidecar.runtime.store.add_subscriber(0.1, lambda batch: rounds.append(len(batch)))
+    sidecar.runtime.backend.subscribe(0.1, lambda batch: rounds.append(len(batch)))
     with AllocatorClient(sidecar.address) as client:
         client.request_total(7)
         wait_for(lambda: len(app_pods(sim, "batches")) == 3, what="the first batch")
@@ -139,7 +139,9 @@ def test_kill_executors_deletes_exactly_those_pods(
     sidecar = make_sidecar("kills")
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
         _scale_to(client, sim, "kills", 5)
-        client.request_total(3)  # the seed does not replace killed executors below the target
+        client.request_total(
+            3
+        )  # Spark (SPARK-24248) does not replace killed executors below the target
         assert client.kill_executors(["1", "3"]) == 2
         updates = _follow(stream, lambda ups: sum(len(u.removed) for u in ups) >= 2)
         removals = [r for u in updates for r in u.removed]

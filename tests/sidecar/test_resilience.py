@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 import time
 
 import grpc
+import pytest
 from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
 from execpods.core import ExecutorPodsSnapshot, PodState
 from execpods.kubesim import KubeSim
@@ -37,7 +39,7 @@ class ShiftableClock:
 
 
 def test_a_create_that_vanished_is_deleted_and_requested_again(
-    sim: KubeSim, make_sidecar: SidecarFactory
+    sim: KubeSim, make_sidecar: SidecarFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The create's answer is lost (503: outcome unknown) and the pod never shows up.
 
@@ -51,17 +53,26 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
         "vanish", clock=clock, conf={"spark.kubernetes.executor.enableApiPolling": "false"}
     )
     assert sim.wait_for_watchers(1)
+    caplog.set_level(logging.DEBUG, logger="execpods.core.allocator")
     sim.fail_requests(503, count=1)  # the watch is open and idle: the next request is the create
     with AllocatorClient(sidecar.address) as client:
         client.request_total(1)
-        allocator = sidecar.runtime.allocator
-        # The allocator has the 503 in hand once it tracks the executor as requested-but-unseen.
-        wait_for(lambda: set(allocator.requested_but_unseen()) == {1}, what="the lost create")
+        # The allocator has the 503 in hand (and has timed the request) once it says so.
+        wait_for(
+            lambda: "Could not create the pod of executor 1 (ApiUnavailable" in caplog.text,
+            what="the lost create",
+        )
         assert [(r.verb, r.status) for r in sim.requests() if r.verb == "create"] == [
             ("create", 503)
         ]
         assert app_pods(sim, "vanish") == []
-        clock.offset += allocator.pod_creation_timeout + 1
+        # The next round (1 s later) counts it as requested but unseen, and holds back.
+        wait_for(
+            lambda: "(0 pending in the cluster, 1 requested but not yet seen)" in caplog.text,
+            what="a round that holds the lost create back",
+        )
+        assert [r.verb for r in sim.requests() if r.method in {"POST", "DELETE"}] == ["create"]
+        clock.offset += sidecar.settings.core.pod_creation_timeout + 1
         wait_for(lambda: running_ids(sim, "vanish") == {2}, what="the replacement running")
     records = sim.requests()
     deletes = [
@@ -88,7 +99,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
     assert sim.wait_for_watchers(1)  # the watch's initial list is in the store
     baseline = store_subscribers(sidecar)
     reference: list[ExecutorPodsSnapshot] = []
-    sidecar.runtime.store.add_subscriber(0.05, reference.extend)
+    sidecar.runtime.backend.subscribe(0.05, reference.extend)
     wait_for(lambda: reference, what="the reference subscriber's first delivery")
     received: list[list[Snapshot]] = [[] for _ in range(100)]
 
@@ -102,7 +113,8 @@ def test_a_hundred_streams_all_receive_every_snapshot(
             await wait_for_async(
                 lambda: all(received), timeout=30.0, what="every stream's first message"
             )
-            assert sidecar.server.service.open_streams == 100
+            # Each open stream holds one subscription; the reference subscriber is the 101st.
+            assert store_subscribers(sidecar) == baseline + 101
             await client.request_total(10)
 
             def settled() -> bool:
@@ -121,17 +133,15 @@ def test_a_hundred_streams_all_receive_every_snapshot(
     assert len(expected) > 10
     for stream in received:
         assert [_states(s) for s in stream] == expected
-    wait_for(lambda: sidecar.server.service.open_streams == 0, what="the streams to close")
-    # Every cancelled stream let go of its store subscription: only the reference one is left.
-    assert store_subscribers(sidecar) == baseline + 1
-    assert sidecar.runtime.driver_view.listener_count == 0
+    # Every cancelled stream let go of its subscription (snapshots and removals, cancelled as
+    # one): only the reference one is left.
+    wait_for(lambda: store_subscribers(sidecar) == baseline + 1, what="the streams to close")
 
 
 def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: SidecarFactory) -> None:
-    """Cancelled streams and a closed channel leave no subscriber or listener behind."""
+    """Cancelled streams and a closed channel leave no subscription behind."""
     sidecar = make_sidecar("leaks")
     baseline = store_subscribers(sidecar)
-    service = sidecar.server.service
     for _ in range(3):
         with AllocatorClient(sidecar.address) as client:
             cancelled = [client.stream_snapshots(batch_interval_ms=20) for _ in range(4)]
@@ -139,14 +149,11 @@ def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: Sideca
             for stream in cancelled + abandoned:
                 assert next(stream).snapshots[0].was_full
             assert store_subscribers(sidecar) == baseline + 8
-            assert sidecar.runtime.driver_view.listener_count == 8
             for stream in cancelled:
                 stream.cancel()
-            wait_for(lambda: service.open_streams == 4, what="four streams to end")
+            wait_for(lambda: store_subscribers(sidecar) == baseline + 4, what="four streams to end")
         # Leaving the block closes the channel under the abandoned streams.
-        wait_for(lambda: service.open_streams == 0, what="every stream to end")
-        assert store_subscribers(sidecar) == baseline
-        assert sidecar.runtime.driver_view.listener_count == 0
+        wait_for(lambda: store_subscribers(sidecar) == baseline, what="every stream to end")
 
 
 def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:

@@ -79,6 +79,7 @@ def test_concurrent_stops_stop_the_backend_once() -> None:
     """A signal arriving while the process is already stopping must not run the stop twice."""
     import asyncio
 
+    from execpods.core import no_sources
     from execpods.core.testing import InMemoryPodOperations, SimpleExecutorPodBuilder
     from execpods.sidecar.server import SidecarServer
     from execpods.sidecar.settings import Settings
@@ -92,7 +93,7 @@ def test_concurrent_stops_stop_the_backend_once() -> None:
         settings,
         pod_operations=InMemoryPodOperations(),
         pod_builder=SimpleExecutorPodBuilder(),
-        sources=lambda store: (None, None),
+        sources=no_sources,
         close_client=lambda: closes.append("closed"),
     )
 

@@ -55,7 +55,7 @@ def test_a_slow_stream_stalls_nobody_and_catches_up_in_full(
         wait_for(lambda: len(running_ids(sim, "slow")) == EXECUTORS, what="all running")
 
         published: list[ExecutorPodsSnapshot] = []
-        sidecar.runtime.store.add_subscriber(0.02, published.extend)
+        sidecar.runtime.backend.subscribe(0.02, published.extend)
         wait_for(lambda: published, what="the reference subscriber's first batch")
 
         fast_seen: list[int] = []
@@ -81,7 +81,7 @@ def test_a_slow_stream_stalls_nobody_and_catches_up_in_full(
         assert sum(fast_seen) >= 60  # the other stream kept up
 
         # Catch up, to the newest full list the store holds now.
-        target_ms = round(sidecar.runtime.store.current_snapshot.full_snapshot_ts * 1000)
+        target_ms = round(sidecar.runtime.backend.current_snapshot.full_snapshot_ts * 1000)
         slow_snapshots = list(first.snapshots)
         for update in slow:
             slow_snapshots.extend(update.snapshots)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from execpods.core import ExecutorExited, ExecutorPodsSnapshot
+from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval
 from execpods.core.testing import failed_executor, pending_executor, running_executor
-from execpods.sidecar.driver_view import InferredDriverView, Removal
+from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.streams import (
     EncodingCache,
     Pending,
@@ -63,7 +63,7 @@ def test_streams_on_the_same_chain_share_encodings() -> None:
 
 def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
     first, second, _ = _chain()
-    removal = Removal(9, GONE)
+    removal = ExecutorRemoval(executor_id=9, reason=GONE)
     encoder = SnapshotEncoder(EncodingCache())
     pending = Pending(snapshots=[first, second], removals=[removal])
     head, rest = build_response(encoder, pending, first=True)
@@ -91,26 +91,23 @@ def test_a_feed_that_falls_behind_keeps_the_latest_snapshots() -> None:
 def test_the_view_infers_known_executors_from_running_ones() -> None:
     view = InferredDriverView()
     first, second, third = _chain()
-    view.observe([first])
+    view.round_started([first])
     assert set(view.executor_ids()) == set()
-    view.observe([second, third])
+    view.round_started([second, third])
     assert set(view.executor_ids()) == {1}
     assert view.is_executor_active(1)
     view.update(registered=(), released=[1], explicit=False)
     assert not view.is_executor_active(1)
-    heard: list[Removal] = []
-    unregister = view.add_listener(heard.append)
     view.remove_executor(1, GONE)
-    unregister()
-    view.remove_executor(2, GONE)
-    assert [r.executor_id for r in heard] == [1]
-    view.observe([ExecutorPodsSnapshot.from_pods([running_executor(1)])])
+    assert set(view.executor_ids()) == set()
+    assert not view.is_executor_active(1)
+    view.round_started([ExecutorPodsSnapshot.from_pods([running_executor(1)])])
     assert set(view.executor_ids()) == set()  # a removed executor never comes back
 
 
 def test_explicit_mode_knows_only_what_the_driver_registered() -> None:
     view = InferredDriverView()
-    view.observe([ExecutorPodsSnapshot.from_pods([running_executor(1), running_executor(2)])])
+    view.round_started([ExecutorPodsSnapshot.from_pods([running_executor(1), running_executor(2)])])
     assert view.update(registered=[3], released=(), explicit=False) == [1, 2, 3]
     assert view.update(registered=[2], released=(), explicit=True) == [2, 3]
     assert view.update(registered=(), released=(), explicit=False) == [2, 3]  # sticky
@@ -124,7 +121,7 @@ def test_a_removal_waits_for_the_snapshot_it_was_decided_on() -> None:
         feed.on_snapshots([first])
         await feed.wait()
         taken = [feed.take()]
-        feed.on_removal(Removal(1, GONE, seen_serial=second.serial))
+        feed.on_removal(ExecutorRemoval(executor_id=1, reason=GONE, snapshot_serial=second.serial))
         taken.append(feed.take())  # held: the stream has not got `second` yet
         feed.on_snapshots([second])
         await feed.wait()
@@ -144,7 +141,7 @@ def test_a_removal_before_the_first_snapshot_waits_for_it() -> None:
 
     async def scenario() -> tuple[Pending, Pending]:
         feed = StreamFeed(asyncio.get_running_loop(), max_pending=10)
-        feed.on_removal(Removal(1, GONE, seen_serial=0))
+        feed.on_removal(ExecutorRemoval(executor_id=1, reason=GONE, snapshot_serial=0))
         held = feed.take()
         feed.on_snapshots([first])
         await feed.wait()

@@ -6,8 +6,9 @@ client libraries, and no threads until a `ThreadScheduler` is given work.
 """
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator, executors_to_request
-from execpods.core.backend import ExecutorPodsBackend
+from execpods.core.backend import AllocationCounts, ExecutorPodsBackend, LifecycleFanout
 from execpods.core.clock import Clock, ManualClock, SystemClock
+from execpods.core.compose import SourcesFactory, compose_backend, no_sources
 from execpods.core.errors import (
     ApiThrottled,
     ApiUnavailable,
@@ -38,9 +39,13 @@ from execpods.core.ports import (
     DriverView,
     ExecutorExited,
     ExecutorPodBuilder,
+    ExecutorRemoval,
+    LifecycleObserver,
     PodOperations,
     PodSelector,
     SnapshotSource,
+    SnapshotsReader,
+    SnapshotsWriter,
 )
 from execpods.core.scheduling import (
     Cancellable,
@@ -58,6 +63,7 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AllocationCounts",
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
@@ -81,6 +87,9 @@ __all__ = [
     "ExecutorPodsBackend",
     "ExecutorPodsLifecycleManager",
     "ExecutorPodsSnapshot",
+    "ExecutorRemoval",
+    "LifecycleFanout",
+    "LifecycleObserver",
     "ManualClock",
     "PodAdmissionRejected",
     "PodConflict",
@@ -97,14 +106,19 @@ __all__ = [
     "SettingsError",
     "SnapshotSource",
     "SnapshotsCallback",
+    "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsStoreImpl",
+    "SnapshotsWriter",
+    "SourcesFactory",
     "Subscription",
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "compose_backend",
     "executors_to_request",
     "exit_reason",
+    "no_sources",
     "parse_duration",
     "unknown_keys",
 ]

@@ -1,6 +1,6 @@
 """The allocator: reconciles the desired number of executors against the latest snapshot.
 
-Seed semantics (SPARK-24248): executors are requested in batches, and no new batch is requested
+Spark's rules (SPARK-24248): executors are requested in batches, and no new batch is requested
 while any executor is pending or any requested executor has not yet appeared in a snapshot. An
 executor requested but unseen for longer than the pod creation timeout is assumed lost (the create
 never took effect, or its creation and deletion events were both missed): its pod is deleted by
@@ -15,22 +15,22 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from execpods.core.clock import Clock
 from execpods.core.errors import PodOperationError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
+    SnapshotsReader,
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodState
-from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ExecutorCounts:
 def executors_to_request(
     *, target: int, counts: ExecutorCounts, outstanding_requests: int, batch_size: int
 ) -> int:
-    """How many executors to request this round (the seed's rule, as a pure function).
+    """How many executors to request this round (SPARK-24248's rule, as a pure function).
 
     Nothing while any executor is pending or requested-but-unseen: a batch must start running
     before the next is asked for, which keeps a slow cluster from being flooded with pods.
@@ -82,7 +82,7 @@ class ExecutorPodsAllocator:
         settings: CoreSettings,
         pod_builder: ExecutorPodBuilder,
         pod_operations: PodOperations,
-        store: SnapshotsStore,
+        store: SnapshotsReader,
         clock: Clock,
     ) -> None:
         self._settings = settings
@@ -125,14 +125,6 @@ class ExecutorPodsAllocator:
     def total_expected_executors(self) -> int:
         with self._lock:
             return sum(self._targets.values())
-
-    def requested_but_unseen(self) -> Mapping[int, float]:
-        """Executor id -> monotonic time it was requested, for those not yet in any snapshot.
-
-        Safe to call from any thread: the dict is copied in one step before it is read.
-        """
-        requested = dict(self._requested)
-        return {executor_id: r.created_at for executor_id, r in requested.items()}
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """One allocation round (the store calls it serially)."""

@@ -1,32 +1,127 @@
-"""The backend: wires the store, reconcilers and sources together and runs them in order.
+"""The backend: the one facade over a running allocation, as `compose_backend` assembles it.
 
-It is Spark's `KubernetesClusterSchedulerBackend` without the Spark: it starts in the seed's
-order (target = initial executors, lifecycle manager, allocator, watch, poll) so that the
-reconcilers are subscribed before the first events arrive, and stops in the seed's order (store,
-watch, poll, delete the application's executor pods, close the client), each step tolerant of
-the others failing so that a broken watch cannot leave pods behind.
+It is Spark's `KubernetesClusterSchedulerBackend` without the Spark. Everything a caller (the
+sidecar's servicer, the embedded sidecar, a benchmark, a test) does with a running allocation goes
+through it: set a total, kill executors, read the counts, subscribe to snapshots and removals,
+start and stop. Nothing reaches past it to the store or the reconcilers.
+
+It starts in Spark's order (SPARK-24248's `KubernetesClusterSchedulerBackend.start`: target =
+initial executors, lifecycle manager, allocator, then the sources, watch before poll) so that the
+reconcilers are subscribed before the first events arrive, and stops in Spark's order (the store,
+the sources, delete the application's executor pods, close the client), each step tolerant of the
+others failing so that a broken watch cannot leave pods behind.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+import threading
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TypeVar
 
-from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
-from execpods.core.ports import DriverView, PodOperations, PodSelector, SnapshotSource
-from execpods.core.scheduling import Scheduler
+from execpods.core.ports import (
+    DEFAULT_RESOURCE_PROFILE_ID,
+    DriverView,
+    ExecutorRemoval,
+    LifecycleObserver,
+    PodOperations,
+    PodSelector,
+    Scheduler,
+    SnapshotsCallback,
+    SnapshotSource,
+    SnapshotsStore,
+    Subscription,
+)
 from execpods.core.settings import CoreSettings
-from execpods.core.store import SnapshotsStore
+from execpods.core.snapshot import ExecutorPodsSnapshot
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+RemovalCallback = Callable[[ExecutorRemoval], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocationCounts:
+    """The target and what the latest snapshot shows of it."""
+
+    total: int
+    """The total number of executors asked for, over every resource profile."""
+    running: int
+    pending: int
+
+
+class _Subscriber:
+    """One `subscribe` call: its store subscription and its removal callback, cancelled as one."""
+
+    __slots__ = ("_fanout", "on_removal", "store_subscription")
+
+    def __init__(self, fanout: LifecycleFanout, on_removal: RemovalCallback | None) -> None:
+        self._fanout = fanout
+        self.on_removal = on_removal
+        self.store_subscription: Subscription | None = None
+
+    def cancel(self) -> None:
+        if self.store_subscription is not None:
+            self.store_subscription.cancel()
+        self._fanout.remove(self)
+
+
+class LifecycleFanout:
+    """The lifecycle manager's one `LifecycleObserver`: hands each report to the given observers
+    (the sidecar's driver view), then each removal to every live subscriber of the backend.
+
+    Each recipient is called in turn on the lifecycle manager's thread; one that fails is logged
+    and the others still hear.
+    """
+
+    def __init__(self, observers: Sequence[LifecycleObserver] = ()) -> None:
+        self._observers = tuple(observers)
+        self._lock = threading.Lock()
+        self._subscribers: tuple[_Subscriber, ...] = ()
+
+    def add(self, subscriber: _Subscriber) -> None:
+        with self._lock:
+            self._subscribers = (*self._subscribers, subscriber)
+
+    def remove(self, subscriber: _Subscriber) -> None:
+        with self._lock:
+            self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        for observer in self._observers:
+            try:
+                observer.round_started(snapshots)
+            except Exception:
+                logger.exception("Lifecycle observer %r failed on a round", observer)
+
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        for observer in self._observers:
+            try:
+                observer.executor_removed(removal)
+            except Exception:
+                logger.exception("Lifecycle observer %r failed on a removal", observer)
+        for subscriber in self._subscribers:
+            if subscriber.on_removal is None:
+                continue
+            try:
+                subscriber.on_removal(removal)
+            except Exception:
+                logger.exception("A removal subscriber failed on executor %d", removal.executor_id)
+
 
 class ExecutorPodsBackend:
+    """The facade; made by `execpods.core.compose_backend`, not by hand."""
+
     def __init__(
         self,
         *,
@@ -37,41 +132,81 @@ class ExecutorPodsBackend:
         lifecycle: ExecutorPodsLifecycleManager,
         pod_operations: PodOperations,
         driver: DriverView,
+        fanout: LifecycleFanout,
         request_scheduler: Scheduler,
-        watch_source: SnapshotSource | None = None,
-        poll_source: SnapshotSource | None = None,
-        close_client: Callable[[], None] | None = None,
+        sources: Sequence[SnapshotSource] = (),
+        close: Callable[[], None] | None = None,
     ) -> None:
         self.app_id = app_id
-        self._settings = settings
+        self.settings = settings
         self._store = store
         self._allocator = allocator
         self._lifecycle = lifecycle
         self._pods = pod_operations
         self._driver = driver
         self._requests = request_scheduler
-        self._watch = watch_source
-        self._poll = poll_source
-        self._close_client = close_client
+        self._sources = tuple(sources)
+        self._close = close
+        self._fanout = fanout
+
+    # Start and stop.
 
     def start(self, *, initial_executors: int | None = None) -> None:
         initial = (
-            self._settings.initial_executors if initial_executors is None else initial_executors
+            self.settings.initial_executors if initial_executors is None else initial_executors
         )
-        self._allocator.set_total_expected_executors(initial)
+        self._allocator.set_total_expected_executors(self._checked_total(initial))
         self._lifecycle.start(self._driver)
         self._allocator.start(self.app_id)
-        if self._watch is not None:
-            self._watch.start(self.app_id)
-        if self._poll is not None:
-            self._poll.start(self.app_id)
+        for source in self._sources:
+            source.start(self.app_id)
         logger.info("Started allocating executors for application %s.", self.app_id)
 
-    def request_total_executors(self, total: int) -> Future[None]:
-        """Set the target asynchronously (as Spark's doRequestTotalExecutors)."""
+    def stop(self) -> None:
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("stop the snapshots store", self._store.stop)
+        ]
+        steps.extend((f"stop {type(s).__name__}", s.stop) for s in self._sources)
+        if self.settings.delete_on_termination:
+            steps.append(("delete the executor pods", self._delete_all_executors))
+        steps.append(("stop the request scheduler", self._requests.shutdown))
+        if self._close is not None:
+            steps.append(("close the Kubernetes client", self._close))
+        for what, step in steps:
+            try:
+                step()
+            except Exception:
+                logger.exception("Failed to %s while stopping; going on with the rest.", what)
+        logger.info("Stopped allocating executors for application %s.", self.app_id)
+
+    def _delete_all_executors(self) -> None:
+        deleted = self._pods.delete_by_selector(
+            PodSelector.executors_of(self.settings.labels, self.app_id)
+        )
+        logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
+
+    # What the driver asks for.
+
+    def request_total(
+        self, total: int, *, resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID
+    ) -> Future[None]:
+        """Set the target asynchronously (as Spark's `doRequestTotalExecutors`).
+
+        The total is validated here, once, before anything is queued: a bad one raises
+        `ValueError` with a message naming the value, and nothing changes.
+        """
+        checked = self._checked_total(total)
+        return self._run_async(
+            lambda: self._allocator.set_total_expected_executors(
+                checked, resource_profile_id=resource_profile_id
+            )
+        )
+
+    @staticmethod
+    def _checked_total(total: int) -> int:
         if total < 0:
-            raise ValueError(f"the total number of executors must not be negative, not {total}")
-        return self._run_async(lambda: self._allocator.set_total_expected_executors(total))
+            raise ValueError(f"total={total} is invalid: it must not be negative")
+        return total
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods with one request; the events drive the rest."""
@@ -80,10 +215,11 @@ class ExecutorPodsBackend:
             done: Future[int] = Future()
             done.set_result(0)
             return done
-        selector = PodSelector.executors_of(self._settings.labels, self.app_id, ids)
+        selector = PodSelector.executors_of(self.settings.labels, self.app_id, ids)
         return self._run_async(lambda: self._pods.delete_by_selector(selector))
 
     def _run_async(self, action: Callable[[], T]) -> Future[T]:
+        """Run `action` on the request scheduler; `RuntimeError` if it is shut down."""
         future: Future[T] = Future()
 
         def run() -> None:
@@ -97,28 +233,43 @@ class ExecutorPodsBackend:
         self._requests.submit(run)
         return future
 
-    def stop(self) -> None:
-        steps: list[tuple[str, Callable[[], object]]] = [
-            ("stop the snapshots store", self._store.stop)
-        ]
-        if self._watch is not None:
-            steps.append(("stop the watch", self._watch.stop))
-        if self._poll is not None:
-            steps.append(("stop the poll", self._poll.stop))
-        if self._settings.delete_on_termination:
-            steps.append(("delete the executor pods", self._delete_all_executors))
-        steps.append(("stop the request scheduler", self._requests.shutdown))
-        if self._close_client is not None:
-            steps.append(("close the Kubernetes client", self._close_client))
-        for what, step in steps:
-            try:
-                step()
-            except Exception:
-                logger.exception("Failed to %s while stopping; going on with the rest.", what)
-        logger.info("Stopped allocating executors for application %s.", self.app_id)
+    # What the driver reads.
 
-    def _delete_all_executors(self) -> None:
-        deleted = self._pods.delete_by_selector(
-            PodSelector.executors_of(self._settings.labels, self.app_id)
+    @property
+    def current_snapshot(self) -> ExecutorPodsSnapshot:
+        return self._store.current_snapshot
+
+    def counts(self) -> AllocationCounts:
+        counts = ExecutorCounts.of(self._store.current_snapshot)
+        return AllocationCounts(
+            total=self._allocator.total_expected_executors,
+            running=counts.running,
+            pending=counts.pending,
         )
-        logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
+
+    def subscribe(
+        self,
+        interval: float,
+        on_snapshots: SnapshotsCallback,
+        *,
+        on_removal: RemovalCallback | None = None,
+    ) -> Subscription:
+        """`on_snapshots` gets the current snapshot, then every `interval` s the ones since;
+        `on_removal` gets every later removal the lifecycle manager decides.
+
+        Both stop when the returned subscription is cancelled. Raises `RuntimeError` once the
+        backend has stopped.
+        """
+        subscriber = _Subscriber(self._fanout, on_removal)
+        self._fanout.add(subscriber)
+        try:
+            subscriber.store_subscription = self._store.add_subscriber(interval, on_snapshots)
+        except BaseException:
+            subscriber.cancel()
+            raise
+        return subscriber
+
+    @property
+    def subscription_count(self) -> int:
+        """How many `subscribe` calls are live (the sidecar's open streams), for health checks."""
+        return self._fanout.subscriber_count

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
 
+from execpods.core.ports import Clock
 
-class Clock(Protocol):
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes backwards: for timeouts and intervals."""
-
-    def time(self) -> float:
-        """Wall-clock seconds since the epoch: for timestamps people and other processes read."""
+__all__ = ["Clock", "ManualClock", "SystemClock"]
 
 
 class SystemClock:

@@ -1,6 +1,6 @@
 """The lifecycle manager: turns executors in final states into driver notices and pod deletions.
 
-Seed semantics (SPARK-24248), with newer Spark's fix that a terminated pod is deleted at most once
+Spark's rules (SPARK-24248), with newer Spark's fix that a terminated pod is deleted at most once
 per round (SPARK-54198): a deleted pod is reported to the driver as not caused by the app; a failed
 or succeeded pod is deleted (when `deleteOnTermination` is on) and reported with its exit code and
 the API's explanation. A cache of removed executors keeps the driver from hearing twice while a
@@ -18,14 +18,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from execpods.core.clock import Clock
 from execpods.core.errors import PodOperationError
 from execpods.core.expiring import ExpiringSet
-from execpods.core.ports import UNKNOWN_EXIT_CODE, DriverView, ExecutorExited, PodOperations
+from execpods.core.ports import (
+    UNKNOWN_EXIT_CODE,
+    Clock,
+    DriverView,
+    ExecutorExited,
+    ExecutorRemoval,
+    LifecycleObserver,
+    PodOperations,
+    SnapshotsReader,
+)
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorPodState, PodState
-from execpods.core.store import SnapshotsStore
 
 logger = logging.getLogger(__name__)
 
@@ -88,26 +95,32 @@ def missing_executor_reason(executor_id: int) -> ExecutorExited:
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
-    __slots__ = ("deleted_pods", "removed", "visited")
+    __slots__ = ("deciding_on", "deleted_pods", "removed", "visited")
 
     def __init__(self) -> None:
         self.removed: set[int] = set()
         self.deleted_pods: set[str] = set()
         self.visited = False
+        self.deciding_on = 0
+        """Serial of the snapshot the round is making decisions on (for `ExecutorRemoval`)."""
 
 
 class ExecutorPodsLifecycleManager:
+    """Reports final executors to a `DriverView`, and each decision to a `LifecycleObserver`."""
+
     def __init__(
         self,
         *,
         settings: CoreSettings,
         pod_operations: PodOperations,
-        store: SnapshotsStore,
+        store: SnapshotsReader,
         clock: Clock,
+        observer: LifecycleObserver | None = None,
     ) -> None:
         self._settings = settings
         self._pods = pod_operations
         self._store = store
+        self._observer = observer
         self._removed = ExpiringSet(ttl=settings.removed_executors_cache_ttl, clock=clock)
         self._last_seen: ExecutorPodsSnapshot | None = None
         self._final_ids: set[int] = set()
@@ -122,8 +135,10 @@ class ExecutorPodsLifecycleManager:
         driver = self._driver
         if driver is None:
             raise RuntimeError("the lifecycle manager was not started")
+        self._observe_round(snapshots)
         work = _Round()
         for snapshot in snapshots:
+            work.deciding_on = snapshot.serial
             for executor_id in self._ids_to_visit(snapshot, work):
                 state = snapshot.executor_pods.get(executor_id)
                 if state is not None and state.is_final:
@@ -137,6 +152,16 @@ class ExecutorPodsLifecycleManager:
                 "Removed executors with ids %s from the driver that were either found to be "
                 "deleted or non-existent in the cluster.",
                 ",".join(str(i) for i in sorted(work.removed)),
+            )
+
+    def _observe_round(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer.round_started(snapshots)
+        except Exception:
+            logger.exception(
+                "The lifecycle observer failed on a round of %d snapshots", len(snapshots)
             )
 
     def _ids_to_visit(self, snapshot: ExecutorPodsSnapshot, work: _Round) -> Iterable[int]:
@@ -179,7 +204,7 @@ class ExecutorPodsLifecycleManager:
             if self._settings.delete_on_termination and name not in work.deleted_pods:
                 work.deleted_pods.add(name)
                 self._delete_pod(name)
-        self._tell_driver(driver, executor_id, state)
+        self._tell_driver(driver, executor_id, state, work)
         work.removed.add(executor_id)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:
@@ -196,17 +221,30 @@ class ExecutorPodsLifecycleManager:
         except PodOperationError as error:
             logger.warning("Could not delete terminated executor pod %s: %s", name, error)
 
-    def _tell_driver(self, driver: DriverView, executor_id: int, state: ExecutorPodState) -> None:
+    def _tell_driver(
+        self, driver: DriverView, executor_id: int, state: ExecutorPodState, work: _Round
+    ) -> None:
         if executor_id in self._removed:
             return
         self._removed.add(executor_id)
-        self._remove(driver, executor_id, exit_reason(state, executor_id))
+        self._remove(driver, executor_id, exit_reason(state, executor_id), work)
 
-    def _remove(self, driver: DriverView, executor_id: int, reason: ExecutorExited) -> None:
+    def _remove(
+        self, driver: DriverView, executor_id: int, reason: ExecutorExited, work: _Round
+    ) -> None:
         try:
             driver.remove_executor(executor_id, reason)
         except Exception:
             logger.exception("The driver failed to remove executor %d", executor_id)
+        if self._observer is None:
+            return
+        removal = ExecutorRemoval(
+            executor_id=executor_id, reason=reason, snapshot_serial=work.deciding_on
+        )
+        try:
+            self._observer.executor_removed(removal)
+        except Exception:
+            logger.exception("The lifecycle observer failed on the removal of %d", executor_id)
 
     def _remove_missing(
         self, driver: DriverView, latest: ExecutorPodsSnapshot, work: _Round
@@ -223,5 +261,5 @@ class ExecutorPodsLifecycleManager:
             reason = missing_executor_reason(executor_id)
             logger.info("%s", reason.message)
             self._removed.add(executor_id)
-            self._remove(driver, executor_id, reason)
+            self._remove(driver, executor_id, reason, work)
             work.removed.add(executor_id)

@@ -61,7 +61,7 @@ class ContainerStatus:
     image: str | None = None
 
     def describe(self) -> str:
-        """A stable, human-readable rendering used in exit messages (the seed used toString)."""
+        """A stable, human-readable rendering used in exit messages (Spark uses toString)."""
         parts = [f"name={self.name}"]
         if self.image is not None:
             parts.append(f"image={self.image}")

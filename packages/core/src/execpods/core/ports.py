@@ -1,19 +1,24 @@
-"""The Protocols the core needs from the world, and the small values that cross them.
+"""Every Protocol of the core (its ports), and the small values that cross them.
 
-The adapter implements `PodOperations` and `ExecutorPodBuilder` over a real API server; tests use
-`execpods.core.testing`'s in-memory implementations of the same Protocols; the sidecar implements
-`DriverView` for a remote driver.
+The adapter implements `PodOperations` and `ExecutorPodBuilder` over a real API server and feeds
+a `SnapshotsWriter` from its `SnapshotSource`s; the reconcilers and the sidecar's streams read a
+`SnapshotsReader`; the sidecar implements `DriverView` and `LifecycleObserver` for a remote
+driver; `Clock` and `Scheduler` inject time and threads. Tests use `execpods.core.testing`'s
+in-memory implementations of the same Protocols. The implementations live next to what uses
+them (`clock`, `scheduling`, `store`); only the contracts live here, so a reader finds every
+seam of the core in one module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
 from execpods.core.labels import ExecutorLabels
 from execpods.core.pods import ExecutorPod, PodManifest
+from execpods.core.snapshot import ExecutorPodsSnapshot
 
 UNKNOWN_EXIT_CODE = -1
 DEFAULT_RESOURCE_PROFILE_ID = 0
@@ -109,8 +114,109 @@ class DriverView(Protocol):
         """Whether the driver still counts on this executor (it did not ask for it to go)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorRemoval:
+    """One removal the lifecycle manager decided: which executor, why, and on which snapshot."""
+
+    executor_id: int
+    reason: ExecutorExited
+    snapshot_serial: int = 0
+    """Serial of the snapshot the decision was made on (0: none). A stream sends the removal only
+    once it has sent that snapshot or a later one, so a driver never hears that an executor is
+    gone before it can see why."""
+
+
+class LifecycleObserver(Protocol):
+    """What the lifecycle manager reports of its work, beyond what it tells the `DriverView`.
+
+    Both calls come on the lifecycle manager's thread, in order; an observer that fails is logged
+    and does not stop the round.
+    """
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """A round begins on these snapshots, before any decision is made on them."""
+
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        """The manager decided this executor is gone and has told the driver."""
+
+
+# Time and threads.
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards: for timeouts and intervals."""
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch: for timestamps people and other processes read."""
+
+
+Action = Callable[[], None]
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None:
+        """Stop the task from running again; a run in progress finishes."""
+
+
+class Scheduler(Protocol):
+    def submit(self, action: Action) -> Cancellable:
+        """Run `action` once, as soon as a worker is free."""
+
+    def schedule(self, delay: float, action: Action) -> Cancellable:
+        """Run `action` once, `delay` seconds from now."""
+
+    def schedule_with_fixed_delay(
+        self, initial_delay: float, delay: float, action: Action
+    ) -> Cancellable:
+        """Run `action` after `initial_delay`, then `delay` seconds after each run ends."""
+
+    def shutdown(self) -> None:
+        """Cancel everything not yet started and release the workers."""
+
+
+# The snapshot store, split by who uses which side.
+
+SnapshotsCallback = Callable[[Sequence[ExecutorPodsSnapshot]], None]
+
+
+class Subscription(Protocol):
+    def cancel(self) -> None:
+        """Stop deliveries to this subscriber (a delivery in progress finishes)."""
+
+
+class SnapshotsWriter(Protocol):
+    """The store as the sources (the watch, the poll) see it: they only push pods in."""
+
+    def update_pod(self, pod: ExecutorPod) -> None:
+        """Apply one observed pod state (a watch event) to the current snapshot: a delta."""
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        """Replace the current snapshot with a full list of the application's executor pods."""
+
+
+class SnapshotsReader(Protocol):
+    """The store as the reconcilers and the streams see it: they subscribe and read."""
+
+    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
+        """Deliver the current snapshot, then every `interval` seconds the snapshots since."""
+
+    def notify_subscribers(self) -> None:
+        """Deliver to every subscriber now, without waiting for its interval."""
+
+    @property
+    def current_snapshot(self) -> ExecutorPodsSnapshot: ...
+
+
+class SnapshotsStore(SnapshotsWriter, SnapshotsReader, Protocol):
+    """Both sides, and the end of all deliveries: what the composition root owns."""
+
+    def stop(self) -> None:
+        """Stop all deliveries."""
+
+
 class SnapshotSource(Protocol):
-    """Something that feeds the store: the watch or the poll."""
+    """Something that feeds a `SnapshotsWriter`: the watch or the poll."""
 
     def start(self, app_id: str) -> None: ...
 

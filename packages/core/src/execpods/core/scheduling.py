@@ -15,36 +15,14 @@ import heapq
 import itertools
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from execpods.core.clock import ManualClock, SystemClock
+from execpods.core.ports import Action, Cancellable, Scheduler
+
+__all__ = ["Action", "Cancellable", "DeterministicScheduler", "Scheduler", "ThreadScheduler"]
 
 logger = logging.getLogger(__name__)
-
-Action = Callable[[], None]
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None:
-        """Stop the task from running again; a run in progress finishes."""
-
-
-class Scheduler(Protocol):
-    def submit(self, action: Action) -> Cancellable:
-        """Run `action` once, as soon as a worker is free."""
-
-    def schedule(self, delay: float, action: Action) -> Cancellable:
-        """Run `action` once, `delay` seconds from now."""
-
-    def schedule_with_fixed_delay(
-        self, initial_delay: float, delay: float, action: Action
-    ) -> Cancellable:
-        """Run `action` after `initial_delay`, then `delay` seconds after each run ends."""
-
-    def shutdown(self) -> None:
-        """Cancel everything not yet started and release the workers."""
 
 
 @dataclass(eq=False, slots=True)

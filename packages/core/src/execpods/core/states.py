@@ -1,4 +1,4 @@
-"""Executor pod states, classified exactly as the seed did.
+"""Executor pod states, classified exactly as Spark does (SPARK-24248's `ExecutorPodsSnapshot`).
 
 A deletion timestamp wins over any phase (the pod is going away); otherwise the phase decides,
 compared case-insensitively; an unexpected phase is `UNKNOWN`, logged so that an API change shows.
@@ -51,7 +51,7 @@ class ExecutorPodState:
 
 
 def classify(pod: ExecutorPod) -> ExecutorPodState:
-    """The state of `pod`, as the seed's `ExecutorPodsSnapshot.toState`."""
+    """The state of `pod`, as Spark's `ExecutorPodsSnapshot.toState` (SPARK-24248)."""
     if pod.is_deleted:
         return ExecutorPodState(PodState.DELETED, pod)
     phase = (pod.phase or "").lower()

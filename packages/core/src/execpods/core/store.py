@@ -1,9 +1,10 @@
 """The snapshot store: the single writer of the current snapshot, and its subscribers.
 
-Producers (the watch, the poll) push pods in; the store turns each push into a new immutable
-snapshot and appends it to every subscriber's buffer. Each subscriber drains its buffer on its own
-interval, so the allocator can react every second while another consumer batches for longer, and
-neither waits for the other.
+Producers (the watch, the poll) push pods in through its write side (`SnapshotsWriter`); the
+store turns each push into a new immutable snapshot and appends it to every subscriber's buffer.
+Subscribers (the reconcilers, the streams) use its read side (`SnapshotsReader`). Each subscriber
+drains its buffer on its own interval, so the allocator can react every second while another
+consumer batches for longer, and neither waits for the other. The Protocols live in `ports`.
 """
 
 from __future__ import annotations
@@ -11,43 +12,33 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable
 
-from execpods.core.clock import Clock, SystemClock
+from execpods.core.clock import SystemClock
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.pods import ExecutorPod
-from execpods.core.scheduling import Cancellable, Scheduler
+from execpods.core.ports import (
+    Cancellable,
+    Clock,
+    Scheduler,
+    SnapshotsCallback,
+    SnapshotsReader,
+    SnapshotsStore,
+    SnapshotsWriter,
+    Subscription,
+)
 from execpods.core.snapshot import ExecutorPodsSnapshot
 
+__all__ = [
+    "SnapshotsCallback",
+    "SnapshotsReader",
+    "SnapshotsStore",
+    "SnapshotsStoreImpl",
+    "SnapshotsWriter",
+    "Subscription",
+]
+
 logger = logging.getLogger(__name__)
-
-SnapshotsCallback = Callable[[Sequence[ExecutorPodsSnapshot]], None]
-
-
-class Subscription(Protocol):
-    def cancel(self) -> None:
-        """Stop deliveries to this subscriber (a delivery in progress finishes)."""
-
-
-class SnapshotsStore(Protocol):
-    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
-        """Deliver the current snapshot, then every `interval` seconds the snapshots since."""
-
-    def update_pod(self, pod: ExecutorPod) -> None:
-        """Apply one observed pod state (a watch event) to the current snapshot."""
-
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        """Replace the current snapshot with a full list of the application's executor pods."""
-
-    def notify_subscribers(self) -> None:
-        """Deliver to every subscriber now, without waiting for its interval."""
-
-    def stop(self) -> None:
-        """Stop all deliveries."""
-
-    @property
-    def current_snapshot(self) -> ExecutorPodsSnapshot: ...
 
 
 class _Subscriber:

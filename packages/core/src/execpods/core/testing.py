@@ -2,8 +2,8 @@
 
 These are not mocks: `InMemoryPodOperations` is a tiny pod registry that honours the same
 `PodSelector` semantics as the API, `RecordingDriver` is a driver that remembers what it was told,
-and `DeterministicSnapshotsStore` is the seed's store whose deliveries happen only when the test
-calls `notify_subscribers()`.
+and `DeterministicSnapshotsStore` is SPARK-24248's test store, whose deliveries happen only when
+the test calls `notify_subscribers()`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class _Cancelled:
 
 
 class DeterministicSnapshotsStore:
-    """The seed's deterministic store: one shared buffer, delivered on `notify_subscribers()`."""
+    """Spark's `DeterministicExecutorPodsSnapshotsStore` (SPARK-24248): one shared buffer,
+    delivered on `notify_subscribers()`."""
 
     def __init__(self, *, labels: ExecutorLabels = SPARK_LABELS, clock_time: float = 0.0) -> None:
         self._labels = labels
@@ -190,7 +191,7 @@ class RecordingDriver:
         return [reason for i, reason in self.removed if i == executor_id]
 
 
-# Pod factories, as the seed's ExecutorLifecycleTestUtils.
+# Pod factories, as Spark's ExecutorLifecycleTestUtils (SPARK-24248).
 
 
 def executor_pod(
@@ -233,7 +234,7 @@ def deleted_executor(executor_id: int) -> ExecutorPod:
 
 
 def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
-    """A failed pod with two terminated containers, as the seed's failedExecutorWithoutDeletion."""
+    """A failed pod with two terminated containers, as Spark's failedExecutorWithoutDeletion."""
     terminated = ContainerTerminated(exit_code=exit_code, message="Failed")
     return _with(
         executor_pod(executor_id),

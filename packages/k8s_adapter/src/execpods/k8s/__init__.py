@@ -3,7 +3,8 @@
 The sidecar imports only from here. `connect`/`api_client_from` build the client; an `ApiGateway`
 binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperations` and
 `ExecutorPodTemplateBuilder` implement the core's `PodOperations` and `ExecutorPodBuilder`;
-`WatchSource` and `PollSource` implement `SnapshotSource` and feed a `SnapshotsStore`.
+`WatchSource` and `PollSource` implement `SnapshotSource` and feed a store's write side
+(`SnapshotsWriter`).
 """
 
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter

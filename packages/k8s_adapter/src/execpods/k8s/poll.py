@@ -1,8 +1,9 @@
 """The poll source: every `apiPollingInterval`, list the executor pods, replace the snapshot.
 
 This is what makes the system level-triggered: whatever the watch missed, the next full list
-repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as the
-seed's suite does); by default it owns a one-thread `ThreadScheduler` named after the app. With
+repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as
+SPARK-24248's `ExecutorPodsPollingSnapshotSourceSuite` does); by default it owns a one-thread
+`ThreadScheduler` named after the app. With
 `execpods.kubernetes.pollFromCache` it lists with `resourceVersion=0`, which the API server answers
 from its watch cache instead of a quorum read from etcd: cheaper, possibly a little stale.
 """
@@ -18,7 +19,7 @@ from execpods.core import (
     PodOperationError,
     PodSelector,
     Scheduler,
-    SnapshotsStore,
+    SnapshotsWriter,
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
@@ -32,7 +33,7 @@ class PollSource:
 
     def __init__(
         self,
-        store: SnapshotsStore,
+        store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
         settings: KubernetesSettings | None = None,

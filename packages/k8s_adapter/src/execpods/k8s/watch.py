@@ -39,7 +39,7 @@ from execpods.core import (
     ExecutorPod,
     PodOperationError,
     PodSelector,
-    SnapshotsStore,
+    SnapshotsWriter,
     SystemClock,
 )
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
@@ -104,7 +104,7 @@ class WatchSource:
 
     def __init__(
         self,
-        store: SnapshotsStore,
+        store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
         settings: KubernetesSettings | None = None,
@@ -166,12 +166,6 @@ class WatchSource:
             thread.join(STOP_JOIN_TIMEOUT)
             if thread.is_alive():
                 logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
-
-    def watch_from(self, app_id: str, resource_version: str) -> None:
-        """One watch stream from `resource_version`, in the caller's thread, until it ends or
-        `stop()` is called: the benchmark's way to measure ingest without the list."""
-        self._resource_version = resource_version
-        self._watch(PodSelector.executors_of(self._labels, app_id).label_selector())
 
     def _run(self, selector: str) -> None:
         expired_streak = 0

@@ -1,4 +1,4 @@
-"""`execpods-sidecar`: serve the allocator over gRPC, run the demo, or list the settings.
+"""`execpods-sidecar`: serve the allocator over gRPC, or list the settings.
 
 Settings come from, lowest precedence first: defaults, `--properties-file` (Spark's
 spark-defaults.conf format), environment variables (EXECPODS_*), `--conf key=value`, and the
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from execpods.core import ExecpodsError, SettingsError
-from execpods.sidecar.demo import add_demo_arguments, run_demo
 from execpods.sidecar.logformat import JsonFormatter, stamp_app_id
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_specs
@@ -203,8 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve the ExecutorAllocator gRPC service")
     _add_setting_flags(serve)
-    demo = commands.add_parser("demo", help="the main job on an embedded simulated cluster")
-    add_demo_arguments(demo)
     commands.add_parser("settings", help="list every setting with its default and meaning")
     return parser
 
@@ -252,8 +249,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "settings":
             print_settings()
             return 0
-        if args.command == "demo":
-            return run_demo(args)
         settings = load_settings(args, env)
         asyncio.run(serve(settings))
     except UsageError as error:

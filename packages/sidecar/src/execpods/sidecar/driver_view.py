@@ -13,51 +13,29 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   (`UpdateDriverExecutors.released`): a released executor's exit is expected.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
-  it reported twice; and it is handed to every listener (the open streams).
+  it reported twice. The streams hear of removals from the backend
+  (`ExecutorPodsBackend.subscribe`).
 
-The view is fed the very batches the lifecycle manager works on, just before it works on them
-(`ObservingLifecycleManager`), so "seen running" never runs ahead of the snapshot the manager
-compares the known executors with: an executor cannot be reported missing because the view saw it
-in a snapshot the manager had not.
+The view is also the lifecycle manager's `LifecycleObserver`: it is fed the very batches the
+manager works on, just before it works on them (`round_started`), so "seen running" never runs
+ahead of the snapshot the manager compares the known executors with: an executor cannot be
+reported missing because the view saw it in a snapshot the manager had not.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
 
-from execpods.core import (
-    Clock,
-    CoreSettings,
-    ExecutorExited,
-    ExecutorPodsLifecycleManager,
-    ExecutorPodsSnapshot,
-    PodOperations,
-    PodState,
-    SnapshotsStore,
-)
+from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval, PodState
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Removal:
-    """One removal decision of the lifecycle manager."""
-
-    executor_id: int
-    reason: ExecutorExited
-    seen_serial: int = 0
-    """Serial of the newest snapshot the lifecycle manager had seen when it decided this: a
-    stream sends the removal only once it has that snapshot (or a later one) to send with it."""
-
-
-RemovalListener = Callable[[Removal], None]
-
-
 class InferredDriverView:
-    """A thread-safe `DriverView` that infers the driver's executors unless told them."""
+    """A thread-safe `DriverView` that infers the driver's executors unless told them; and the
+    `LifecycleObserver` that feeds it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -66,7 +44,6 @@ class InferredDriverView:
         self._released: set[int] = set()
         self._removed: set[int] = set()
         self._explicit = False
-        self._listeners: list[RemovalListener] = []
         self._last: ExecutorPodsSnapshot | None = None
 
     # The lifecycle manager's side (DriverView).
@@ -88,21 +65,6 @@ class InferredDriverView:
             self._seen_running.discard(executor_id)
             self._registered.discard(executor_id)
             self._released.discard(executor_id)
-            listeners = list(self._listeners)
-        logger.info(
-            "Executor %d removed (exit code %d, caused by the app: %s).",
-            executor_id,
-            reason.exit_code,
-            reason.exit_caused_by_app,
-            extra={"executor_id": executor_id, "reason": reason.message},
-        )
-        last = self._last  # observe() and remove_executor() run on the lifecycle manager's thread
-        removal = Removal(executor_id, reason, 0 if last is None else last.serial)
-        for listener in listeners:
-            try:
-                listener(removal)
-            except Exception:
-                logger.exception("A removal listener failed on executor %d", executor_id)
 
     # The driver's side (UpdateDriverExecutors).
 
@@ -117,9 +79,19 @@ class InferredDriverView:
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
-    # Observation (the lifecycle manager's batches) and listeners (the streams).
+    # The lifecycle manager's reports (LifecycleObserver).
 
-    def observe(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        reason = removal.reason
+        logger.info(
+            "Executor %d removed (exit code %d, caused by the app: %s).",
+            removal.executor_id,
+            reason.exit_code,
+            reason.exit_caused_by_app,
+            extra={"executor_id": removal.executor_id, "reason": reason.message},
+        )
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Note the executors seen running, walking only what changed between snapshots."""
         newly_running: set[int] = set()
         for snapshot in snapshots:
@@ -135,45 +107,8 @@ class InferredDriverView:
             with self._lock:
                 self._seen_running.update(newly_running - self._removed)
 
-    def add_listener(self, listener: RemovalListener) -> Callable[[], None]:
-        """Call `listener` with every later removal; returns a function that unregisters it."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unregister() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unregister
-
-    @property
-    def listener_count(self) -> int:
-        """How many removal listeners (open streams) are registered."""
-        with self._lock:
-            return len(self._listeners)
-
     def _known_locked(self) -> set[int]:
         known = set(self._registered)
         if not self._explicit:
             known |= self._seen_running
         return known - self._removed
-
-
-class ObservingLifecycleManager(ExecutorPodsLifecycleManager):
-    """The core lifecycle manager, feeding each batch to the driver view before handling it."""
-
-    def __init__(
-        self,
-        *,
-        view: InferredDriverView,
-        settings: CoreSettings,
-        pod_operations: PodOperations,
-        store: SnapshotsStore,
-        clock: Clock,
-    ) -> None:
-        super().__init__(settings=settings, pod_operations=pod_operations, store=store, clock=clock)
-        self._view = view
-
-    def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        self._view.observe(snapshots)
-        super().on_new_snapshots(snapshots)

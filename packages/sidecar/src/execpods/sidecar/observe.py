@@ -17,7 +17,11 @@ from collections.abc import Iterable, Sequence
 
 from execpods.core import (
     ApiThrottled,
+    Clock,
+    CoreSettings,
     ExecutorPod,
+    ExecutorPodsAllocator,
+    ExecutorPodsLifecycleManager,
     ExecutorPodsSnapshot,
     PodAdmissionRejected,
     PodForbidden,
@@ -26,9 +30,14 @@ from execpods.core import (
     PodOperationError,
     PodOperations,
     PodSelector,
+    Scheduler,
+    SnapshotsCallback,
     SnapshotsStore,
+    SnapshotsStoreImpl,
+    Subscription,
+    SystemClock,
+    ThreadScheduler,
 )
-from execpods.core.store import SnapshotsCallback, Subscription
 from execpods.k8s import ApiCall
 
 logger = logging.getLogger(__name__)
@@ -196,20 +205,35 @@ class ObservedPodOperations:
         return self._inner.list(selector)
 
 
-class TimedRounds:
-    """A `SnapshotsStore` view whose subscribers' rounds are timed and reported as `kind`.
+ROUND_KINDS = ((ExecutorPodsAllocator, "allocator"), (ExecutorPodsLifecycleManager, "lifecycle"))
 
-    Given to a reconciler instead of the store itself, so its `on_new_snapshots` rounds are
-    measured without the reconciler knowing.
+
+def _round_kind(callback: SnapshotsCallback) -> str | None:
+    """`allocator` or `lifecycle` for a reconciler's round method, else None (a stream...)."""
+    owner = getattr(callback, "__self__", None)
+    for cls, kind in ROUND_KINDS:
+        if isinstance(owner, cls):
+            return kind
+    return None
+
+
+class TimedRounds:
+    """A `SnapshotsStore` whose reconciler subscribers' rounds are timed and reported.
+
+    A subscriber that is a reconciler's bound method (the allocator's or the lifecycle manager's
+    `on_new_snapshots`) is wrapped to report each round's duration; any other (streams, metrics)
+    subscribes unchanged.
     """
 
-    def __init__(self, store: SnapshotsStore, kind: str, observers: Listener) -> None:
+    def __init__(self, store: SnapshotsStore, observers: Listener) -> None:
         self._store = store
-        self._kind = kind
         self._observers = observers
 
     def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
-        kind, observers = self._kind, self._observers
+        kind = _round_kind(callback)
+        if kind is None:
+            return self._store.add_subscriber(interval, callback)
+        observers = self._observers
 
         def timed(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
             started = time.perf_counter()
@@ -236,3 +260,29 @@ class TimedRounds:
     @property
     def current_snapshot(self) -> ExecutorPodsSnapshot:
         return self._store.current_snapshot
+
+    @property
+    def subscriber_count(self) -> int:
+        """The wrapped store's subscriber count (for leak tests), when it keeps one."""
+        count: int = getattr(self._store, "subscriber_count", 0)
+        return count
+
+
+def timed_store(
+    settings: CoreSettings,
+    observers: Listener,
+    *,
+    clock: Clock | None = None,
+    scheduler: Scheduler | None = None,
+) -> TimedRounds:
+    """The production store (as `compose_backend` would make it), with reconciler rounds timed."""
+    return TimedRounds(
+        SnapshotsStoreImpl(
+            scheduler
+            if scheduler is not None
+            else ThreadScheduler(workers=2, name="execpods-subscribers"),
+            clock=clock if clock is not None else SystemClock(),
+            labels=settings.labels,
+        ),
+        observers,
+    )

@@ -45,11 +45,11 @@ class OpsPlane:
         self.metrics: SidecarMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         if settings.metrics.enabled:
-            allocator = runtime.allocator
+            backend = runtime.backend
             self.metrics = SidecarMetrics(
-                snapshot=lambda: runtime.store.current_snapshot,
+                snapshot=lambda: backend.current_snapshot,
                 labels=settings.core.labels,
-                target=lambda: allocator.total_expected_executors,
+                target=lambda: backend.counts().total,
             )
             self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
         self._health_server: Any = None
@@ -89,7 +89,7 @@ class OpsPlane:
         """The backend runs: follow the cluster and report SERVING while it is reachable."""
         self._runtime.observers.add(self.cluster)
         if self.metrics is not None:
-            self._subscription = self._runtime.store.add_subscriber(
+            self._subscription = self._runtime.backend.subscribe(
                 TARGET_TICK, self.metrics.on_snapshots
             )
         self._task = asyncio.get_running_loop().create_task(self.cluster.run())

@@ -1,11 +1,12 @@
 """The gRPC server: the allocator service, health, reflection, the listen address and shutdown.
 
-Start: bind (port 0 reads the real port back), start serving, then start the backend (the seed's
-order: target, lifecycle manager, allocator, watch, poll), then mark the service SERVING.
+Start: bind (port 0 reads the real port back), start serving, then start the backend (in Spark's
+order, SPARK-24248: target, lifecycle manager, allocator, watch, poll), then mark the service
+SERVING.
 
 Stop (SIGTERM, SIGINT, or `stop()`): mark NOT_SERVING, end every stream cleanly (each sends what it
 has and returns, so clients see a normal end of stream), stop the server with a grace period for
-calls in flight, and then stop the backend in the seed's order: the store, the watch, the poll,
+calls in flight, and then stop the backend in Spark's order: the store, the watch, the poll,
 delete the application's executor pods (unless spark.kubernetes.executor.deleteOnTermination is
 false), and close the Kubernetes client. The backend's stop blocks on the API, so it runs in a
 worker thread.

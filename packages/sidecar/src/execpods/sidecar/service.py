@@ -1,9 +1,10 @@
 """The `execpods.v1.ExecutorAllocator` servicer (grpc.aio).
 
 Every request is validated whole before anything is applied: a bad field is INVALID_ARGUMENT with
-a message naming the field and the value, and nothing changes. Blocking work (the allocator's
-target, deletions through the API) runs on the backend's request scheduler; the handlers await its
-futures, so the event loop never blocks on Kubernetes.
+a message naming the field and the value, and nothing changes. The servicer talks only to the
+backend (the facade `execpods.core.compose_backend` builds) and to the driver view: blocking work
+(the target, deletions through the API) runs on the backend's request scheduler, and the handlers
+await its futures, so the event loop never blocks on Kubernetes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import grpc
 from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
-    ExecutorCounts,
     PodAdmissionRejected,
     PodForbidden,
     PodInvalid,
@@ -93,10 +93,6 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         self._feeds: set[StreamFeed] = set()
         self._closing = False
 
-    @property
-    def open_streams(self) -> int:
-        return len(self._feeds)
-
     def close_streams(self) -> None:
         self._closing = True
         for feed in list(self._feeds):
@@ -105,24 +101,18 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     async def RequestTotal(  # noqa: N802 (the contract's names)
         self, request: pb.RequestTotalRequest, context: Any
     ) -> pb.RequestTotalResponse:
-        if request.total < 0:
-            await _abort(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"total={request.total} is invalid: it must not be negative",
-            )
-        runtime = self._runtime
-        runtime.observers.target_set(request.total)
+        backend = self._runtime.backend
         try:
-            await asyncio.wrap_future(runtime.backend.request_total_executors(request.total))
+            await asyncio.wrap_future(backend.request_total(request.total))
+        except ValueError as error:  # the backend validates the total, once, before queueing
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        counts = ExecutorCounts.of(runtime.store.current_snapshot)
+        self._runtime.observers.target_set(request.total)
+        counts = backend.counts()
         logger.info("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
-            total=runtime.allocator.total_expected_executors,
-            running=counts.running,
-            pending=counts.pending,
+            total=counts.total, running=counts.running, pending=counts.pending
         )
 
     async def KillExecutors(  # noqa: N802 (the contract's names)
@@ -170,21 +160,19 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         interval = (
             request.batch_interval_ms / 1000
             if request.batch_interval_ms
-            else self._runtime.settings.core.event_processing_interval
+            else self._runtime.backend.settings.event_processing_interval
         )
         feed = StreamFeed(
             asyncio.get_running_loop(),
             max_pending=self._runtime.settings.sidecar.stream_max_pending,
         )
         self._feeds.add(feed)
-        unregister = self._runtime.driver_view.add_listener(feed.on_removal)
         observed = self._runtime.observers.stream()
         try:
-            subscription = self._runtime.store.add_subscriber(
-                interval, observed.arrived(feed.on_snapshots)
+            subscription = self._runtime.backend.subscribe(
+                interval, observed.arrived(feed.on_snapshots), on_removal=feed.on_removal
             )
         except RuntimeError:
-            unregister()
             observed.close()
             self._feeds.discard(feed)
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
@@ -196,7 +184,6 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         finally:
             observed.close()
             subscription.cancel()
-            unregister()
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
 

@@ -1,11 +1,11 @@
 """StreamSnapshots plumbing: from a store subscriber's thread to one gRPC stream's messages.
 
 A `StreamFeed` is what one stream subscribes with. The store calls it on a scheduler thread with a
-batch of snapshots; the driver view calls it on the lifecycle manager's thread with a removal.
+batch of snapshots; the backend calls it on the lifecycle manager's thread with a removal.
 Both only append to the feed's pending lists under a lock and wake the stream's coroutine with
 `loop.call_soon_threadsafe`, so no thread ever waits on a slow client, and everything that
 arrived while the stream was busy goes out in the next message. A removal is held back until the
-stream has the snapshot the lifecycle manager decided it on (the removal's `seen_serial`), so a
+stream has the snapshot the lifecycle manager decided it on (the removal's `snapshot_serial`), so a
 driver never hears that an executor is gone before it can see why. A stream whose client reads
 slowly (gRPC flow control holds its writes) never holds up the store or other streams: its feed
 keeps only the newest `max_pending` snapshots (execpods.sidecar.stream.maxPendingSnapshots), and
@@ -33,10 +33,10 @@ from execpods.core import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPodsSnapshot,
+    ExecutorRemoval,
     PodState,
 )
 from execpods.core import ExecutorPodState as CorePodState
-from execpods.sidecar.driver_view import Removal
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def encode_state(state: CorePodState) -> pb.ExecutorPodState:
     return message
 
 
-def encode_removal(removal: Removal) -> pb.ExecutorRemoved:
+def encode_removal(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
     reason = removal.reason
     return pb.ExecutorRemoved(
         executor_id=removal.executor_id,
@@ -215,7 +215,7 @@ class Pending:
     """What a stream has to send next."""
 
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
-    removals: list[Removal] = field(default_factory=list)
+    removals: list[ExecutorRemoval] = field(default_factory=list)
     dropped: int = 0
 
 
@@ -227,7 +227,7 @@ class StreamFeed:
         self._max_pending = max_pending
         self._lock = threading.Lock()
         self._pending = Pending()
-        self._held: list[Removal] = []
+        self._held: list[ExecutorRemoval] = []
         self._newest_serial = 0
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -241,8 +241,8 @@ class StreamFeed:
             pending.snapshots.extend(snapshots)
             self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
             if self._held:
-                ready = [r for r in self._held if r.seen_serial <= self._newest_serial]
-                self._held = [r for r in self._held if r.seen_serial > self._newest_serial]
+                ready = [r for r in self._held if r.snapshot_serial <= self._newest_serial]
+                self._held = [r for r in self._held if r.snapshot_serial > self._newest_serial]
                 pending.removals.extend(ready)
             excess = len(pending.snapshots) - self._max_pending
             if excess > 0:
@@ -250,14 +250,14 @@ class StreamFeed:
                 del pending.snapshots[:excess]
         self._wake()
 
-    def on_removal(self, removal: Removal) -> None:
-        """The driver view's listener (the lifecycle manager's thread).
+    def on_removal(self, removal: ExecutorRemoval) -> None:
+        """The backend's removal callback (the lifecycle manager's thread).
 
         Held back until the stream has the snapshot it was decided on, and in any case until the
         stream's first snapshot, which must open the stream.
         """
         with self._lock:
-            if not self._newest_serial or removal.seen_serial > self._newest_serial:
+            if not self._newest_serial or removal.snapshot_serial > self._newest_serial:
                 self._held.append(removal)
                 return
             self._pending.removals.append(removal)

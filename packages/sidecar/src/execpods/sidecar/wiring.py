@@ -1,7 +1,8 @@
-"""Assembling a running backend from settings: the core's parts around the adapter's.
+"""Assembling a sidecar's backend from settings: the adapter's parts into the core's root.
 
-`assemble` takes the Kubernetes-facing parts as arguments, so the same wiring runs over the
-adapter (`connect`) and, in unit tests, over the core's in-memory pod registry.
+`assemble` takes the Kubernetes-facing parts as arguments and hands them, with the sidecar's
+driver view, to `execpods.core.compose_backend`, so the same wiring runs over the adapter
+(`connect`) and, in unit tests, over the core's in-memory pod registry.
 """
 
 from __future__ import annotations
@@ -14,17 +15,15 @@ from dataclasses import dataclass
 from execpods.core import (
     Clock,
     ExecutorPodBuilder,
-    ExecutorPodsAllocator,
     ExecutorPodsBackend,
     PodOperations,
     PodSelector,
     Scheduler,
     SettingsError,
     SnapshotSource,
-    SnapshotsStore,
-    SnapshotsStoreImpl,
-    SystemClock,
-    ThreadScheduler,
+    SnapshotsWriter,
+    SourcesFactory,
+    compose_backend,
 )
 from execpods.k8s import (
     ApiGateway,
@@ -35,27 +34,21 @@ from execpods.k8s import (
     api_client_from,
     resolve_namespace,
 )
-from execpods.sidecar.driver_view import InferredDriverView, ObservingLifecycleManager
-from execpods.sidecar.observe import ObservedPodOperations, Observers, TimedRounds
+from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_store
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-SourcesFactory = Callable[[SnapshotsStore], tuple[SnapshotSource | None, SnapshotSource | None]]
-"""Makes the (watch, poll) sources that feed a store; either may be None (switched off)."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """Everything a running sidecar is made of, for the server and for tests to inspect."""
+    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
 
     settings: Settings
-    store: SnapshotsStore
-    allocator: ExecutorPodsAllocator
-    lifecycle: ObservingLifecycleManager
-    driver_view: InferredDriverView
     backend: ExecutorPodsBackend
+    driver_view: InferredDriverView
     observers: Observers
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
@@ -77,60 +70,26 @@ def assemble(
     request_scheduler: Scheduler | None = None,
     observers: Observers | None = None,
 ) -> Runtime:
-    """The store, reconcilers, driver view and backend, not yet started."""
-    core = settings.core
-    observers = observers if observers is not None else Observers()
-    pod_operations = ObservedPodOperations(pod_operations, observers)
-    clock = clock if clock is not None else SystemClock()
-    store = SnapshotsStoreImpl(
-        store_scheduler
-        if store_scheduler is not None
-        else ThreadScheduler(workers=2, name="execpods-subscribers"),
-        clock=clock,
-        labels=core.labels,
-    )
-    allocator = ExecutorPodsAllocator(
-        settings=core,
-        pod_builder=pod_builder,
-        pod_operations=pod_operations,
-        store=TimedRounds(store, "allocator", observers),
-        clock=clock,
-    )
+    """The backend over these ports (through the core's composition root), not yet started.
+
+    The driver view is both the backend's `DriverView` and its lifecycle observer.
+    """
     view = InferredDriverView()
-    lifecycle = ObservingLifecycleManager(
-        view=view,
-        settings=core,
-        pod_operations=pod_operations,
-        store=TimedRounds(store, "lifecycle", observers),
-        clock=clock,
-    )
-    watch, poll = sources(store)
-    backend = ExecutorPodsBackend(
+    observers = observers if observers is not None else Observers()
+    backend = compose_backend(
         app_id=settings.sidecar.app_id,
-        settings=core,
-        store=store,
-        allocator=allocator,
-        lifecycle=lifecycle,
-        pod_operations=pod_operations,
+        settings=settings.core,
+        pod_operations=ObservedPodOperations(pod_operations, observers),
+        pod_builder=pod_builder,
         driver=view,
-        request_scheduler=(
-            request_scheduler
-            if request_scheduler is not None
-            else ThreadScheduler(workers=1, name="execpods-requests")
-        ),
-        watch_source=watch if core.enable_api_watcher else None,
-        poll_source=poll if core.enable_api_polling else None,
-        close_client=close_client,
+        observers=(view,),
+        sources=sources,
+        clock=clock,
+        store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
+        request_scheduler=request_scheduler,
+        close=close_client,
     )
-    return Runtime(
-        settings=settings,
-        store=store,
-        allocator=allocator,
-        lifecycle=lifecycle,
-        driver_view=view,
-        backend=backend,
-        observers=observers,
-    )
+    return Runtime(settings=settings, backend=backend, driver_view=view, observers=observers)
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -168,12 +127,16 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         api_client.close()
         raise
 
-    def sources(store: SnapshotsStore) -> tuple[SnapshotSource | None, SnapshotSource | None]:
-        watch = WatchSource(
-            store, operations, settings=k8s, core_settings=settings.core, clock=clock
-        )
-        poll = PollSource(store, operations, settings=k8s, core_settings=settings.core)
-        return watch, poll
+    def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
+        core = settings.core
+        made: list[SnapshotSource] = []
+        if core.enable_api_watcher:
+            made.append(
+                WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock)
+            )
+        if core.enable_api_polling:
+            made.append(PollSource(store, operations, settings=k8s, core_settings=core))
+        return made
 
     runtime = assemble(
         settings,

@@ -1,15 +1,18 @@
 """Benchmark: watch ingest (API event -> store update), raw-JSON path vs the client's model path,
 side by side in one run on the simulator; and the conversion of a 10,000-pod list.
 
-    .venv/bin/python -m execpods.k8s.bench [--events 10000] [--pods 10000] [--model-pods 2000]
+    .venv/bin/python -m execpods.devtools.bench.k8s [--events 10000] [--pods 10000]
+        [--model-pods 2000]
 
-The events are made first (pods created and started in the simulator, which keeps them in its
-event window); each path then watches from the version before them, so the simulator replays every
-event as fast as the path consumes it, and the clock runs from opening the watch to the store
-holding the last update. The model path is what the client offers: `kubernetes.watch.Watch`
-deserialising each event into a `V1Pod`, then converted to the core's pod.
+The raw path is the adapter's `WatchSource`, started as in production (list, then watch): its
+store holds the first event back while the events are made (pods created and started in the
+simulator), so they queue up on the open watch, and the clock runs from releasing it to the store
+holding the last update. The model path is what the client offers: `kubernetes.watch.Watch` from
+the version before the same events (the simulator keeps them in its event window), deserialising
+each event into a `V1Pod`, then converted to the core's pod; its clock runs from opening the
+watch to the last update.
 
-The simulator lives in a dev-only package; the adapter never imports it outside this script.
+It lives in the dev-only `execpods-devtools`, so the adapter itself never imports the simulator.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import argparse
 import gc
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import kubernetes.client
 import kubernetes.watch
 import orjson
+from execpods import kubesim
 from execpods.core import (
     SPARK_LABELS,
     DeterministicScheduler,
@@ -43,15 +48,31 @@ SELECTOR = PodSelector.executors_of(SPARK_LABELS, APP_ID).label_selector()
 
 
 class CountingStore(SnapshotsStoreImpl):
-    """A real store that signals when it has taken `target` updates."""
+    """A real store that signals when it has taken `target` updates.
 
-    def __init__(self, target: int) -> None:
+    With `hold`, the first update waits for `release()`: the watch that delivers it stops reading,
+    so later events queue up on the open watch instead of trickling in as they are made.
+    """
+
+    def __init__(self, target: int, *, hold: bool = False) -> None:
         super().__init__(DeterministicScheduler())
         self.count = 0
         self.target = target
         self.done = threading.Event()
+        self.listed = threading.Event()
+        self._released = threading.Event()
+        if not hold:
+            self._released.set()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+        super().replace_snapshot(pods)
+        self.listed.set()
 
     def update_pod(self, pod: ExecutorPod) -> None:
+        self._released.wait()
         super().update_pod(pod)
         self.count += 1
         if self.count >= self.target:
@@ -156,17 +177,25 @@ def make_events(sim: Any, count: int, first_id: int) -> tuple[str, int]:
     return str(before), int(sim.resource_version) - before
 
 
-def raw_ingest(operations: KubernetesPodOperations, version: str, events: int) -> float:
-    store = CountingStore(events)
+def raw_ingest(sim: Any, operations: KubernetesPodOperations, count: int) -> tuple[str, int, float]:
+    """(version before the events, events made, events/s through a started `WatchSource`)."""
+    store = CountingStore(2**62, hold=True)
     source = WatchSource(store, operations)
-    thread = threading.Thread(target=source.watch_from, args=(APP_ID, version), daemon=True)
-    started = time.perf_counter()
-    thread.start()
-    store.done.wait(600)
-    elapsed = time.perf_counter() - started
-    source.stop()
-    thread.join(5)
-    return store.count / elapsed
+    source.start(APP_ID)
+    try:
+        if not (store.listed.wait(60) and sim.wait_for_watchers(1, timeout=60)):
+            raise TimeoutError("the watch source did not list and watch within 60 s")
+        version, events = make_events(sim, count, 0)
+        store.target = events
+        started = time.perf_counter()
+        store.release()
+        if not store.done.wait(600):
+            raise TimeoutError(f"the watch took only {store.count} of {events} events in 600 s")
+        elapsed = time.perf_counter() - started
+    finally:
+        store.release()
+        source.stop()
+    return version, events, store.count / elapsed
 
 
 def model_ingest(api_client: Any, version: str, events: int) -> float:
@@ -228,14 +257,12 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--model-pods", type=int, default=2_000)
     args = parser.parse_args()
-    from execpods import kubesim  # noqa: PLC0415  (the benchmark alone; see the layering contract)
 
     window = max(args.events, args.pods) * 4
     with kubesim.KubeSim(deterministic=True, event_window=window) as sim:
         api_client = connect(api_url=sim.url)
         operations = KubernetesPodOperations(ApiGateway(api_client, namespace="default"))
-        version, events = make_events(sim, args.events, 0)
-        raw = raw_ingest(operations, version, events)
+        version, events, raw = raw_ingest(sim, operations, args.events)
         model = model_ingest(api_client, version, events)
         print(f"watch ingest, {events} events (API event -> store update, one run):")
         print(f"  raw JSON path : {raw:10,.0f} events/s")

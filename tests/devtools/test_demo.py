@@ -5,14 +5,13 @@ from __future__ import annotations
 import io
 
 import pytest
-from execpods.sidecar.cli import build_parser
-from execpods.sidecar.demo import run_demo
+from execpods.devtools.demo import build_parser, run_demo
 
 
 @pytest.mark.slow
 def test_the_demo_finishes_with_no_pods_left() -> None:
     args = build_parser().parse_args(
-        ["demo", "--executors", "6", "--start-latency", "0.2", "--batch-delay", "100ms"]
+        ["--executors", "6", "--start-latency", "0.2", "--batch-delay", "100ms"]
     )
     out = io.StringIO()
     assert run_demo(args, out) == 0

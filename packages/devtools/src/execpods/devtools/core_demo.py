@@ -1,8 +1,11 @@
-"""A replay of a scale-up and a failure through the core alone (python -m execpods.core.demo).
+"""A replay of a scale-up and a failure through the core alone.
 
-It shows the core used as a library: the real store, allocator and lifecycle manager on a
-deterministic scheduler, with an in-memory "cluster" that starts the pods the allocator creates.
-Virtual time makes it finish instantly and print the same story every time.
+    .venv/bin/python -m execpods.devtools.core_demo
+
+It shows the core used as a library: `compose_backend` assembles the real store, allocator and
+lifecycle manager on a deterministic scheduler, with an in-memory "cluster" as the source that
+starts the pods the allocator creates. Virtual time makes it finish instantly and print the same
+story every time.
 """
 
 from __future__ import annotations
@@ -10,14 +13,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.clock import ManualClock
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.compose import compose_backend
 from execpods.core.pods import ContainerStatus, ContainerTerminated
+from execpods.core.ports import SnapshotsWriter
 from execpods.core.scheduling import DeterministicScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.states import PodState
-from execpods.core.store import SnapshotsStoreImpl
 from execpods.core.testing import InMemoryPodOperations, RecordingDriver, SimpleExecutorPodBuilder
 
 APP_ID = "demo-app"
@@ -26,9 +28,15 @@ APP_ID = "demo-app"
 class ToyCluster:
     """Starts every pod one tick after it was created, and tells the store, as a watch would."""
 
-    def __init__(self, pods: InMemoryPodOperations, store: SnapshotsStoreImpl) -> None:
+    def __init__(self, pods: InMemoryPodOperations, store: SnapshotsWriter) -> None:
         self.pods = pods
         self.store = store
+
+    def start(self, app_id: str) -> None:
+        """A `SnapshotSource`: the demo steps the cluster itself."""
+
+    def stop(self) -> None:
+        """Nothing to release."""
 
     def step(self) -> None:
         for name, pod in list(self.pods.pods.items()):
@@ -58,25 +66,30 @@ def main() -> None:
     settings = CoreSettings(initial_executors=0, batch_size=5)
     clock = ManualClock()
     scheduler = DeterministicScheduler(clock)
-    store = SnapshotsStoreImpl(scheduler, clock=clock)
     pods = InMemoryPodOperations()
     driver = RecordingDriver()
-    allocator = ExecutorPodsAllocator(
+    clusters: list[ToyCluster] = []
+
+    def sources(store: SnapshotsWriter) -> list[ToyCluster]:
+        clusters.append(ToyCluster(pods, store))
+        return clusters
+
+    backend = compose_backend(
+        app_id=APP_ID,
         settings=settings,
-        pod_builder=SimpleExecutorPodBuilder(),
         pod_operations=pods,
-        store=store,
+        pod_builder=SimpleExecutorPodBuilder(),
+        driver=driver,
+        sources=sources,
         clock=clock,
+        store_scheduler=scheduler,
+        request_scheduler=scheduler,
     )
-    lifecycle = ExecutorPodsLifecycleManager(
-        settings=settings, pod_operations=pods, store=store, clock=clock
-    )
-    lifecycle.start(driver)
-    allocator.start(APP_ID)
-    cluster = ToyCluster(pods, store)
+    backend.start()
+    (cluster,) = clusters
 
     def show(event: str) -> None:
-        snapshot = store.current_snapshot
+        snapshot = backend.current_snapshot
         running = snapshot.count(PodState.RUNNING)
         pending = len(pods.pods) - running
         print(
@@ -85,10 +98,10 @@ def main() -> None:
         )
 
     print(f"Scale-up to {args.executors} executors in batches of {settings.batch_size}:")
-    allocator.set_total_expected_executors(args.executors)
+    backend.request_total(args.executors)
     scheduler.run_until_idle()
     show("target set")
-    while store.current_snapshot.count(PodState.RUNNING) < args.executors:
+    while backend.current_snapshot.count(PodState.RUNNING) < args.executors:
         scheduler.tick(settings.batch_delay)
         cluster.step()
         show("allocation round")
@@ -105,8 +118,8 @@ def main() -> None:
     cluster.step()
     scheduler.tick(settings.batch_delay)
     show("replacement running")
-    store.stop()
-    running = store.current_snapshot.count(PodState.RUNNING)
+    running = backend.current_snapshot.count(PodState.RUNNING)
+    backend.stop()
     print(f"\nDone: {running} executors running, {len(driver.removed)} removal reported.")
 
 

@@ -1,4 +1,4 @@
-"""Benchmark the simulator over loopback: ``python -m execpods.kubesim.bench [--pods N]``.
+"""Benchmark the simulator over loopback: ``python -m execpods.devtools.bench.kubesim [--pods N]``.
 
 The simulator runs in its own process (started through the CLI), so the clients measured here do
 not share its interpreter lock. Reported:
@@ -242,7 +242,9 @@ def _fanout_phase(host: str, port: int, pods: int, watchers: int, writers: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m execpods.kubesim.bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m execpods.devtools.bench.kubesim", description=__doc__
+    )
     p.add_argument("--pods", type=int, default=10_000, help="pods created in the fan-out phase")
     p.add_argument("--watchers", type=int, default=20, help="watchers in the fan-out phase")
     p.add_argument("--writers", type=int, default=4, help="creating connections (fan-out)")

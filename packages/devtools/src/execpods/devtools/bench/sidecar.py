@@ -1,4 +1,4 @@
-"""Sidecar benchmarks (printed): `.venv/bin/python -m execpods.sidecar.bench [--quick]`.
+"""Sidecar benchmarks (printed): `.venv/bin/python -m execpods.devtools.bench.sidecar [--quick]`.
 
 1. RequestTotal latency over loopback (p50, p99), with the sync client.
 2. StreamSnapshots delivery lag with 1 and with 100 subscribers while 1,000 executors start: for
@@ -114,7 +114,7 @@ def bench_stream_lag(
         )
         with EmbeddedSidecar(props) as sidecar:
             reference = RunningTimes()
-            sidecar.runtime.store.add_subscriber(0.002, reference.on_snapshots)
+            sidecar.runtime.backend.subscribe(0.002, reference.on_snapshots)
             seen: list[dict[int, float]] = [{} for _ in range(subscribers)]
             started = time.monotonic()
 
@@ -165,7 +165,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
                 if snapshots and snapshots[-1].count(PodState.RUNNING) >= target:
                     done.set()
 
-            sidecar.runtime.store.add_subscriber(0.05, check)
+            sidecar.runtime.backend.subscribe(0.05, check)
             started = time.monotonic()
             client.request_total(executors)
             if not done.wait(900):
@@ -181,7 +181,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m execpods.sidecar.bench")
+    parser = argparse.ArgumentParser(prog="python -m execpods.devtools.bench.sidecar")
     parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
     parser.add_argument("--executors", type=int, default=1000)
     parser.add_argument("--stream-interval-ms", type=int, default=100)

@@ -1,4 +1,4 @@
-"""Benchmarks of the core's hot paths; prints figures (run: python -m execpods.core.bench).
+"""Benchmarks of the core's hot paths; prints figures (run: python -m execpods.devtools.bench.core).
 
 Each figure is the best of several repeats (the least disturbed run on a shared machine), next to
 the goal set for it in the issue. Nothing here sleeps or does I/O beyond printing.

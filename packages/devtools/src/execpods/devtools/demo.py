@@ -1,18 +1,22 @@
-"""`execpods-sidecar demo`: the whole system on an embedded simulated cluster, in about 20 s.
+"""`execpods-demo`: the whole system on an embedded simulated cluster, in about 20 s.
 
 It starts the Kubernetes API simulator in process (real clock), the sidecar in front of it on
 127.0.0.1:0, and a sample driver that talks to the sidecar over a real gRPC channel with
 `execpods.client`: it asks for executors and watches them come up, kills two, has the simulator
 OOM-kill one, scales down, and shuts everything down, checking that no pod is left.
+
+It lives in the dev-only `execpods-devtools` (with the benchmarks), so the shipped sidecar depends
+on neither the simulator nor the client; `python3 tools/dev.py demo` runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -21,6 +25,7 @@ from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, Sna
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
+PROG = "execpods-demo"
 APP_ID = "demo-app"
 _BAR = 24
 
@@ -201,7 +206,7 @@ def _shorten(text: str, width: int = 100) -> str:
 def run_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
     if args.executors < 4:
-        print("execpods-sidecar: error: --executors must be at least 4", file=sys.stderr)
+        print(f"{PROG}: error: --executors must be at least 4", file=sys.stderr)
         return 2
     started = time.monotonic()
     console = Console(out, started)
@@ -307,3 +312,33 @@ def _wait_for_no_pods(sim: KubeSim, labels: Mapping[str, str], *, timeout: float
         if not left or time.monotonic() > deadline:
             return len(left)
         time.sleep(0.05)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="execpods on an embedded simulated cluster, with a sample driver."
+    )
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="the sidecar's log level: DEBUG, INFO, WARNING or ERROR (default WARNING: the "
+        "demo tells its own story)",
+    )
+    add_demo_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.getLevelNamesMapping().get(args.log_level.upper())
+    if level is None:
+        print(f"{PROG}: error: --log-level {args.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
+        return 2
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_demo(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

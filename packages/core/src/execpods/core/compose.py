@@ -1,0 +1,103 @@
+"""The composition root: the one place a running allocation is assembled from its ports.
+
+Every caller (the sidecar's wiring, the embedded sidecar, benchmarks, tests) hands
+`compose_backend` the parts that face the world and gets back one `ExecutorPodsBackend`, not yet
+started. What is built here, and only here:
+
+- the snapshot store, delivering on `store_scheduler`;
+- the sources (watch, poll), made by `sources` over the store's write side;
+- the allocator and the lifecycle manager over the store's read side;
+- the lifecycle manager's observer: the given `observers`, then the backend's subscribers;
+- the backend, which owns the start and stop order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
+from execpods.core.clock import SystemClock
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.ports import (
+    Clock,
+    DriverView,
+    ExecutorPodBuilder,
+    LifecycleObserver,
+    PodOperations,
+    Scheduler,
+    SnapshotSource,
+    SnapshotsStore,
+    SnapshotsWriter,
+)
+from execpods.core.scheduling import ThreadScheduler
+from execpods.core.settings import CoreSettings
+from execpods.core.store import SnapshotsStoreImpl
+
+SourcesFactory = Callable[[SnapshotsWriter], Sequence[SnapshotSource]]
+"""Makes the sources that feed a store, in start order (watch before poll); may make none."""
+
+
+def no_sources(store: SnapshotsWriter) -> Sequence[SnapshotSource]:
+    """For a backend whose store is fed by the caller (tests, benchmarks)."""
+    return ()
+
+
+def compose_backend(
+    *,
+    app_id: str,
+    settings: CoreSettings,
+    pod_operations: PodOperations,
+    pod_builder: ExecutorPodBuilder,
+    driver: DriverView,
+    sources: SourcesFactory = no_sources,
+    observers: Sequence[LifecycleObserver] = (),
+    clock: Clock | None = None,
+    store: SnapshotsStore | None = None,
+    store_scheduler: Scheduler | None = None,
+    request_scheduler: Scheduler | None = None,
+    close: Callable[[], None] | None = None,
+) -> ExecutorPodsBackend:
+    """The backend over these ports, not yet started.
+
+    `store` replaces the `SnapshotsStoreImpl` on `store_scheduler` (a deterministic store in
+    tests); `close` runs last on stop (the API client). Without schedulers, the store delivers
+    on two worker threads and requests run on one, as in production.
+    """
+    clock = clock if clock is not None else SystemClock()
+    if store is None:
+        store = SnapshotsStoreImpl(
+            store_scheduler
+            if store_scheduler is not None
+            else ThreadScheduler(workers=2, name="execpods-subscribers"),
+            clock=clock,
+            labels=settings.labels,
+        )
+    fanout = LifecycleFanout(observers)
+    allocator = ExecutorPodsAllocator(
+        settings=settings,
+        pod_builder=pod_builder,
+        pod_operations=pod_operations,
+        store=store,
+        clock=clock,
+    )
+    lifecycle = ExecutorPodsLifecycleManager(
+        settings=settings, pod_operations=pod_operations, store=store, clock=clock, observer=fanout
+    )
+    return ExecutorPodsBackend(
+        app_id=app_id,
+        settings=settings,
+        store=store,
+        allocator=allocator,
+        lifecycle=lifecycle,
+        pod_operations=pod_operations,
+        driver=driver,
+        fanout=fanout,
+        request_scheduler=(
+            request_scheduler
+            if request_scheduler is not None
+            else ThreadScheduler(workers=1, name="execpods-requests")
+        ),
+        sources=sources(store),
+        close=close,
+    )
