@@ -9,6 +9,7 @@
 // starts pods by itself, prints every check, and exits non-zero on the first failure. At the end it
 // has killed every executor it asked for, so the sidecar can be stopped with no pods left.
 
+import fs from "node:fs";
 import path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
@@ -164,6 +165,28 @@ class FollowedStream {
   }
 }
 
+// --- credentials -----------------------------------------------------------------------------
+
+/**
+ * TLS when EXECPODS_CA_FILE names the CA that signed the sidecar's certificate, and a bearer token
+ * on every call when EXECPODS_TOKEN_FILE names a file holding it (read from a file, as a driver
+ * should, never from the command line). Plaintext without either.
+ */
+function credentialsFromEnvironment({ withToken = true } = {}) {
+  const caFile = process.env.EXECPODS_CA_FILE;
+  const tokenFile = process.env.EXECPODS_TOKEN_FILE;
+  if (!caFile) return grpc.credentials.createInsecure();
+  const tls = grpc.credentials.createSsl(fs.readFileSync(caFile));
+  if (!tokenFile || !withToken) return tls;
+  const token = fs.readFileSync(tokenFile, "utf8").trim();
+  const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+    const metadata = new grpc.Metadata();
+    metadata.add("authorization", `Bearer ${token}`);
+    callback(null, metadata);
+  });
+  return grpc.credentials.combineChannelCredentials(tls, bearer);
+}
+
 // --- the scenario ---------------------------------------------------------------------------
 
 async function run(address) {
@@ -175,11 +198,24 @@ async function run(address) {
     defaults: true, // absent scalars read as their defaults, as in every proto3 runtime
   });
   const v1 = grpc.loadPackageDefinition(definition).execpods.v1;
-  const client = new v1.ExecutorAllocator(address, grpc.credentials.createInsecure());
+  const client = new v1.ExecutorAllocator(address, credentialsFromEnvironment());
   await new Promise((resolve, reject) =>
     client.waitForReady(Date.now() + 10_000, (error) => (error ? reject(error) : resolve())),
   );
-  check(true, `connected to ${address}`);
+  const secured = Boolean(process.env.EXECPODS_CA_FILE);
+  check(true, `connected to ${address}${secured ? " over TLS" : ""}`);
+  if (secured && process.env.EXECPODS_TOKEN_FILE) {
+    const anonymous = new v1.ExecutorAllocator(
+      address,
+      credentialsFromEnvironment({ withToken: false }),
+    );
+    await expectCode(
+      unary(anonymous, "RequestTotal", { total: 0 }),
+      grpc.status.UNAUTHENTICATED,
+      "a call over TLS without the bearer token is UNAUTHENTICATED",
+    );
+    anonymous.close();
+  }
 
   const follow = (batchIntervalMs) =>
     new FollowedStream(client.StreamSnapshots({ batch_interval_ms: batchIntervalMs }));
