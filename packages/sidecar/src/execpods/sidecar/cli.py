@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 PROG = "execpods-sidecar"
 LISTENING_PREFIX = f"{PROG}: listening on "
+METRICS_PREFIX = f"{PROG}: metrics on "
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,8 @@ async def serve(settings: Settings) -> None:
     server = SidecarServer(runtime)
     server.install_signal_handlers()
     address = await server.start()
+    if server.ops.metrics_address:  # before the listening line, which says all is ready
+        print(f"{METRICS_PREFIX}http://{server.ops.metrics_address}/metrics", flush=True)
     print(f"{LISTENING_PREFIX}{address}", flush=True)
     await server.wait_stopped()
 
