@@ -4,7 +4,7 @@
     python3 tools/dev.py demo     # the main job
     python3 tools/dev.py check    # every check: lint, format, types, layering, codegen drift, tests
     python3 tools/dev.py bench    # the benchmarks (prints figures)
-    python3 tools/dev.py gen      # regenerate the gRPC code from proto/
+    python3 tools/dev.py gen      # regenerate the gRPC code and the settings doc's tables
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -69,9 +69,10 @@ def check() -> None:
     _run(_tool("ruff"), "format", "--check", ".")
     _run(_tool("mypy"), "packages", "tests", "tools")
     _run(_tool("lint-imports"))
-    gen_check = ROOT / "tools" / "gen_proto.py"
-    if gen_check.exists():
-        _run(_tool("python"), gen_check, "--check")
+    for generator in ("gen_proto.py", "gen_settings_doc.py"):
+        gen_check = ROOT / "tools" / generator
+        if gen_check.exists():
+            _run(_tool("python"), gen_check, "--check")
     _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:])
 
 
@@ -84,7 +85,9 @@ def bench() -> None:
 
 
 def gen() -> None:
+    """The gRPC code from proto/, and the settings tables of docs/configuration.md."""
     _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
+    _run(_tool("python"), ROOT / "tools" / "gen_settings_doc.py")
 
 
 JOBS = {"check": check, "demo": demo, "bench": bench, "gen": gen}

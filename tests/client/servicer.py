@@ -11,7 +11,6 @@ import re
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from typing import Any
 
 import grpc
 from execpods.v1 import allocator_pb2 as pb
@@ -38,7 +37,7 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
         self.script_sent = threading.Event()
 
     def RequestTotal(
-        self, request: pb.RequestTotalRequest, context: Any
+        self, request: pb.RequestTotalRequest, context: grpc.ServicerContext
     ) -> pb.RequestTotalResponse:
         if request.total < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "total must not be negative")
@@ -48,7 +47,7 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
         )
 
     def KillExecutors(
-        self, request: pb.KillExecutorsRequest, context: Any
+        self, request: pb.KillExecutorsRequest, context: grpc.ServicerContext
     ) -> pb.KillExecutorsResponse:
         ids = list(request.executor_ids)
         self.kill_requests.append(ids)
@@ -61,7 +60,7 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
         return pb.KillExecutorsResponse(deleted_pods=len(deleted))
 
     def StreamSnapshots(
-        self, request: pb.StreamSnapshotsRequest, context: Any
+        self, request: pb.StreamSnapshotsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.StreamSnapshotsResponse]:
         if request.batch_interval_ms < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "batch_interval_ms must be >= 0")
@@ -75,7 +74,7 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
             context.abort(self.stream_end, "scripted end of the stream")
 
     def UpdateDriverExecutors(
-        self, request: pb.UpdateDriverExecutorsRequest, context: Any
+        self, request: pb.UpdateDriverExecutorsRequest, context: grpc.ServicerContext
     ) -> pb.UpdateDriverExecutorsResponse:
         base = set() if request.explicit else self.known
         self.known = (base | set(request.registered)) - set(request.released)

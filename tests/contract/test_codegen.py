@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import execpods.v1
+
+from tests.generators import assert_not_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "packages" / "contract" / "src" / "execpods" / "v1"
@@ -26,15 +26,7 @@ def _gen_proto() -> ModuleType:
 
 
 def test_generated_code_has_not_drifted_from_the_proto() -> None:
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gen_proto.py"), "--check"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert_not_stale("gen_proto.py")
 
 
 def test_the_contract_is_imported_from_its_own_distribution() -> None:

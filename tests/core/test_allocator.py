@@ -126,11 +126,6 @@ def test_a_create_with_unknown_outcome_is_tracked_until_the_timeout(rig: Allocat
     assert rig.pods.created_executor_ids() == [2]
 
 
-def test_negative_targets_are_refused(rig: AllocatorRig) -> None:
-    with pytest.raises(ValueError, match="negative"):
-        rig.allocator.set_total_expected_executors(-1)
-
-
 def test_a_larger_batch_size_setting_is_honoured() -> None:
     rig = make_allocator_rig(
         CoreSettings.from_properties({"spark.kubernetes.allocation.batch.size": "20"})

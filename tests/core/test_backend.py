@@ -10,6 +10,7 @@ import pytest
 from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
+    ExecutorPod,
     ExecutorPodsBackend,
     ExecutorPodsSnapshot,
     ExecutorRemoval,
@@ -27,9 +28,14 @@ from execpods.core.testing import (
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
+    deleted_executor,
     failed_executor,
+    pending_executor,
     running_executor,
+    succeeded_executor,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 APP_LABELS = {"spark-app-selector": TEST_APP_ID, "spark-role": "executor"}
 
@@ -174,7 +180,7 @@ def test_kill_executors_is_one_delete_by_labels_run_asynchronously() -> None:
     assert future.result(timeout=0) == 0
 
 
-def test_request_total_executors_sets_the_target_asynchronously() -> None:
+def test_request_total_sets_the_target_asynchronously() -> None:
     rig = make_backend()
     rig.backend.start()
     future = rig.backend.request_total(5)
@@ -299,3 +305,58 @@ def test_observers_hear_each_round_before_its_decisions_and_each_removal_after_t
     expected = [("round", [serial], []), ("removed", 4, [4])]
     assert first.heard == second.heard == expected, "a failing observer stops no one"
     assert [r.executor_id for r in removals] == [4]
+
+
+_FACTORIES = (
+    pending_executor,
+    running_executor,
+    failed_executor,
+    succeeded_executor,
+    deleted_executor,
+)
+_POD = st.builds(lambda i, k: _FACTORIES[k](i), st.integers(1, 6), st.integers(0, 4))
+_ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("update"), _POD),
+        st.tuples(st.just("update"), _POD),
+        st.tuples(st.just("notify"), st.none()),
+        st.tuples(st.just("replace"), st.lists(_POD, max_size=6)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(actions=_ACTIONS, known=st.sets(st.integers(1, 6)))
+def test_every_removal_names_a_snapshot_that_shows_why(
+    actions: list[tuple[str, object]], known: set[int]
+) -> None:
+    """Whatever the event order: a subscriber hears each removal once, as the driver does, and
+    the snapshot it names (which the subscriber also gets) shows the executor final, or absent
+    when the driver knew it and its pod vanished."""
+    rig = make_backend(driver=RecordingDriver(known=set(known)))
+    rig.backend.start()
+    snapshots: list[ExecutorPodsSnapshot] = []
+    removals: list[ExecutorRemoval] = []
+    rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    for kind, arg in actions:
+        if kind == "update":
+            assert isinstance(arg, ExecutorPod)
+            rig.store.update_pod(arg)
+        elif kind == "replace":
+            assert isinstance(arg, list)
+            rig.store.replace_snapshot(arg)
+        else:
+            rig.store.notify_subscribers()
+    rig.store.notify_subscribers()
+    assert [r.executor_id for r in removals] == [i for i, _ in rig.driver.removed]
+    assert [r.reason for r in removals] == [reason for _, reason in rig.driver.removed]
+    assert len({r.executor_id for r in removals}) == len(removals), "each removal once"
+    by_serial = {snapshot.serial: snapshot for snapshot in snapshots}
+    for removal in removals:
+        shown = by_serial[removal.snapshot_serial].executor_pods.get(removal.executor_id)
+        if shown is None:
+            assert removal.executor_id in known
+            assert removal.reason.exit_code == -1
+        else:
+            assert shown.is_final, (removal, shown.state)

@@ -105,7 +105,7 @@ def running_ids(sim: KubeSim, app_id: str) -> set[int]:
     }
 
 
-def store_subscribers(sidecar: EmbeddedSidecar) -> int:
+def live_subscriptions(sidecar: EmbeddedSidecar) -> int:
     """How many live subscriptions (snapshots and removals, cancelled as one) the backend has."""
     return sidecar.runtime.backend.subscription_count
 

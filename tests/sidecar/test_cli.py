@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings, main
+from execpods.sidecar.settings import flagged_specs
 
 BASE = ["serve", "--app-id", "app", "--api-url", "http://127.0.0.1:1"]
 
@@ -47,9 +51,75 @@ def test_bad_settings_exit_2_naming_them(
 def test_unknown_keys_in_a_properties_file_are_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    """Inside the namespaces the sidecar owns; other spark.* keys are accepted (see
+    test_properties.py, which also checks the suggestions)."""
     conf = tmp_path / "sidecar.conf"
-    conf.write_text("# comment\nspark.app.id app\nspark.kubernetes.nope true\n", encoding="utf-8")
-    assert "spark.kubernetes.nope" in _error(capsys, ["serve", "--properties-file", str(conf)], {})
+    conf.write_text(
+        "# comment\nspark.app.id app\nspark.kubernetes.executor.nope true\nexecpods.nope 1\n",
+        encoding="utf-8",
+    )
+    message = _error(capsys, ["serve", "--properties-file", str(conf)], {})
+    assert "unknown settings: execpods.nope" in message
+    assert "spark.kubernetes.executor.nope" in message
+
+
+@pytest.fixture
+def root_level() -> Iterator[None]:
+    """`main` sets the root logger's level; put it back for the other tests."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("root_level")
+@pytest.mark.parametrize(
+    ("argv", "env", "level"),
+    [
+        ([], {}, logging.INFO),  # as Kubernetes controllers: decisions are logged by default
+        (["--log-level", "debug"], {}, logging.DEBUG),
+        ([], {"EXECPODS_LOG_LEVEL": "warning"}, logging.WARNING),
+        (["--log-level", "error"], {"EXECPODS_LOG_LEVEL": "debug"}, logging.ERROR),
+    ],
+)
+def test_the_log_level_is_info_unless_told(
+    argv: list[str], env: dict[str, str], level: int
+) -> None:
+    logging.getLogger().setLevel(logging.CRITICAL)
+    assert main([*argv, "settings"], environ=env) == 0
+    assert logging.getLogger().level == level
+
+
+@pytest.mark.usefixtures("root_level")
+def test_a_bad_log_level_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--log-level 'LOUD'" in _error(capsys, ["--log-level", "loud", "settings"], {})
+
+
+def test_every_flag_comes_from_a_setting_spec() -> None:
+    """Flag, help, variable and default are the spec's: no property key written twice."""
+    commands = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    serve = commands.choices["serve"]
+    flags = {
+        option: action
+        for action in serve._actions
+        for option in action.option_strings
+        if option.startswith("--") and option not in ("--help", "--conf", "--properties-file")
+    }
+    specs = {spec.flag: spec for spec in flagged_specs()}
+    assert set(flags) == set(specs)
+    assert {"--app-id", "--image", "--listen", "--initial-executors"} <= set(flags)
+    for flag, spec in specs.items():
+        help_text = flags[flag].help or ""
+        assert spec.key in help_text
+        assert spec.doc in help_text.replace("%%", "%")
+        if spec.env:
+            assert spec.env in help_text
+        if spec.default_text:
+            assert f"default {spec.default_text}" in help_text
 
 
 def test_precedence_file_then_environment_then_conf_then_flags(tmp_path: Path) -> None:

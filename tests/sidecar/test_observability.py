@@ -19,7 +19,7 @@ import pytest
 from execpods.client import AllocatorClient, ExecutorState
 from execpods.kubesim import KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.sidecar.conftest import FAST_CLUSTER, SidecarFactory, running_ids, wait_for
@@ -138,10 +138,16 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
         )
 
 
-def _health(address: str, service: str = "") -> int:
+def health_status(address: str, service: str = "") -> int:
+    """grpc.health.v1 Check over a plaintext channel (by method path: the typed stubs of
+    grpcio-health-checking leave the client stub's methods out)."""
     with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        status: int = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )
+        status: int = check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
         return status
 
 
@@ -153,13 +159,13 @@ def test_health_is_not_serving_while_the_cluster_fails_and_serving_again_after(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
     sidecar = make_sidecar("health", conf={"execpods.sidecar.health.checkInterval": "200ms"})
-    assert _health(sidecar.address) == SERVING
+    assert health_status(sidecar.address) == SERVING
     sim.fail_requests(503)
-    wait_for(lambda: _health(sidecar.address) == NOT_SERVING, what="NOT_SERVING")
-    assert _health(sidecar.address, "execpods.v1.ExecutorAllocator") == NOT_SERVING
+    wait_for(lambda: health_status(sidecar.address) == NOT_SERVING, what="NOT_SERVING")
+    assert health_status(sidecar.address, "execpods.v1.ExecutorAllocator") == NOT_SERVING
     sim.clear_faults()
-    wait_for(lambda: _health(sidecar.address) == SERVING, what="SERVING again")
-    assert _health(sidecar.address, "execpods.v1.ExecutorAllocator") == SERVING
+    wait_for(lambda: health_status(sidecar.address) == SERVING, what="SERVING again")
+    assert health_status(sidecar.address, "execpods.v1.ExecutorAllocator") == SERVING
 
 
 def test_health_is_not_serving_once_the_api_server_is_gone() -> None:
@@ -168,9 +174,9 @@ def test_health_is_not_serving_once_the_api_server_is_gone() -> None:
         simulator.url, "gone", **{"execpods.sidecar.health.checkInterval": "200ms"}
     )
     with EmbeddedSidecar(props) as sidecar:
-        assert _health(sidecar.address) == SERVING
+        assert health_status(sidecar.address) == SERVING
         simulator.close()
-        wait_for(lambda: _health(sidecar.address) == NOT_SERVING, what="NOT_SERVING")
+        wait_for(lambda: health_status(sidecar.address) == NOT_SERVING, what="NOT_SERVING")
 
 
 def test_a_plaintext_health_port_serves_health_only(make_sidecar: SidecarFactory) -> None:
@@ -178,7 +184,7 @@ def test_a_plaintext_health_port_serves_health_only(make_sidecar: SidecarFactory
     health_address = sidecar.server.ops.health_address
     assert health_address.startswith("127.0.0.1:")
     assert health_address != sidecar.address
-    assert _health(health_address) == SERVING
+    assert health_status(health_address) == SERVING
     with AllocatorClient(health_address) as client, pytest.raises(grpc.RpcError) as caught:
         client.request_total(1)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -12,14 +12,14 @@ import pytest
 from execpods.client import AllocatorClient, AsyncAllocatorClient, Snapshot
 from execpods.core import ExecutorPodsSnapshot, PodState
 from execpods.kubesim import KubeSim
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.sidecar.conftest import (
     SidecarFactory,
     app_pods,
+    live_subscriptions,
     running_ids,
-    store_subscribers,
     wait_for,
     wait_for_async,
 )
@@ -97,7 +97,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
 ) -> None:
     sidecar = make_sidecar("many", conf={"spark.kubernetes.executor.enableApiPolling": "false"})
     assert sim.wait_for_watchers(1)  # the watch's initial list is in the store
-    baseline = store_subscribers(sidecar)
+    baseline = live_subscriptions(sidecar)
     reference: list[ExecutorPodsSnapshot] = []
     sidecar.runtime.backend.subscribe(0.05, reference.extend)
     wait_for(lambda: reference, what="the reference subscriber's first delivery")
@@ -114,7 +114,7 @@ def test_a_hundred_streams_all_receive_every_snapshot(
                 lambda: all(received), timeout=30.0, what="every stream's first message"
             )
             # Each open stream holds one subscription; the reference subscriber is the 101st.
-            assert store_subscribers(sidecar) == baseline + 101
+            assert live_subscriptions(sidecar) == baseline + 101
             await client.request_total(10)
 
             def settled() -> bool:
@@ -135,37 +135,49 @@ def test_a_hundred_streams_all_receive_every_snapshot(
         assert [_states(s) for s in stream] == expected
     # Every cancelled stream let go of its subscription (snapshots and removals, cancelled as
     # one): only the reference one is left.
-    wait_for(lambda: store_subscribers(sidecar) == baseline + 1, what="the streams to close")
+    wait_for(lambda: live_subscriptions(sidecar) == baseline + 1, what="the streams to close")
 
 
 def test_a_client_going_away_cancels_its_store_subscription(make_sidecar: SidecarFactory) -> None:
     """Cancelled streams and a closed channel leave no subscription behind."""
     sidecar = make_sidecar("leaks")
-    baseline = store_subscribers(sidecar)
+    baseline = live_subscriptions(sidecar)
     for _ in range(3):
         with AllocatorClient(sidecar.address) as client:
             cancelled = [client.stream_snapshots(batch_interval_ms=20) for _ in range(4)]
             abandoned = [client.stream_snapshots(batch_interval_ms=20) for _ in range(4)]
             for stream in cancelled + abandoned:
                 assert next(stream).snapshots[0].was_full
-            assert store_subscribers(sidecar) == baseline + 8
+            assert live_subscriptions(sidecar) == baseline + 8
             for stream in cancelled:
                 stream.cancel()
-            wait_for(lambda: store_subscribers(sidecar) == baseline + 4, what="four streams to end")
+            wait_for(
+                lambda: live_subscriptions(sidecar) == baseline + 4, what="four streams to end"
+            )
         # Leaving the block closes the channel under the abandoned streams.
-        wait_for(lambda: store_subscribers(sidecar) == baseline, what="every stream to end")
+        wait_for(lambda: live_subscriptions(sidecar) == baseline, what="every stream to end")
 
 
 def test_health_and_reflection(make_sidecar: SidecarFactory) -> None:
     sidecar = make_sidecar("health")
+    # The typed stubs of grpcio-health-checking and grpcio-reflection leave their client stubs'
+    # methods out, so the calls go through the channel's typed multi-callables by method path.
     with grpc.insecure_channel(sidecar.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )
         for service in ("", "execpods.v1.ExecutorAllocator"):
-            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            answer = check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        reflect = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        (response,) = list(reflection.ServerReflectionInfo(iter([request]), timeout=5))
+        (response,) = list(reflect(iter([request]), timeout=5))
         names = {s.name for s in response.list_services_response.service}
     assert {"execpods.v1.ExecutorAllocator", "grpc.health.v1.Health"} <= names
 

@@ -17,9 +17,10 @@ import trustme
 from execpods.client import AllocatorClient, ExecutorState, TlsOptions, read_token_file
 from execpods.core import SettingsError
 from execpods.sidecar.settings import Settings
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from tests.sidecar.conftest import SidecarFactory
+from tests.sidecar.test_observability import health_status
 
 TOKEN = "s3cr3t-token-0123456789abcdef"
 
@@ -166,10 +167,7 @@ def test_a_bearer_token_is_required_and_refusals_never_log_it(
                 if update.latest is not None and update.latest.count(ExecutorState.RUNNING) == 1:
                     break
     # Health answers without the token (probes cannot send one); it reveals no more than that.
-    with grpc.insecure_channel(sidecar.address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
-        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    assert health_status(sidecar.address) == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_tls_with_client_certificates_and_a_token_together(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import typing
 
+import grpc.aio
 from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.service import AllocatorService
 from execpods.sidecar.streams import (
     EncodingCache,
     Pending,
@@ -151,3 +154,17 @@ def test_a_removal_before_the_first_snapshot_waits_for_it() -> None:
     assert (held.snapshots, held.removals) == ([], [])
     assert opened.snapshots == [first]
     assert [r.executor_id for r in opened.removals] == [1]
+
+
+def test_every_handler_is_typed_with_its_messages_and_an_aio_context() -> None:
+    """The servicer's edges are typed (issue 8): each handler takes its request message and a
+    grpc.aio.ServicerContext over that request and its response, so mypy checks what it does."""
+    service = pb.DESCRIPTOR.services_by_name["ExecutorAllocator"]
+    assert service.methods, "the contract has methods"
+    for method in service.methods:
+        hints = typing.get_type_hints(getattr(AllocatorService, method.name))
+        request = getattr(pb, method.input_type.name)
+        response = getattr(pb, method.output_type.name)
+        assert hints["request"] is request, method.name
+        assert typing.get_origin(hints["context"]) is grpc.aio.ServicerContext, method.name
+        assert typing.get_args(hints["context"]) == (request, response), method.name

@@ -21,7 +21,9 @@ from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
-class AsyncSnapshotStream(DecodedCall):
+class AsyncSnapshotStream(
+    DecodedCall["grpc.aio.UnaryStreamCall[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse]"]
+):
     """An open `StreamSnapshots` call, decoded: `async for` it for `StreamUpdate`s.
 
     Every snapshot it yields is complete. Iteration ends cleanly after `cancel()` (or leaving an
@@ -48,8 +50,9 @@ class AsyncSnapshotStream(DecodedCall):
             raise
         if message is grpc.aio.EOF:
             raise StopAsyncIteration
-        response: pb.StreamSnapshotsResponse = message
-        return self._decode(response)
+        if not isinstance(message, pb.StreamSnapshotsResponse):  # grpc types `read` as object
+            raise TypeError(f"StreamSnapshots read a {type(message).__name__}, not a response")
+        return self._decode(message)
 
     async def __aenter__(self) -> Self:
         return self

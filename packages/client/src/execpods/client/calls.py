@@ -7,7 +7,7 @@ end only when this side asked for it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 from execpods.client.model import Snapshot, StreamUpdate
@@ -15,10 +15,18 @@ from execpods.client.rebuild import SnapshotRebuilder
 from execpods.v1 import allocator_pb2 as pb
 
 
-class DecodedCall:
+class CancellableCall(Protocol):
+    def cancel(self) -> bool:
+        """Cancel the RPC; False when it had already ended."""
+
+
+CallT = TypeVar("CallT", bound=CancellableCall)
+
+
+class DecodedCall(Generic[CallT]):
     """A `StreamSnapshots` call whose messages are decoded into complete snapshots."""
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: CallT) -> None:
         self._call = call
         self._rebuilder = SnapshotRebuilder()
         self._cancelled = False

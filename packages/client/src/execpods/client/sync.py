@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 import grpc
 from execpods.client.calls import DecodedCall
@@ -21,7 +21,15 @@ from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
-class SnapshotStream(DecodedCall):
+class BlockingCall(Protocol):
+    """A blocking `StreamSnapshots` call, as grpc returns it: an iterator that can be cancelled."""
+
+    def __next__(self) -> pb.StreamSnapshotsResponse: ...
+
+    def cancel(self) -> bool: ...
+
+
+class SnapshotStream(DecodedCall[BlockingCall]):
     """An open `StreamSnapshots` call, decoded: iterate it for `StreamUpdate`s, oldest first.
 
     Every snapshot it yields is complete (deltas are rebuilt). Iteration ends cleanly after

@@ -53,7 +53,8 @@ from execpods.core.scheduling import (
     Scheduler,
     ThreadScheduler,
 )
-from execpods.core.settings import CoreSettings, SettingsBase, parse_duration, unknown_keys
+from execpods.core.settingkit import SettingsBase, SettingSpec, parse_duration, unknown_keys
+from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorPodState, PodState, classify
 from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
@@ -102,6 +103,7 @@ __all__ = [
     "PodSelector",
     "PodState",
     "Scheduler",
+    "SettingSpec",
     "SettingsBase",
     "SettingsError",
     "SnapshotSource",

@@ -111,9 +111,10 @@ class ExecutorPodsAllocator:
     def set_total_expected_executors(
         self, total: int, *, resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID
     ) -> None:
-        """Set the target; re-evaluate at once when nothing is outstanding (quick scale-up)."""
-        if total < 0:
-            raise ValueError(f"the total number of executors must not be negative, not {total}")
+        """Set the target; re-evaluate at once when nothing is outstanding (quick scale-up).
+
+        The total was validated where it was received (`ExecutorPodsBackend.request_total`).
+        """
         with self._lock:
             self._targets[resource_profile_id] = total
             notify = not self._has_pending_pods

@@ -1,193 +1,32 @@
-"""Typed settings keyed by Spark's property names.
+"""The core's settings, keyed by Spark's property names.
 
-Each settings class is a frozen dataclass whose fields declare their property key, default, parser,
-rule and meaning through `setting(...)`. `from_properties` reads a `spark.*` style mapping, and
-every value is validated on construction, so a bad value fails at start-up with a message naming
-the property and the rule, never half-way through a run. Other packages declare their own settings
-classes the same way; the sidecar composes them into one object.
+`CoreSettings` is declared with the public settings kit (`execpods.core.settingkit`): every field
+names its property, default, parser, rule and meaning through `setting(...)`, and validation runs
+on construction. Other packages declare their own settings classes with the same kit; the sidecar
+composes them into one object. The kit's names are re-exported here for older imports.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
 
-from execpods.core.errors import SettingsError
 from execpods.core.labels import ExecutorLabels
-
-T = TypeVar("T")
-
-_UNITS = {
-    "us": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
-
-
-def parse_duration(text: str, *, default_unit: str = "ms") -> float:
-    """Seconds in a Spark-style duration ("500ms", "30s", "3min", "1h"; a bare number is ms)."""
-    match = _DURATION.match(text.lower())
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration such as 500ms, 30s, 3min or 1h")
-    number, unit = match.groups()
-    factor = _UNITS.get(unit or default_unit)
-    if factor is None:
-        raise ValueError(f"{text!r} has unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
-    return float(number) * factor
-
-
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    raise ValueError(f"{text!r} is not a boolean (true or false)")
-
-
-def parse_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
-
-
-def parse_str(text: str) -> str:
-    return text
-
-
-def positive(value: float) -> str | None:
-    return None if value > 0 else "must be positive"
-
-
-def non_negative(value: float) -> str | None:
-    return None if value >= 0 else "must not be negative"
-
-
-def any_value(_value: object) -> str | None:
-    return None
-
-
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def label_value(value: str) -> str | None:
-    """A non-empty Kubernetes label value: the API refuses pods labelled with anything else."""
-    if _LABEL_NAME.match(value):
-        return None
-    return "must be a label value: up to 63 letters, digits, '-', '_' or '.', alphanumeric ends"
-
-
-def label_key(value: str) -> str | None:
-    """A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a label name."""
-    prefix, _, name = value.rpartition("/")
-    if _LABEL_NAME.match(name) and (
-        not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))
-    ):
-        return None
-    return "must be a label key: [prefix/]name, the name up to 63 letters, digits, '-', '_', '.'"
-
-
-@dataclass(frozen=True, slots=True)
-class SettingSpec:
-    """How one property is read and checked."""
-
-    key: str
-    parse: Callable[[str], Any]
-    rule: Callable[[Any], str | None]
-    doc: str
-
-
-def setting(
-    key: str,
-    default: T,
-    doc: str,
-    *,
-    parse: Callable[[str], T],
-    rule: Callable[[T], str | None] = any_value,
-) -> T:
-    """Declare a settings field: its property key, default, parser, rule and meaning."""
-    spec = SettingSpec(key=key, parse=parse, rule=rule, doc=doc)
-    return dataclasses.field(default=default, metadata={"setting": spec})
-
-
-def duration_setting(
-    key: str, default: str, doc: str, rule: Callable[[float], str | None] = positive
-) -> float:
-    """A duration field: declared with Spark's spelling, held in seconds."""
-    return setting(key, parse_duration(default), doc, parse=parse_duration, rule=rule)
-
-
-class SettingsBase:
-    """Parsing and validation shared by every settings dataclass."""
-
-    __slots__ = ()
-
-    def __post_init__(self) -> None:
-        for spec, value in self._specs_and_values():
-            problem = spec.rule(value)
-            if problem is not None:
-                raise SettingsError(f"{spec.key}={value!r} is invalid: it {problem}")
-
-    def _specs_and_values(self) -> list[tuple[SettingSpec, Any]]:
-        return [
-            (f.metadata["setting"], getattr(self, f.name))
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
-            if "setting" in f.metadata
-        ]
-
-    @classmethod
-    def specs(cls) -> dict[str, SettingSpec]:
-        """Every property this class reads, by key."""
-        return {
-            f.metadata["setting"].key: f.metadata["setting"]
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if "setting" in f.metadata
-        }
-
-    @classmethod
-    def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
-        """Read the properties this class knows (others are ignored: see `unknown_keys`)."""
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            spec = f.metadata.get("setting")
-            if spec is None or spec.key not in properties:
-                continue
-            try:
-                values[f.name] = spec.parse(properties[spec.key])
-            except ValueError as error:
-                raise SettingsError(f"{spec.key}: {error}") from None
-        values.update(overrides)
-        return cls(**values)
-
-    def to_properties(self) -> dict[str, str]:
-        """The settings as property strings (durations in ms); unset optional ones are left out."""
-        rendered: dict[str, str] = {}
-        for spec, value in self._specs_and_values():
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                rendered[spec.key] = str(value).lower()
-            elif isinstance(value, float):
-                rendered[spec.key] = f"{round(value * 1000)}ms"
-            else:
-                rendered[spec.key] = str(value)
-        return rendered
-
-
-def unknown_keys(properties: Mapping[str, str], *classes: type[SettingsBase]) -> list[str]:
-    """The keys none of `classes` reads: almost always a typo worth refusing."""
-    known: set[str] = set()
-    for cls in classes:
-        known.update(cls.specs())
-    return sorted(key for key in properties if key not in known)
+from execpods.core.settingkit import (
+    SettingsBase,
+    SettingSpec,
+    any_value,
+    duration_setting,
+    label_key,
+    label_value,
+    non_negative,
+    parse_bool,
+    parse_duration,
+    parse_int,
+    parse_str,
+    positive,
+    setting,
+    unknown_keys,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +39,8 @@ class CoreSettings(SettingsBase):
         "Executors requested at start.",
         parse=parse_int,
         rule=non_negative,
+        flag="--initial-executors",
+        env="EXECPODS_INITIAL_EXECUTORS",
     )
     batch_size: int = setting(
         "spark.kubernetes.allocation.batch.size",
@@ -288,3 +129,22 @@ class CoreSettings(SettingsBase):
             executor_role=self.label_executor_role,
             executor_id=self.label_executor_id,
         )
+
+
+__all__ = [
+    "CoreSettings",
+    "SettingSpec",
+    "SettingsBase",
+    "any_value",
+    "duration_setting",
+    "label_key",
+    "label_value",
+    "non_negative",
+    "parse_bool",
+    "parse_duration",
+    "parse_int",
+    "parse_str",
+    "positive",
+    "setting",
+    "unknown_keys",
+]

@@ -3,21 +3,27 @@
 Every call is made with `_preload_content=False`, so the client never builds its (slow) models: the
 caller gets the urllib3 response and parses the bytes with orjson. Every call gets a timeout, and
 every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`).
+
+The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
+`watch_pods`, ...), each naming its query parameters, so no caller passes a client method's name
+as a string and mypy checks every call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import cast
 
 import orjson
 from execpods.core import ApiUnavailable
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
-from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver, verb_of
+from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
 from kubernetes import client as k8s_client
+from kubernetes.client import V1Pod
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -37,8 +43,12 @@ def _typed_errors(what: str) -> Iterator[None]:
         raise mapped from error
 
 
+def _selected(label_selector: str, field_selector: str | None) -> str:
+    return f"{label_selector!r}" + (f" with {field_selector!r}" if field_selector else "")
+
+
 class ApiGateway:
-    """A namespace-bound `CoreV1Api` whose calls return raw responses or parsed JSON."""
+    """A namespace-bound `CoreV1Api`, one typed method per pod call, raw responses or JSON."""
 
     def __init__(
         self,
@@ -51,7 +61,16 @@ class ApiGateway:
     ) -> None:
         self._api_client = api_client
         self._observer = observer
-        self._core: Any = k8s_client.CoreV1Api(api_client)
+        self._core = k8s_client.CoreV1Api(api_client)
+        core = self._core
+        self._verbs: dict[object, str] = {
+            core.create_namespaced_pod: "create",
+            core.read_namespaced_pod: "get",
+            core.list_namespaced_pod: "list",
+            core.patch_namespaced_pod: "patch",
+            core.delete_namespaced_pod: "delete",
+            core.delete_collection_namespaced_pod: "deletecollection",
+        }
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
@@ -60,66 +79,191 @@ class ApiGateway:
     def api_client(self) -> KubernetesApiClient:
         return self._api_client
 
-    def request(
+    # --- the pod calls ---------------------------------------------------------------------
+
+    def create_pod(
+        self, name: str, manifest: Mapping[str, object], *, dry_run: bool = False
+    ) -> None:
+        """POST a pod (`name` is for messages: the manifest carries it); `dry_run`: validated
+        and authorized by the server, never stored."""
+        self._bytes(
+            f"create pod {name}",
+            # The client sends a plain dict as is; building its V1Pod model would only cost time.
+            partial(
+                self._core.create_namespaced_pod,
+                self.namespace,
+                cast(V1Pod, dict(manifest)),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def read_pod(self, name: str) -> object:
+        """One pod's JSON."""
+        return self._json(
+            f"get pod {name}", partial(self._core.read_namespaced_pod, name, self.namespace)
+        )
+
+    def patch_pod(
+        self, name: str, patch: Mapping[str, object], *, what: str, dry_run: bool = False
+    ) -> None:
+        """A strategic merge patch of one pod."""
+        self._bytes(
+            f"{what} of pod {name}",
+            partial(
+                self._core.patch_namespaced_pod,
+                name,
+                self.namespace,
+                dict(patch),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def delete_pod(
+        self, name: str, *, grace_period_seconds: int | None = None, dry_run: bool = False
+    ) -> None:
+        """DELETE one pod (with the pod's own grace period unless one is given)."""
+        self._bytes(
+            f"delete pod {name}",
+            partial(
+                self._core.delete_namespaced_pod,
+                name,
+                self.namespace,
+                grace_period_seconds=grace_period_seconds,
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def delete_pods(
+        self, label_selector: str, field_selector: str | None = None, *, dry_run: bool = False
+    ) -> object:
+        """DELETE the matching pods (deletecollection); the JSON answer."""
+        return self._json(
+            f"delete pods {_selected(label_selector, field_selector)}",
+            partial(
+                self._core.delete_collection_namespaced_pod,
+                self.namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def list_pods(
         self,
-        what: str,
-        method: str,
-        *args: object,
-        timeout: Timeout | None = None,
-        **kwargs: object,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> object:
+        """LIST the matching pods; the JSON answer (`resource_version="0"`: from the cache)."""
+        return parse_json_body(
+            self.list_pods_raw(label_selector, field_selector, resource_version=resource_version),
+            what=f"list pods {label_selector!r}",
+        )
+
+    def list_pods_raw(
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        resource_version: str | None = None,
+        limit: int | None = None,
+    ) -> bytes:
+        """LIST the matching pods; the body as it came (for a caller that parses it itself)."""
+        return self._bytes(
+            f"list pods {label_selector!r}",
+            partial(
+                self._core.list_namespaced_pod,
+                self.namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                resource_version=resource_version,
+                limit=limit,
+            ),
+        )
+
+    def watch_pods(
+        self,
+        label_selector: str,
+        *,
+        resource_version: str | None,
+        timeout_seconds: int,
+        read_timeout: float,
     ) -> BaseHTTPResponse:
-        """Call `CoreV1Api.<method>` and return the raw response (the caller must release it)."""
-        call = getattr(self._core, method)
+        """Open a watch (with bookmarks) from `resource_version`; the caller reads and releases
+        the streaming response. The server ends it after `timeout_seconds`; the read timeout
+        guards a connection that went silent."""
+        return self._response(
+            f"watch pods {label_selector!r}",
+            partial(
+                self._core.list_namespaced_pod,
+                self.namespace,
+                label_selector=label_selector,
+                watch=True,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                resource_version=resource_version,
+            ),
+            timeout=(self.connect_timeout, read_timeout),
+        )
+
+    # --- the machinery -----------------------------------------------------------------------
+
+    def _verb_of(self, call: Callable[..., object]) -> str:
+        """The Kubernetes verb of a `partial` over one of the `CoreV1Api` methods used here."""
+        func, keywords = (call.func, call.keywords) if isinstance(call, partial) else (call, {})
+        verb = self._verbs.get(func, "other")
+        return "watch" if verb == "list" and keywords.get("watch") else verb
+
+    def _response(
+        self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
+    ) -> BaseHTTPResponse:
+        """Make the call for its raw response (the caller must release it); the observer, if
+        any, hears of it (verb, outcome, time to the response headers)."""
         started = time.perf_counter()
         outcome = SUCCESS
         try:
             with _typed_errors(what):
                 response = call(
-                    *args,
                     _preload_content=False,
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
-                    **kwargs,
                 )
         except Exception as error:
             outcome = type(error).__name__
             raise
         finally:
             if self._observer is not None:
-                seconds = time.perf_counter() - started
                 self._observer(
-                    ApiCall(verb=verb_of(method, kwargs), outcome=outcome, seconds=seconds)
+                    ApiCall(
+                        verb=self._verb_of(call),
+                        outcome=outcome,
+                        seconds=time.perf_counter() - started,
+                    )
                 )
         return cast(BaseHTTPResponse, response)
 
-    def request_json(
-        self,
-        what: str,
-        method: str,
-        *args: object,
-        timeout: Timeout | None = None,
-        **kwargs: object,
-    ) -> object:
-        """Call and parse the whole JSON body (None when it is empty)."""
-        data = self.request_bytes(what, method, *args, timeout=timeout, **kwargs)
-        if not data:
-            return None
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError as error:
-            raise ApiUnavailable(f"{what} failed: the answer is not JSON ({error})") from None
-
-    def request_bytes(
-        self,
-        what: str,
-        method: str,
-        *args: object,
-        timeout: Timeout | None = None,
-        **kwargs: object,
-    ) -> bytes:
-        """Call and read the whole body, releasing the connection to the pool."""
-        response = self.request(what, method, *args, timeout=timeout, **kwargs)
+    def _bytes(self, what: str, call: Callable[..., object]) -> bytes:
+        """Make the call and read the whole body, releasing the connection to the pool."""
+        response = self._response(what, call)
         try:
             with _typed_errors(what):
                 return response.data
         finally:
             response.release_conn()
+
+    def _json(self, what: str, call: Callable[..., object]) -> object:
+        return parse_json_body(self._bytes(what, call), what=what)
+
+
+def _dry(dry_run: bool) -> str | None:
+    return "All" if dry_run else None
+
+
+def parse_json_body(data: bytes, *, what: str) -> object:
+    """The parsed JSON body (None when it is empty); a body that is not JSON is `ApiUnavailable`."""
+    if not data:
+        return None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise ApiUnavailable(f"{what} failed: the answer is not JSON ({error})") from None

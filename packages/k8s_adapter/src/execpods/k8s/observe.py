@@ -9,21 +9,10 @@ watch's latency is the time to its response headers, not the stream's life.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SUCCESS = "success"
-
-_VERBS = {
-    "create_namespaced_pod": "create",
-    "read_namespaced_pod": "get",
-    "list_namespaced_pod": "list",
-    "list_pod_for_all_namespaces": "list",
-    "patch_namespaced_pod": "patch",
-    "replace_namespaced_pod": "update",
-    "delete_namespaced_pod": "delete",
-    "delete_collection_namespaced_pod": "deletecollection",
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,11 +34,3 @@ class ApiCall:
 
 
 ApiObserver = Callable[[ApiCall], None]
-
-
-def verb_of(method: str, kwargs: Mapping[str, object]) -> str:
-    """The Kubernetes verb of a `CoreV1Api` method called with `kwargs`."""
-    verb = _VERBS.get(method, method)
-    if verb == "list" and kwargs.get("watch"):
-        return "watch"
-    return verb

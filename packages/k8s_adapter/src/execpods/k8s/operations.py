@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from execpods.core import ExecutorPod, PodManifest, PodNotFound, PodSelector
 from execpods.k8s.convert import pods_from_list
@@ -40,35 +39,22 @@ class KubernetesPodOperations:
 
     def create(self, manifest: PodManifest) -> None:
         name = _name_of(manifest)
-        self._gateway.request_bytes(
-            f"create pod {name}", "create_namespaced_pod", self.namespace, manifest
-        )
+        self._gateway.create_pod(name, manifest)
         logger.debug("Created pod %s in namespace %s.", name, self.namespace)
 
     def delete(self, name: str) -> None:
         try:
-            self._gateway.request_bytes(
-                f"delete pod {name}", "delete_namespaced_pod", name, self.namespace
-            )
+            self._gateway.delete_pod(name)
         except PodNotFound:
             logger.debug("Pod %s was already gone when deleted.", name)
 
     def delete_by_selector(self, selector: PodSelector) -> int:
         label_selector = selector.label_selector()
-        field_selector = selector.field_selector()
-        what = f"delete pods {label_selector!r}" + (
-            f" with {field_selector!r}" if field_selector else ""
-        )
-        kwargs: dict[str, Any] = {"label_selector": label_selector}
-        if field_selector is not None:
-            kwargs["field_selector"] = field_selector
-        body = self._gateway.request_json(
-            what, "delete_collection_namespaced_pod", self.namespace, **kwargs
-        )
+        body = self._gateway.delete_pods(label_selector, selector.field_selector())
         # A real server answers with the list of deleted pods, although the client types a Status.
         items = body.get("items") if isinstance(body, dict) else None
         count = len(items) if isinstance(items, list) else 0
-        logger.debug("%s: %d pods.", what, count)
+        logger.debug("Deleted %d pods matching %r.", count, label_selector)
         return count
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
@@ -83,29 +69,16 @@ class KubernetesPodOperations:
         resource_version: str | None = None,
     ) -> tuple[builtins.list[ExecutorPod], str | None]:
         """The matching pods and the list's resourceVersion (what a watch resumes from)."""
-        kwargs: dict[str, Any] = {"label_selector": label_selector}
-        if field_selector is not None:
-            kwargs["field_selector"] = field_selector
-        if resource_version is not None:
-            kwargs["resource_version"] = resource_version
-        body = self._gateway.request_json(
-            f"list pods {label_selector!r}", "list_namespaced_pod", self.namespace, **kwargs
+        body = self._gateway.list_pods(
+            label_selector, field_selector, resource_version=resource_version
         )
         return pods_from_list(body)
 
     def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""
-        self._gateway.request_bytes(
-            f"patch labels of pod {name}",
-            "patch_namespaced_pod",
-            name,
-            self.namespace,
-            {"metadata": {"labels": dict(labels)}},
-        )
+        self._gateway.patch_pod(name, {"metadata": {"labels": dict(labels)}}, what="patch labels")
 
     def get(self, name: str) -> dict[str, object]:
         """One pod's raw JSON; raises `PodNotFound`."""
-        body = self._gateway.request_json(
-            f"get pod {name}", "read_namespaced_pod", name, self.namespace
-        )
+        body = self._gateway.read_pod(name)
         return body if isinstance(body, dict) else {}

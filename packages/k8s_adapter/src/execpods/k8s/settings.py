@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
-from execpods.core import SettingsBase, SettingsError
-from execpods.core.settings import (
+from execpods.core import SettingsError
+from execpods.core.settingkit import (
+    SettingsBase,
     duration_setting,
+    if_set,
     parse_bool,
     parse_int,
+    parse_optional_str,
     positive,
     setting,
 )
-
-T = TypeVar("T")
 
 ENV_PREFIX = "spark.executorEnv."
 """Properties `spark.executorEnv.NAME=value` put `NAME=value` into every executor's environment."""
@@ -62,10 +63,6 @@ def parse_memory_mib(text: str) -> int:
     return math.ceil(int(number) * factor / MIB)
 
 
-def parse_optional_str(text: str) -> str | None:
-    return text.strip() or None
-
-
 def parse_optional_memory(text: str) -> int | None:
     return None if not text.strip() else parse_memory_mib(text)
 
@@ -78,11 +75,6 @@ def parse_cpu(text: str) -> str | None:
     if _CPU.match(stripped) is None:
         raise ValueError(f"{text!r} is not a CPU quantity such as 1, 0.5 or 500m")
     return stripped
-
-
-def _if_set(rule: Callable[[T], str | None]) -> Callable[[T | None], str | None]:
-    """`rule` for an optional setting: an unset (None) value passes."""
-    return lambda value: None if value is None else rule(value)
 
 
 def _http_url(value: str) -> str | None:
@@ -107,25 +99,33 @@ class KubernetesSettings(SettingsBase):
         "Namespace of the executor pods; default: the service account's when in-cluster, else "
         "'default'.",
         parse=parse_optional_str,
+        flag="--namespace",
+        env="EXECPODS_NAMESPACE",
     )
     context: str | None = setting(
         "spark.kubernetes.context",
         None,
         "Kubeconfig context to use (default: the kubeconfig's current context).",
         parse=parse_optional_str,
+        flag="--context",
+        env="EXECPODS_CONTEXT",
     )
     api_url: str | None = setting(
         "execpods.kubernetes.apiUrl",
         None,
         "Explicit API server URL (no kubeconfig, no credentials), e.g. a simulator.",
         parse=parse_optional_str,
-        rule=_if_set(_http_url),
+        rule=if_set(_http_url),
+        flag="--api-url",
+        env="EXECPODS_API_URL",
     )
     kubeconfig: str | None = setting(
         "execpods.kubernetes.kubeconfig",
         None,
         "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in-cluster when absent).",
         parse=parse_optional_str,
+        flag="--kubeconfig",
+        env="EXECPODS_KUBECONFIG",
     )
     container_image: str | None = setting(
         "spark.kubernetes.container.image",
@@ -138,25 +138,31 @@ class KubernetesSettings(SettingsBase):
         None,
         "Executor container image (default: spark.kubernetes.container.image).",
         parse=parse_optional_str,
+        flag="--image",
+        env="EXECPODS_IMAGE",
     )
     pod_template_file: str | None = setting(
         "spark.kubernetes.executor.podTemplateFile",
         None,
         "YAML pod template the executor pods start from.",
         parse=parse_optional_str,
+        flag="--pod-template",
+        env="EXECPODS_POD_TEMPLATE",
     )
     pod_name_prefix: str | None = setting(
         "spark.kubernetes.executor.podNamePrefix",
         None,
         "Executor pod names are <prefix>-exec-<id> (default prefix: the app id).",
         parse=parse_optional_str,
-        rule=_if_set(_dns_label),
+        rule=if_set(_dns_label),
     )
     driver_pod_name: str | None = setting(
         "spark.kubernetes.driver.pod.name",
         None,
         "Driver pod; executors get an owner reference to it so they die with it.",
         parse=parse_optional_str,
+        flag="--driver-pod-name",
+        env="EXECPODS_DRIVER_POD_NAME",
     )
     executor_cores: int = setting(
         "spark.executor.cores",
@@ -164,6 +170,7 @@ class KubernetesSettings(SettingsBase):
         "Cores per executor (the CPU request unless request.cores is set).",
         parse=parse_int,
         rule=positive,
+        flag="--executor-cores",
     )
     request_cores: str | None = setting(
         "spark.kubernetes.executor.request.cores",
@@ -183,13 +190,15 @@ class KubernetesSettings(SettingsBase):
         "Executor heap (JVM-style size; a bare number is MiB).",
         parse=parse_memory_mib,
         rule=positive,
+        default_text="1g",
+        flag="--executor-memory",
     )
     memory_overhead_mib: int | None = setting(
         "spark.executor.memoryOverhead",
         None,
         "Off-heap overhead (default: 10% of the memory, at least 384 MiB).",
         parse=parse_optional_memory,
-        rule=_if_set(positive),
+        rule=if_set(positive),
     )
     watch_timeout: float = duration_setting(
         "execpods.kubernetes.watchTimeout",
@@ -248,6 +257,11 @@ class KubernetesSettings(SettingsBase):
             overrides = {**overrides, "executor_env": env}
         return super(KubernetesSettings, cls).from_properties(properties, **overrides)
 
+    @classmethod
+    def reads(cls, key: str) -> bool:
+        """The declared keys and the open-ended `spark.executorEnv.NAME` family."""
+        return key.startswith(ENV_PREFIX) or key in cls.specs()
+
     @property
     def image(self) -> str | None:
         """The executor image: the executor-specific one, else the common one."""
@@ -272,7 +286,7 @@ class KubernetesSettings(SettingsBase):
 
 def is_known_key(key: str) -> bool:
     """Whether this class reads `key` (including the `spark.executorEnv.` family)."""
-    return key.startswith(ENV_PREFIX) or key in KubernetesSettings.specs()
+    return KubernetesSettings.reads(key)
 
 
 __all__ = ["KubernetesSettings", "is_known_key", "parse_memory_mib"]

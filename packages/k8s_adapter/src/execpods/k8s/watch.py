@@ -27,7 +27,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 import urllib3
@@ -213,20 +212,11 @@ class WatchSource:
 
     def _open(self, selector: str) -> BaseHTTPResponse:
         timeout = int(self._settings.watch_timeout)  # the setting's rule: at least 1 s
-        kwargs: dict[str, Any] = {
-            "label_selector": selector,
-            "watch": True,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": timeout,
-        }
-        if self._resource_version is not None:
-            kwargs["resource_version"] = self._resource_version
-        return self._gateway.request(
-            f"watch pods {selector!r}",
-            "list_namespaced_pod",
-            self._gateway.namespace,
-            timeout=(self._gateway.connect_timeout, timeout + READ_TIMEOUT_MARGIN),
-            **kwargs,
+        return self._gateway.watch_pods(
+            selector,
+            resource_version=self._resource_version,
+            timeout_seconds=timeout,
+            read_timeout=timeout + READ_TIMEOUT_MARGIN,
         )
 
     def _watch(self, selector: str) -> bool:

@@ -10,15 +10,19 @@ import dataclasses
 import logging
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from execpods.kubesim.clock import Clock, RealClock, VirtualClock
+from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
+from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -46,6 +50,8 @@ class KubeSim:
         event_window: int = 10_000,
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
+        fresh_timeout: float = 3.0,
+        rbac: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -54,9 +60,25 @@ class KubeSim:
         self.cluster = Cluster(self.store, self.clock, self.config)
         self.faults = Faults(self.clock)
         self.log = RequestLog()
-        self.api = PodApi(store=self.store, cluster=self.cluster, faults=self.faults, log=self.log)
+        self.create_limit = CreateRateLimit(
+            self.clock, self.config.create_rate, self.config.create_burst
+        )
+        self.api = PodApi(
+            store=self.store,
+            cluster=self.cluster,
+            faults=self.faults,
+            log=self.log,
+            create_limit=self.create_limit,
+        )
+        self.api.fresh_timeout = fresh_timeout
+        if rbac is not None:
+            self.enable_rbac(rbac)
         self._host = host
         self._port = port
+        self._lifecycle = threading.RLock()
+        self._dropper: Timer | None = None
+        #: How many times :meth:`restart` brought the server back.
+        self.restarts = 0
         self._bookmark_interval = bookmark_interval
         self._kubeconfig: Path | None = Path(kubeconfig_path) if kubeconfig_path else None
         self._tempdir: str | None = None
@@ -66,13 +88,10 @@ class KubeSim:
 
     def start(self) -> KubeSim:
         """Bind, start serving and write the kubeconfig; returns self."""
-        if self._server is not None:
-            return self
-        context = ServerContext(
-            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
-        )
-        self._server = ApiServer(self._host, self._port, context)
-        self._server.start()
+        with self._lifecycle:
+            if self._server is not None:
+                return self
+            self._server = self._serve(self._port)
         self.clock.start()
         if self._kubeconfig is None:
             self._tempdir = tempfile.mkdtemp(prefix="kubesim-")
@@ -81,9 +100,42 @@ class KubeSim:
         _log.info("kubesim serving at %s", self.url)
         return self
 
+    def _serve(self, port: int) -> ApiServer:
+        context = ServerContext(
+            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
+        )
+        server = ApiServer(self._host, port, context)
+        server.start()
+        return server
+
+    def restart(self, *, down_seconds: float = 0.0, forget_events: bool = True) -> None:
+        """Restart the API server with the cluster's state kept, as a control-plane restart does.
+
+        Every connection is cut (watches abruptly, mid-stream), the listener is closed for
+        ``down_seconds`` (connections are refused meanwhile) and then serves again on the same
+        port. ``forget_events`` (the default) drops the event window, as a restarted server's
+        watch cache starts from a fresh list: a watch resumed from an earlier resourceVersion
+        gets 410 Expired, and the client must re-list. Pods, resourceVersions, nodes and timers
+        carry on unchanged.
+        """
+        with self._lifecycle:
+            server = self._running()
+            port = server.port
+            self.store.close_watchers(abrupt=True)
+            server.close()
+            if forget_events:
+                self.store.compact()
+            if down_seconds > 0:
+                time.sleep(down_seconds)
+            self._server = self._serve(port)
+            self.restarts += 1
+        _log.info("kubesim restarted at %s", self.url)
+
     def close(self) -> None:
         """Stop serving, end every connection and thread, and remove the temporary kubeconfig."""
-        server, self._server = self._server, None
+        with self._lifecycle:
+            server, self._server = self._server, None
+            self._stop_dropping()
         if server is not None:
             server.close()
         self.clock.stop()
@@ -126,8 +178,11 @@ class KubeSim:
             raise RuntimeError("the simulator is not running")
         return self._kubeconfig
 
-    def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
-        """Write a kubeconfig (context ``kubesim``) pointing at this server."""
+    def write_kubeconfig(
+        self, path: str | Path, *, namespace: str = "default", token: str | None = None
+    ) -> Path:
+        """Write a kubeconfig (context ``kubesim``) pointing at this server, with a bearer
+        ``token`` (default: the admin token, which RBAC never refuses)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(
@@ -147,7 +202,8 @@ class KubeSim:
             "preferences: {}\n"
             "users:\n"
             "- name: kubesim\n"
-            "  user: {}\n",
+            "  user:\n"
+            f"    token: {token or self.admin_token}\n",
             encoding="utf-8",
         )
         return target
@@ -190,13 +246,14 @@ class KubeSim:
         return None if obj is None else copy_obj(obj)
 
     def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
-        """Create a pod in process, with the same admission as a POST.
+        """Create a pod in process, with the same admission as a POST (test set-up: it is not an
+        API request, so the create-rate cap does not apply).
 
         The body is copied first: admission keeps its nested maps in the stored pod, which must
         not change when the caller reuses the body (over HTTP every body is freshly parsed).
         """
         owned = copy_obj(body) if isinstance(body, dict) else body
-        return copy_obj(self.api.create(namespace, owned))
+        return copy_obj(self.api.create(namespace, owned, limited=False))
 
     def delete_pod(
         self, name: str, namespace: str = "default", *, grace_period: int | None = None
@@ -255,15 +312,34 @@ class KubeSim:
     def resume_kubelet(self) -> None:
         self.cluster.resume_kubelet()
 
+    def set_start_latency(
+        self, mean: float, spread: float = 0.0, *, distribution: Distribution = "uniform"
+    ) -> None:
+        """Change how long containers take to start from now on (pods already waiting keep
+        their drawn latency); see :class:`ClusterConfig` for the distributions."""
+        check_latency(distribution, mean, spread)
+        self.config = dataclasses.replace(
+            self.config, start_latency=mean, start_jitter=spread, start_distribution=distribution
+        )
+        self.cluster.config = self.config
+
+    def set_create_rate(self, per_second: float, *, burst: int = 0) -> None:
+        """Cap API pod creates at ``per_second`` (0 lifts the cap), ``burst`` at once (0: one
+        second's worth); beyond it creates get 429 with ``Retry-After``. The bucket starts full."""
+        self.create_limit.configure(per_second, burst)
+        self.config = dataclasses.replace(self.config, create_rate=per_second, create_burst=burst)
+        self.cluster.config = self.config
+
     def compact(self) -> str:
         """Forget the event window: watches and exact lists from older versions get 410."""
         return str(self.store.compact())
 
     # -- faults --------------------------------------------------------------------------------
 
-    def expire_next(self, count: int = 1) -> None:
-        """The next ``count`` list or watch requests get 410 Gone."""
-        self.faults.expire_next(count)
+    def expire_next(self, count: int = 1, *, seconds: float | None = None) -> None:
+        """The next ``count`` list or watch requests get 410 Gone; with ``seconds``, every list
+        and watch for that long of clock time (a storm of 410s)."""
+        self.faults.expire_next(count, seconds=seconds)
 
     def expire_watches(self) -> int:
         """Send an ERROR 410 to every open watch and end it (a 410 mid-watch)."""
@@ -279,9 +355,44 @@ class KubeSim:
         """Answer API requests with 500 or 503 for a period of clock time or a count."""
         self.faults.fail_requests(code, seconds=seconds, count=count)
 
-    def throttle(self, count: int = 1, *, retry_after: int = 1) -> None:
-        """Answer the next ``count`` API requests with 429 and ``Retry-After``."""
-        self.faults.throttle(count, retry_after=retry_after)
+    def throttle(
+        self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
+    ) -> None:
+        """Answer the next ``count`` API requests with 429 and ``Retry-After``; with
+        ``seconds``, every API request for that long of clock time."""
+        self.faults.throttle(count, retry_after=retry_after, seconds=seconds)
+
+    def drop_watches_every(self, seconds: float, *, abrupt: bool = True) -> None:
+        """Cut every open watch every ``seconds`` of clock time from now on (0 stops it), as a
+        flaky load balancer does. On the virtual clock the drops are timers like the kubelet's,
+        so ``run_until_idle`` runs until its ``max_seconds`` while this is on."""
+        with self._lifecycle:
+            self._stop_dropping()
+            if seconds <= 0:
+                return
+
+            def tick() -> None:
+                self.store.close_watchers(abrupt=abrupt)
+                with self._lifecycle:
+                    if self._dropper is timer:
+                        self._arm_dropper(seconds, tick)
+
+            timer = self._arm_dropper(seconds, tick)
+
+    def _arm_dropper(self, seconds: float, tick: Callable[[], None]) -> Timer:
+        self._dropper = self.clock.call_later(seconds, tick)
+        return self._dropper
+
+    def _stop_dropping(self) -> None:
+        dropper, self._dropper = self._dropper, None
+        if dropper is not None:
+            dropper.cancel()
+
+    def set_failures(self, rate: float, *, after: float = 10.0) -> None:
+        """From now on, a share ``rate`` of the pods that start fail (exit 1) after an
+        exponentially distributed run time with mean ``after`` seconds (0: as they start)."""
+        self.config = dataclasses.replace(self.config, failure_rate=rate, failure_after=after)
+        self.cluster.config = self.config
 
     def set_latency(self, seconds: float) -> None:
         """Add this much (real) time to every API request."""
@@ -292,7 +403,34 @@ class KubeSim:
         self.faults.reject_creates(code, count=count, message=message)
 
     def clear_faults(self) -> None:
+        """Disarm every fault, the periodic watch drops included."""
         self.faults.clear()
+        with self._lifecycle:
+            self._stop_dropping()
+
+    # -- RBAC ----------------------------------------------------------------------------------
+
+    def enable_rbac(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+        """Enforce RBAC from these manifests (parsed ServiceAccounts, Roles, ClusterRoles,
+        RoleBindings, ClusterRoleBindings, or a List of them), replacing any earlier policy.
+
+        Every API request must then carry a bearer token (:meth:`token_for`); a request no rule
+        allows gets kube-apiserver's 403. The admin token (:attr:`admin_token`, in the kubeconfig
+        the simulator writes) is never refused; in-process calls are not checked.
+        """
+        self.api.authorizer.enable(manifests)
+
+    def disable_rbac(self) -> None:
+        self.api.authorizer.disable()
+
+    def token_for(self, name: str, namespace: str = "default", *, token: str | None = None) -> str:
+        """A bearer token that authenticates as the service account ``namespace/name``
+        (``token`` chooses the string, as a CLI or a mounted secret would)."""
+        return self.api.authorizer.token_for(namespace, name, token)
+
+    @property
+    def admin_token(self) -> str:
+        return self.api.authorizer.admin_token
 
     # -- observation ---------------------------------------------------------------------------
 
@@ -326,7 +464,17 @@ class KubeSim:
             "resourceVersion": self.resource_version,
             "pods": len(self.store),
             "watches": self.watch_count(),
+            "waitingForFreshness": self.store.freshness_waiters(),
             "kubeletPaused": self.cluster.paused,
+            "restarts": self.restarts,
+            "rbac": self.api.authorizer.enabled,
+            "failures": {"rate": self.config.failure_rate, "after": self.config.failure_after},
+            "startLatency": {
+                "mean": self.config.start_latency,
+                "spread": self.config.start_jitter,
+                "distribution": self.config.start_distribution,
+            },
+            "createRate": self.create_limit.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

@@ -11,10 +11,15 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
+import orjson
+import yaml
 from execpods.kubesim.api import KubeSim
 from execpods.kubesim.cluster import ClusterConfig
+from execpods.kubesim.limits import DISTRIBUTIONS
 
 __all__ = ["build_parser", "main"]
 
@@ -47,6 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {c.start_latency:g} {c.start_jitter:g})",
     )
     p.add_argument(
+        "--start-distribution",
+        choices=DISTRIBUTIONS,
+        default=c.start_distribution,
+        help="how start latencies spread around the mean: uniform (mean +/- jitter), fixed, "
+        "normal or lognormal (jitter is the standard deviation) (default %(default)s)",
+    )
+    p.add_argument(
+        "--create-rate",
+        type=float,
+        default=c.create_rate,
+        metavar="PER_SECOND",
+        help="cap pod creates per second; beyond it 429 with Retry-After (default 0: no cap)",
+    )
+    p.add_argument(
+        "--create-burst",
+        type=int,
+        default=c.create_burst,
+        help="creates allowed at once under --create-rate (default 0: one second's worth)",
+    )
+    p.add_argument(
         "--stop-latency", type=float, default=c.stop_latency, help="graceful stop time (s)"
     )
     p.add_argument("--seed", type=int, default=c.seed, help="random seed (default %(default)s)")
@@ -71,6 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--bookmark-interval", type=float, default=30.0, help="seconds between BOOKMARKs"
     )
     p.add_argument(
+        "--rbac",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="enforce RBAC from these manifests (YAML or JSON; repeatable)",
+    )
+    p.add_argument(
+        "--sa-token",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME=TOKEN",
+        help="a bearer token for a service account (repeatable); the admin token is in the "
+        "kubeconfig",
+    )
+    p.add_argument(
         "--deterministic", action="store_true", help="virtual clock, moved via /_kubesim/advance"
     )
     p.add_argument(
@@ -79,26 +119,66 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if len(args.start_latency) > 2:
-        parser.error("--start-latency takes MEAN and at most one JITTER")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+def _config(args: argparse.Namespace) -> ClusterConfig:
+    """The cluster the flags describe (ValueError for values ClusterConfig refuses)."""
     mean = args.start_latency[0]
     jitter = args.start_latency[1] if len(args.start_latency) > 1 else 0.0
-    config = ClusterConfig(
+    return ClusterConfig(
         nodes=args.nodes,
         pods_per_node=args.node_capacity,
         schedule_delay=args.schedule_delay,
         start_latency=mean,
         start_jitter=jitter,
+        start_distribution=args.start_distribution,
+        create_rate=args.create_rate,
+        create_burst=args.create_burst,
         stop_latency=args.stop_latency,
         seed=args.seed,
         failure_rate=args.failure_rate,
         failure_after=args.failure_after,
         image_pull_failures=tuple(args.image_pull_failure),
     )
+
+
+def load_manifests(path: str) -> list[dict[str, Any]]:
+    """The objects of a manifest file: JSON, or YAML (one or more documents)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".json"):
+        loaded: Any = orjson.loads(text)
+        docs = loaded if isinstance(loaded, list) else [loaded]
+    else:
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    if not all(isinstance(d, dict) for d in docs):
+        raise ValueError(f"{path}: every document must be an object")
+    return docs
+
+
+def _tokens(specs: list[str]) -> list[tuple[str, str, str]]:
+    out = []
+    for spec in specs:
+        account, sep, token = spec.partition("=")
+        namespace, slash, name = account.partition("/")
+        if not (sep and slash and namespace and name and token):
+            raise ValueError(f"--sa-token takes NAMESPACE/NAME=TOKEN, not {spec!r}")
+        out.append((namespace, name, token))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.start_latency) > 2:
+        parser.error("--start-latency takes MEAN and at most one JITTER")
+    try:
+        config = _config(args)
+        manifests = [doc for path in args.rbac for doc in load_manifests(path)]
+        tokens = _tokens(args.sa_token)
+    except (ValueError, OSError, orjson.JSONDecodeError) as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -106,15 +186,21 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    sim = KubeSim(
-        cluster=config,
-        deterministic=args.deterministic,
-        host=args.host,
-        port=args.port,
-        event_window=args.event_window,
-        bookmark_interval=args.bookmark_interval,
-        kubeconfig_path=args.kubeconfig_out,
-    )
+    try:
+        sim = KubeSim(
+            cluster=config,
+            deterministic=args.deterministic,
+            host=args.host,
+            port=args.port,
+            event_window=args.event_window,
+            bookmark_interval=args.bookmark_interval,
+            kubeconfig_path=args.kubeconfig_out,
+            rbac=manifests if args.rbac else None,
+        )
+    except ValueError as exc:  # a manifest RBAC cannot use
+        parser.error(str(exc))
+    for namespace, name, token in tokens:
+        sim.token_for(name, namespace, token=token)
     with sim:
         print(sim.url, flush=True)
         print(sim.kubeconfig_path, flush=True)

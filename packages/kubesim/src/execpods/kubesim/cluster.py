@@ -14,6 +14,7 @@ Scenario hooks that any client language can use are pod annotations:
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any
 
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.limits import Distribution, check_latency, sample_latency
 from execpods.kubesim.pods import TERMINAL_PHASES, rfc3339
 from execpods.kubesim.podstatus import (
     Termination,
@@ -46,8 +48,15 @@ class ClusterConfig:
     """The shape and timing of the simulated cluster.
 
     Latencies are in seconds of clock time. ``start_latency`` is the mean time from binding to
-    Running, drawn uniformly within +/- ``start_jitter``; ``stop_latency`` is how long the kubelet
-    takes to stop containers on graceful deletion (capped by the grace period).
+    Running and ``start_jitter`` its spread, drawn from ``start_distribution``: ``uniform``
+    (within mean +/- spread), ``fixed`` (always the mean), ``normal`` (standard deviation
+    spread, cut at 0) or ``lognormal`` (that mean and standard deviation, a long right tail).
+    ``stop_latency`` is how long the kubelet takes to stop containers on graceful deletion
+    (capped by the grace period).
+
+    ``create_rate`` caps pod creates per second of clock time (0: no cap), with ``create_burst``
+    at once (0: one second's worth); creates beyond it get 429 with ``Retry-After``, as API
+    Priority and Fairness answers an overloaded API server's clients.
     """
 
     nodes: int = 3
@@ -55,12 +64,22 @@ class ClusterConfig:
     schedule_delay: float = 0.0
     start_latency: float = 1.0
     start_jitter: float = 0.5
+    start_distribution: Distribution = "uniform"
     stop_latency: float = 0.5
     seed: int = 0
     failure_rate: float = 0.0
     failure_after: float = 10.0
     image_pull_failures: tuple[str, ...] = ()
     node_prefix: str = "kubesim-node-"
+    create_rate: float = 0.0
+    create_burst: int = 0
+
+    def __post_init__(self) -> None:
+        check_latency(self.start_distribution, self.start_latency, self.start_jitter)
+        if not math.isfinite(self.create_rate) or self.create_rate < 0 or self.create_burst < 0:
+            raise ValueError("create_rate and create_burst must be >= 0")
+        if not 0.0 <= self.failure_rate <= 1.0 or not self.failure_after >= 0:
+            raise ValueError("failure_rate must be within [0, 1] and failure_after >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,7 +260,7 @@ class Cluster:
     def _plan_start(self, key: Key, uid: str, delay: float | None = None) -> None:
         if delay is None:
             c = self.config
-            delay = max(0.0, c.start_latency + self.rng.uniform(-c.start_jitter, c.start_jitter))
+            delay = sample_latency(self.rng, c.start_distribution, c.start_latency, c.start_jitter)
         self._kubelet_later(delay, lambda: self._start(key, uid))
 
     def _container_id(self) -> str:
@@ -294,7 +313,8 @@ class Cluster:
                 exit_after, lambda: self.terminate(*key, exit_code=code, reason=reason, uid=uid)
             )
         elif self.config.failure_rate > 0 and self.rng.random() < self.config.failure_rate:
-            after = self.rng.expovariate(1.0 / max(self.config.failure_after, 1e-6))
+            mean = self.config.failure_after
+            after = self.rng.expovariate(1.0 / mean) if mean > 0 else 0.0  # 0: as they start
             self._kubelet_later(
                 after,
                 lambda: self.terminate(

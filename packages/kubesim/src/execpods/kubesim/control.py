@@ -6,11 +6,15 @@ map one to one onto :class:`~execpods.kubesim.api.KubeSim` methods (see docs/kub
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
 
 if TYPE_CHECKING:
     from execpods.kubesim.api import KubeSim
@@ -28,6 +32,35 @@ def _opt_int(data: dict[str, Any], key: str) -> int | None:
 def _opt_float(data: dict[str, Any], key: str) -> float | None:
     value = data.get(key)
     return None if value is None else float(value)
+
+
+def _distribution(value: object) -> Distribution:
+    if value not in DISTRIBUTIONS:
+        raise ValueError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, not {value!r}")
+    return cast(Distribution, value)
+
+
+def _restart_soon(sim: KubeSim, data: dict[str, Any]) -> dict[str, Any]:
+    """Restart from another thread once this answer is out: the restart ends every connection,
+    this one included, and waits for their threads. Poll ``state`` for ``restarts``."""
+    down = float(data.get("downSeconds", 0))
+    forget = bool(data.get("forgetEvents", True))
+    before = sim.restarts
+
+    def run() -> None:
+        time.sleep(0.2)
+        with contextlib.suppress(RuntimeError):  # the simulator was closed meanwhile
+            sim.restart(down_seconds=down, forget_events=forget)
+
+    threading.Thread(target=run, name="kubesim-restart", daemon=True).start()
+    return _ok(restarts=before)
+
+
+def _manifests(data: dict[str, Any]) -> list[dict[str, Any]]:
+    items = data.get("manifests")
+    if not isinstance(items, list):
+        raise ValueError('rbac/enable takes {"manifests": [...]} (parsed RBAC objects)')
+    return items
 
 
 def _ok(**extra: Any) -> dict[str, Any]:
@@ -54,7 +87,9 @@ ROUTES: dict[tuple[str, str], Action] = {
         ran=s.run_until_idle(float(d.get("maxSeconds", 3600))), now=s.now()
     ),
     ("POST", "compact"): lambda s, d: _ok(resourceVersion=s.compact()),
-    ("POST", "faults/expire-next"): _void(lambda s, d: s.expire_next(int(d.get("count", 1)))),
+    ("POST", "faults/expire-next"): _void(
+        lambda s, d: s.expire_next(int(d.get("count", 1)), seconds=_opt_float(d, "seconds"))
+    ),
     ("POST", "faults/expire-watches"): lambda s, d: _ok(watches=s.expire_watches()),
     ("POST", "faults/drop-watches"): lambda s, d: _ok(
         watches=s.drop_watches(abrupt=bool(d.get("abrupt", True)))
@@ -65,7 +100,20 @@ ROUTES: dict[tuple[str, str], Action] = {
         )
     ),
     ("POST", "faults/throttle"): _void(
-        lambda s, d: s.throttle(int(d.get("count", 1)), retry_after=int(d.get("retryAfter", 1)))
+        lambda s, d: s.throttle(
+            int(d.get("count", 1)),
+            retry_after=int(d.get("retryAfter", 1)),
+            seconds=_opt_float(d, "seconds"),
+        )
+    ),
+    ("POST", "faults/drop-watches-every"): _void(
+        lambda s, d: s.drop_watches_every(
+            float(d.get("seconds", 0)), abrupt=bool(d.get("abrupt", True))
+        )
+    ),
+    ("POST", "restart"): _restart_soon,
+    ("POST", "config/failures"): _void(
+        lambda s, d: s.set_failures(float(d.get("rate", 0)), after=float(d.get("after", 10)))
     ),
     ("POST", "faults/latency"): _void(lambda s, d: s.set_latency(float(d.get("seconds", 0)))),
     ("POST", "faults/reject-creates"): _void(
@@ -74,6 +122,21 @@ ROUTES: dict[tuple[str, str], Action] = {
         )
     ),
     ("POST", "faults/clear"): _void(lambda s, d: s.clear_faults()),
+    ("POST", "config/start-latency"): _void(
+        lambda s, d: s.set_start_latency(
+            float(d.get("mean", 1.0)),
+            float(d.get("spread", 0.0)),
+            distribution=_distribution(d.get("distribution", "uniform")),
+        )
+    ),
+    ("POST", "config/create-rate"): _void(
+        lambda s, d: s.set_create_rate(float(d.get("perSecond", 0)), burst=int(d.get("burst", 0)))
+    ),
+    ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(_manifests(d))),
+    ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
+    ("POST", "rbac/tokens"): lambda s, d: _ok(
+        token=s.token_for(str(d["name"]), str(d.get("namespace", "default")), token=d.get("token"))
+    ),
     ("POST", "kubelet/pause"): _void(lambda s, d: s.pause_kubelet()),
     ("POST", "kubelet/resume"): _void(lambda s, d: s.resume_kubelet()),
     ("GET", "nodes"): lambda s, d: [dataclasses.asdict(n) for n in s.nodes()],

@@ -25,8 +25,10 @@ class ApiError(Exception):
         causes: list[dict[str, str]] | None = None,
         retry_after: int | None = None,
         headers: dict[str, str] | None = None,
+        kind: str = "pods",
     ) -> None:
         super().__init__(message)
+        self.kind = kind
         self.code = code
         self.reason = reason
         self.message = message
@@ -38,7 +40,7 @@ class ApiError(Exception):
             self.headers["Retry-After"] = str(retry_after)
 
     def status(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"kind": "pods"}
+        details: dict[str, Any] = {"kind": self.kind}
         if self.name is not None:
             details["name"] = self.name
         if self.causes:
@@ -54,6 +56,19 @@ class ApiError(Exception):
     @classmethod
     def gone(cls, message: str = "too old resource version") -> ApiError:
         return cls(410, "Expired", message)
+
+    @classmethod
+    def too_large_resource_version(cls, requested: int, current: int) -> ApiError:
+        """What kube-apiserver answers for a resourceVersion it has not reached: 504 ``Timeout``
+        with the cause ``ResourceVersionTooLarge`` (client-go's reflector re-lists from scratch
+        on it) and a retry after 1 s, as its watch cache does after waiting 3 s to catch up."""
+        return cls(
+            504,
+            "Timeout",
+            f"Timeout: Too large resource version: {requested}, current: {current}",
+            causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            retry_after=1,
+        )
 
     @classmethod
     def bad_request(cls, message: str) -> ApiError:

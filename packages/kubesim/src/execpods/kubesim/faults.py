@@ -73,6 +73,8 @@ class Faults:
         """Disarm every fault."""
         with self._lock:
             self._expire_next = 0
+            self._expire_until: float | None = None
+            self._throttle_until: float | None = None
             self._error_code = 0
             self._error_until: float | None = None
             self._error_count: int | None = None
@@ -92,13 +94,20 @@ class Faults:
         with self._lock:
             self._latency = max(0.0, seconds)
 
-    def expire_next(self, count: int = 1) -> None:
-        """Answer the next ``count`` list or watch requests with 410 Gone."""
+    def expire_next(self, count: int = 1, *, seconds: float | None = None) -> None:
+        """Answer the next ``count`` list or watch requests with 410 Gone, or with ``seconds``
+        every list and watch for that long (a storm of 410s: nothing a client resumes from is
+        still there)."""
         with self._lock:
-            self._expire_next += count
+            if seconds is None:
+                self._expire_next += count
+            else:
+                self._expire_until = self._clock.now() + seconds
 
     def take_expire(self) -> bool:
         with self._lock:
+            if self._within(self._expire_until):
+                return True
             if self._expire_next > 0:
                 self._expire_next -= 1
                 return True
@@ -116,11 +125,30 @@ class Faults:
             self._error_until = None if seconds is None else self._clock.now() + seconds
             self._error_count = count
 
-    def throttle(self, count: int = 1, *, retry_after: int = 1) -> None:
-        """Answer the next ``count`` API requests with 429 and a Retry-After header."""
+    def throttle(
+        self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
+    ) -> None:
+        """Answer the next ``count`` API requests with 429 and a Retry-After header, or with
+        ``seconds`` every API request for that long of clock time."""
         with self._lock:
-            self._throttle_count += count
+            if seconds is None:
+                self._throttle_count += count
+            else:
+                self._throttle_until = self._clock.now() + seconds
             self._retry_after = retry_after
+
+    def _within(self, until: float | None) -> bool:
+        """Whether a fault armed for a period (ending at ``until`` on the clock) is on now."""
+        return until is not None and self._clock.now() < until
+
+    def _throttled(self) -> bool:
+        # Caller holds the lock.
+        if self._within(self._throttle_until):
+            return True
+        if self._throttle_count > 0:
+            self._throttle_count -= 1
+            return True
+        return False
 
     def reject_creates(self, code: int = 403, *, count: int = 1, message: str = "") -> None:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
@@ -134,8 +162,7 @@ class Faults:
     def check_request(self) -> None:
         """Raise the error an armed throttle or outage imposes on this request, if any."""
         with self._lock:
-            if self._throttle_count > 0:
-                self._throttle_count -= 1
+            if self._throttled():
                 raise ApiError(
                     429,
                     "TooManyRequests",

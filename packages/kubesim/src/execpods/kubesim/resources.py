@@ -17,6 +17,8 @@ import orjson
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
+from execpods.kubesim.limits import CreateRateLimit
+from execpods.kubesim.params import parse_bool
 from execpods.kubesim.patch import apply_patch
 from execpods.kubesim.pods import (
     SERVER_META,
@@ -25,8 +27,9 @@ from execpods.kubesim.pods import (
     validate_pod,
     validate_status,
 )
+from execpods.kubesim.rbac import Authorizer
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
-from execpods.kubesim.store import Obj, PodStore, Predicate, watch_line
+from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher, watch_line
 
 __all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
@@ -187,6 +190,14 @@ def as_table(result: Obj, now: float) -> Obj:
     }
 
 
+#: The annotation on the BOOKMARK that ends a watch's initial events (``sendInitialEvents``).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def _forbidden(field: str, message: str) -> dict[str, str]:
+    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}", "field": field}
+
+
 def _int_rv(text: str, what: str = "resourceVersion") -> int:
     try:
         value = int(text)
@@ -209,12 +220,24 @@ class PodApi:
     """The pod verbs over a store and a cluster, with faults and a request log alongside."""
 
     def __init__(
-        self, *, store: PodStore, cluster: Cluster, faults: Faults, log: RequestLog
+        self,
+        *,
+        store: PodStore,
+        cluster: Cluster,
+        faults: Faults,
+        log: RequestLog,
+        create_limit: CreateRateLimit | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.faults = faults
         self.log = log
+        self.create_limit = create_limit or CreateRateLimit(cluster.clock)
+        #: Authentication and RBAC, consulted before anything else (off until a policy loads).
+        self.authorizer = Authorizer()
+        #: Real seconds a read "not older than" a version the store has not reached waits for
+        #: it before the answer is "too large resource version" (kube-apiserver waits 3 s).
+        self.fresh_timeout = 3.0
         self._rng_lock = threading.Lock()
 
     # -- selectors and versions ----------------------------------------------------------------
@@ -240,9 +263,95 @@ class PodApi:
             return None
         return _int_rv(rv)
 
-    def bookmark(self, rv: int) -> bytes:
-        obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
-        return watch_line("BOOKMARK", obj)
+    def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
+        meta: Obj = {"resourceVersion": str(rv)}
+        if initial_events_end:
+            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+        return watch_line("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": meta})
+
+    def _wait_fresh(self, rv: int) -> None:
+        """Wait (bounded) until the store reaches ``rv``; too large resource version if not."""
+        store = self.store
+        if rv > store.resource_version and not store.wait_for_resource_version(
+            rv, self.fresh_timeout
+        ):
+            raise ApiError.too_large_resource_version(rv, store.resource_version)
+
+    @staticmethod
+    def _send_initial_events(query: dict[str, str]) -> bool | None:
+        """The watch's ``sendInitialEvents`` (None when unset), checked as the API server's
+        ListOptions validation does (422 for a combination it forbids)."""
+        text = query.get("sendInitialEvents")
+        match = query.get("resourceVersionMatch", "")
+        problems: list[dict[str, str]] = []
+        value = None if text is None else parse_bool(text, "sendInitialEvents")
+        if value is None and match:
+            problems.append(
+                _forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                    "provided",
+                )
+            )
+        if value is not None and match != "NotOlderThan":
+            problems.append(
+                _forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                )
+            )
+        if value is not None and not parse_bool(
+            query.get("allowWatchBookmarks"), "allowWatchBookmarks"
+        ):
+            problems.append(
+                _forbidden(
+                    "allowWatchBookmarks",
+                    "sendInitialEvents requires setting allowWatchBookmarks to true",
+                )
+            )
+        if problems:
+            text = ", ".join(f"{c['field']}: {c['message']}" for c in problems)
+            raise ApiError(
+                422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {text}', causes=problems
+            )
+        return value
+
+    def open_watch(
+        self, namespace: str | None, query: dict[str, str]
+    ) -> tuple[Watcher | None, list[bytes], Obj | None]:
+        """Open a watch: the watcher and the lines to send first, or instead the Status an
+        ERROR event carries (410 Expired; too large resource version).
+
+        Bad parameters raise (an HTTP error before the stream starts). As in kube-apiserver, a
+        plain watch from a version the store has not reached is accepted and streams only the
+        events after it; a watch that asks for the initial events (``sendInitialEvents``, the
+        streaming list) waits for the store to reach the version and otherwise ends with
+        "too large resource version". Initial events end with a BOOKMARK annotated
+        ``k8s.io/initial-events-end``.
+        """
+        predicate = self.predicate(query)
+        since = self.watch_start(query)
+        initial = self._send_initial_events(query)
+        if self.faults.take_expire():
+            return (
+                None,
+                [],
+                ApiError.gone("too old resource version (injected by kubesim)").status(),
+            )
+        store = self.store
+        try:
+            if initial:
+                if since is not None:
+                    self._wait_fresh(since)
+                watcher, lines = store.watch(namespace, predicate, None)
+                lines.append(self.bookmark(watcher.last_rv, initial_events_end=True))
+                return watcher, lines, None
+            if initial is False and since is None:
+                since = store.resource_version  # from now on, without the current state
+            watcher, lines = store.watch(namespace, predicate, since)
+        except ApiError as err:
+            return None, [], err.status()
+        return watcher, lines, None
 
     # -- verbs ---------------------------------------------------------------------------------
 
@@ -264,13 +373,9 @@ class PodApi:
                 raise ApiError.bad_request('resourceVersionMatch "Exact" is forbidden for "0"')
             exact = _int_rv(rv_text)
             if exact > self.store.resource_version:
-                raise ApiError(
-                    504,
-                    "Timeout",
-                    f"Too large resource version: {exact}, current: {self.store.resource_version}",
-                )
+                raise ApiError.too_large_resource_version(exact, self.store.resource_version)
         elif rv_text not in ("", "0"):
-            _int_rv(rv_text)
+            self._wait_fresh(_int_rv(rv_text))
         start_after: tuple[str, str] | None = None
         token = query.get("continue", "")
         if token:
@@ -302,7 +407,11 @@ class PodApi:
             return _pod_list(items[:limit], rv, cont, len(items) - limit)
         return _pod_list(items, rv)
 
-    def create(self, namespace: str, body: Any) -> Obj:
+    def create(self, namespace: str, body: Any, *, limited: bool = True) -> Obj:
+        """Admit and store a pod. ``limited`` creates (every API request) count against the
+        create-rate cap first: an overloaded server refuses before it reads the object."""
+        if limited:
+            self.create_limit.take()
         meta = body.get("metadata") if isinstance(body, dict) else None
         name = ""
         if isinstance(meta, dict):

@@ -25,6 +25,7 @@ import orjson
 from execpods.kubesim import resources
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
+from execpods.kubesim.params import TRUE, parse_bool
 from execpods.kubesim.store import Watcher, watch_line
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -34,8 +35,6 @@ _log = logging.getLogger(__name__)
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -44,17 +43,6 @@ ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 def _http_date(second: int) -> str:
     """The Date header for a second, formatted once per second however many requests come."""
     return email.utils.formatdate(second, usegmt=True)
-
-
-def parse_bool(value: str | None, name: str) -> bool:
-    """Go's ``strconv.ParseBool``, which is how the API server reads query booleans."""
-    if value is None or value == "":
-        return False
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ApiError.bad_request(f'invalid boolean value for "{name}": {value!r}')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +60,7 @@ def _verb(method: str, path: str, query: dict[str, str]) -> str:
         return "discovery"
     collection = path == "/api/v1/pods" or path.endswith("/pods")
     if method == "GET":
-        if "/watch/" in path or query.get("watch", "") in _TRUE:
+        if "/watch/" in path or query.get("watch", "") in TRUE:
             return "watch"
         return "list" if collection else "get"
     if method == "DELETE":
@@ -287,6 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, query: dict[str, str], body: bytes, ctx: ServerContext
     ) -> int:
         api = ctx.api
+        api.authorizer.check(method, path, query, self.header("Authorization"))
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
@@ -377,8 +366,6 @@ class _Handler(BaseHTTPRequestHandler):
         api: resources.PodApi,
         bookmark_interval: float,
     ) -> None:
-        predicate = api.predicate(query)
-        since = api.watch_start(query)
         bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
         timeout_text = query.get("timeoutSeconds")
         try:
@@ -389,16 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             f"Transfer-Encoding: chunked\r\nDate: {self._date()}\r\n\r\n"
         ).encode("latin-1")
-        watcher: Watcher | None = None
-        error: dict[str, Any] | None = None
-        initial: list[bytes] = []
-        if api.faults.take_expire():
-            error = ApiError.gone("too old resource version (injected by kubesim)").status()
-        else:
-            try:
-                watcher, initial = api.store.watch(namespace, predicate, since)
-            except ApiError as err:
-                error = err.status()
+        watcher, initial, error = api.open_watch(namespace, query)
         wfile = self.wfile
         self._log_once(200)  # a watch is in the log from its start, not only once it ends
         try:

@@ -73,6 +73,7 @@ class Watcher:
         self.namespace = namespace
         self.predicate = predicate
         self.last_rv = start_rv
+        self._after = start_rv  # a watch from a version not reached yet skips events up to it
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Event] = deque()
         self.closed = False
@@ -109,6 +110,8 @@ class Watcher:
         An update that moves an object out of the selection is a DELETED, into it an ADDED.
         """
         self.last_rv = max(self.last_rv, event.rv)
+        if event.rv <= self._after:
+            return None
         new = event.new
         if self.namespace is not None and new["metadata"]["namespace"] != self.namespace:
             return None
@@ -153,6 +156,7 @@ class PodStore:
         self._compacted = 0  # every event with rv <= this is gone from the log
         self._watchers: set[Watcher] = set()
         self._listeners: list[Callable[[Event], None]] = []
+        self._rv_waiters = 0
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -215,6 +219,20 @@ class PodStore:
         # Caller holds the lock.
         return self._objects if namespace is None else self._by_namespace.get(namespace, {})
 
+    def freshness_waiters(self) -> int:
+        """Requests now waiting for the store to reach the resourceVersion they asked for."""
+        return self._rv_waiters
+
+    def wait_for_resource_version(self, rv: int, timeout: float) -> bool:
+        """Block until the store has reached ``rv`` or ``timeout`` seconds passed (real time), as
+        the API server's watch cache waits to become fresh enough for a request."""
+        with self._lock:
+            self._rv_waiters += 1
+            try:
+                return self._lock.wait_for(lambda: self._rv >= rv, timeout)
+            finally:
+                self._rv_waiters -= 1
+
     # -- listeners (the simulated cluster) -----------------------------------------------------
 
     def add_listener(self, listener: Callable[[Event], None]) -> None:
@@ -247,6 +265,8 @@ class PodStore:
         self._log.append(event)
         for w in self._watchers:
             w.push(event)
+        if self._rv_waiters:
+            self._lock.notify_all()
         return event
 
     def create(self, obj: Obj) -> Obj:

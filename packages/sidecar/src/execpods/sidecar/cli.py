@@ -1,9 +1,11 @@
 """`execpods-sidecar`: serve the allocator over gRPC, or list the settings.
 
-Settings come from, lowest precedence first: defaults, `--properties-file` (Spark's
-spark-defaults.conf format), environment variables (EXECPODS_*), `--conf key=value`, and the
-dedicated flags. Every value is validated before anything starts; a bad one exits with status 2
-and a message naming the flag or property.
+Settings come from, lowest precedence first: defaults, `--properties-file` (a real
+spark-defaults.conf), environment variables (EXECPODS_*), `--conf key=value`, and the dedicated
+flags. The flags and variables are generated from the setting specs (`setting(..., flag=, env=)`),
+so a property's key, help, variable and default are written once, where the setting is declared.
+Every value is validated before anything starts; a bad one exits with status 2 and a message
+naming the flag or property.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from execpods.core import ExecpodsError, SettingsError
-from execpods.sidecar.logformat import JsonFormatter, stamp_app_id
+from execpods.core import ExecpodsError, SettingsError, SettingSpec
+from execpods.sidecar.logformat import configure_log_format, stamp_app_id
+from execpods.sidecar.properties import read_properties_file
 from execpods.sidecar.server import SidecarServer
-from execpods.sidecar.settings import Settings, all_specs
+from execpods.sidecar.settings import Settings, all_specs, flagged_specs
 from execpods.sidecar.wiring import connect
 
 logger = logging.getLogger(__name__)
@@ -28,95 +29,14 @@ logger = logging.getLogger(__name__)
 PROG = "execpods-sidecar"
 LISTENING_PREFIX = f"{PROG}: listening on "
 METRICS_PREFIX = f"{PROG}: metrics on "
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """A dedicated flag (and maybe an environment variable) for one property."""
-
-    flag: str
-    key: str
-    env: str | None
-    help: str
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("--app-id", "spark.app.id", "EXECPODS_APP_ID", "application id (required)"),
-    Option("--namespace", "spark.kubernetes.namespace", "EXECPODS_NAMESPACE", "namespace"),
-    Option("--kubeconfig", "execpods.kubernetes.kubeconfig", "EXECPODS_KUBECONFIG", "kubeconfig"),
-    Option("--context", "spark.kubernetes.context", "EXECPODS_CONTEXT", "kubeconfig context"),
-    Option(
-        "--api-url",
-        "execpods.kubernetes.apiUrl",
-        "EXECPODS_API_URL",
-        "API server URL, used as is (e.g. a simulator)",
-    ),
-    Option(
-        "--listen",
-        "execpods.sidecar.listen",
-        "EXECPODS_LISTEN",
-        "host:port (port 0: any free port) or unix:<path>",
-    ),
-    Option(
-        "--driver-pod-name",
-        "spark.kubernetes.driver.pod.name",
-        "EXECPODS_DRIVER_POD_NAME",
-        "driver pod: executors get an owner reference to it",
-    ),
-    Option(
-        "--image",
-        "spark.kubernetes.executor.container.image",
-        "EXECPODS_IMAGE",
-        "executor container image",
-    ),
-    Option(
-        "--pod-template",
-        "spark.kubernetes.executor.podTemplateFile",
-        "EXECPODS_POD_TEMPLATE",
-        "executor pod template (YAML)",
-    ),
-    Option("--executor-cores", "spark.executor.cores", None, "cores per executor"),
-    Option("--executor-memory", "spark.executor.memory", None, "executor memory, e.g. 4g"),
-    Option(
-        "--initial-executors",
-        "spark.executor.instances",
-        "EXECPODS_INITIAL_EXECUTORS",
-        "executors requested at start",
-    ),
-)
 PROPERTIES_FILE_ENV = "EXECPODS_PROPERTIES_FILE"
 LOG_LEVEL_ENV = "EXECPODS_LOG_LEVEL"
-LOG_FORMAT_ENV = "EXECPODS_LOG_FORMAT"
+DEFAULT_LOG_LEVEL = "INFO"
+"""As Kubernetes controllers do: the decisions that change the cluster are logged by default."""
 
 
 class UsageError(Exception):
     """A bad flag, file or setting: printed with the program name, exit status 2."""
-
-
-def read_properties_file(path: str) -> dict[str, str]:
-    """Spark's properties format: `key value` or `key=value` per line, `#` comments."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"--properties-file {path}: {error.strerror or error}") from None
-    properties: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, value = _split_property(line)
-        if not key:
-            raise UsageError(f"--properties-file {path}:{number}: no key in {raw!r}")
-        properties[key] = value
-    return properties
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    cut = [i for i in (line.find("="), line.find(" "), line.find("\t")) if i >= 0]
-    if not cut:
-        return line, ""
-    at = min(cut)
-    return line[:at].strip(), line[at + 1 :].strip().lstrip("=").strip()
 
 
 def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
@@ -135,14 +55,15 @@ def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     properties_file = args.properties_file or environ.get(PROPERTIES_FILE_ENV)
     if properties_file:
         properties.update(read_properties_file(properties_file))
-    for option in OPTIONS:
-        if option.env is not None and environ.get(option.env):
-            properties[option.key] = environ[option.env]
+    flagged = flagged_specs()
+    for spec in flagged:
+        if spec.env is not None and environ.get(spec.env):
+            properties[spec.key] = environ[spec.env]
     properties.update(parse_conf(args.conf))
-    for option in OPTIONS:
-        value = getattr(args, _dest(option.flag))
+    for spec in flagged:
+        value = getattr(args, _dest(spec))
         if value is not None:
-            properties[option.key] = value
+            properties[spec.key] = value
     return properties
 
 
@@ -156,23 +77,28 @@ def load_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
 
 def _with_flag(message: str) -> str:
     """Add the flag and variable that set a property to a message naming the property."""
-    for option in OPTIONS:
-        if message.startswith(option.key):
-            via = option.flag + (f" / {option.env}" if option.env else "")
+    for spec in flagged_specs():
+        if spec.flag is not None and message.startswith(spec.key):
+            via = spec.flag + (f" / {spec.env}" if spec.env else "")
             return f"{message} (set with {via})"
     return message
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
+def _dest(spec: SettingSpec) -> str:
+    return (spec.flag or spec.key).lstrip("-").replace("-", "_")
+
+
+def flag_help(spec: SettingSpec) -> str:
+    """A flag's help, all from its spec: meaning, property, variable and default."""
+    env = f"; env {spec.env}" if spec.env else ""
+    default = f"; default {spec.default_text}" if spec.default_text else ""
+    return f"{spec.doc} ({spec.key}{env}{default})".replace("%", "%%")
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    for option in OPTIONS:
-        env = f"; env {option.env}" if option.env else ""
-        parser.add_argument(
-            option.flag, dest=_dest(option.flag), help=f"{option.help} ({option.key}{env})"
-        )
+    for spec in flagged_specs():
+        if spec.flag is not None:
+            parser.add_argument(spec.flag, dest=_dest(spec), metavar="VALUE", help=flag_help(spec))
     parser.add_argument(
         "--conf",
         action="append",
@@ -193,12 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         default=None,
-        help=f"DEBUG, INFO, WARNING or ERROR (env {LOG_LEVEL_ENV}; default WARNING)",
+        help=f"DEBUG, INFO, WARNING or ERROR (env {LOG_LEVEL_ENV}; default {DEFAULT_LOG_LEVEL})",
     )
     parser.add_argument(
         "--log-format",
         default=None,
-        help=f"text or json (one JSON object per line; env {LOG_FORMAT_ENV}; default text)",
+        help="text or json (one JSON object per line; env EXECPODS_LOG_FORMAT; default text)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve the ExecutorAllocator gRPC service")
@@ -207,22 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(
-    level_name: str | None, environ: Mapping[str, str], log_format: str | None = None
-) -> None:
-    name = (level_name or environ.get(LOG_LEVEL_ENV) or "WARNING").upper()
+def configure_logging(level_name: str | None, environ: Mapping[str, str]) -> int:
+    """Log to stderr at `--log-level`, else $EXECPODS_LOG_LEVEL, else INFO; returns the level."""
+    name = (level_name or environ.get(LOG_LEVEL_ENV) or DEFAULT_LOG_LEVEL).upper()
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
         raise UsageError(f"--log-level {name!r}: use DEBUG, INFO, WARNING or ERROR")
-    style = (log_format or environ.get(LOG_FORMAT_ENV) or "text").lower()
-    if style not in ("text", "json"):
-        raise UsageError(f"--log-format {style!r}: use text or json")
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if style == "json":
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonFormatter())
+    logging.getLogger().setLevel(level)  # also when a host (a test runner) configured logging
+    return level
 
 
 async def serve(settings: Settings) -> None:
@@ -240,7 +161,9 @@ async def serve(settings: Settings) -> None:
 
 def print_settings() -> None:
     for key, spec in sorted(all_specs().items()):
-        print(f"{key}\n    {spec.doc}")
+        via = ", ".join(filter(None, (spec.flag, spec.env)))
+        default = spec.default_text or "unset"
+        print(f"{key} = {default}" + (f"  ({via})" if via else "") + f"\n    {spec.doc}")
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -248,7 +171,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        _configure_logging(args.log_level, env, args.log_format)
+        configure_logging(args.log_level, env)
+        if not configure_log_format(args.log_format, env):
+            raise UsageError(f"--log-format {args.log_format!r}: use text or json")
         if args.command == "settings":
             print_settings()
             return 0

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from execpods.core import SettingsBase
-from execpods.core.settings import duration_setting, parse_str, setting
+from execpods.core.settingkit import SettingsBase, duration_setting, parse_str, setting
 from execpods.k8s import ApiCall
 from execpods.sidecar.observe import Listener
 from grpc_health.v1 import health_pb2

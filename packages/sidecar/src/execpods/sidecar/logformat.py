@@ -11,8 +11,10 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from collections.abc import Mapping
 
 FIELDS = ("app_id", "executor_id", "reason")
+LOG_FORMAT_ENV = "EXECPODS_LOG_FORMAT"
 
 
 class JsonFormatter(logging.Formatter):
@@ -53,3 +55,17 @@ def stamp_app_id(app_id: str) -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, AppIdFilter) for f in handler.filters):
             handler.addFilter(AppIdFilter(app_id))
+
+
+def configure_log_format(style: str | None, environ: Mapping[str, str]) -> bool:
+    """Switch the root logger's handlers to `style` (else $EXECPODS_LOG_FORMAT, else text).
+
+    Returns False for a style that is neither `text` nor `json`.
+    """
+    chosen = (style or environ.get(LOG_FORMAT_ENV) or "text").lower()
+    if chosen not in ("text", "json"):
+        return False
+    if chosen == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+    return True

@@ -18,8 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, PodState, SettingsBase
-from execpods.core.settings import non_negative, parse_bool, parse_int, parse_str, setting
+from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, PodState
+from execpods.core.settingkit import (
+    SettingsBase,
+    non_negative,
+    parse_bool,
+    parse_int,
+    parse_str,
+    setting,
+)
 from execpods.k8s import ApiCall
 from execpods.sidecar.observe import Listener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server

@@ -59,74 +59,29 @@ class MissingPermissions(ExecpodsError):
         self.missing = tuple(missing)
 
 
-def _probe_calls(gateway: ApiGateway, selector: str) -> dict[str, Callable[[], None]]:
-    namespace = gateway.namespace
+def _probe_calls(gateway: ApiGateway, selector: str) -> dict[str, Callable[[], object]]:
     absent = f"execpods-permission-probe-{secrets.token_hex(4)}"
     nothing = f"{selector},{PROBE_LABEL}={secrets.token_hex(4)}" if selector else PROBE_LABEL
 
-    def get() -> None:
-        gateway.request_bytes("get a pod", "read_namespaced_pod", absent, namespace)
-
-    def list_() -> None:
-        gateway.request_bytes(
-            "list pods", "list_namespaced_pod", namespace, label_selector=selector, limit=1
-        )
-
     def watch() -> None:
-        response = gateway.request(
-            "watch pods",
-            "list_namespaced_pod",
-            namespace,
-            label_selector=selector,
-            watch=True,
-            timeout_seconds=1,
+        response = gateway.watch_pods(
+            selector, resource_version=None, timeout_seconds=1, read_timeout=5.0
         )
         response.close()  # authorized: the stream started; nothing of it is wanted
         response.release_conn()
 
-    def create() -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": absent},
-            "spec": {"containers": []},
-        }
-        gateway.request_bytes(
-            "create a pod", "create_namespaced_pod", namespace, body, dry_run="All"
-        )
-
-    def patch() -> None:
-        gateway.request_bytes(
-            "patch a pod",
-            "patch_namespaced_pod",
-            absent,
-            namespace,
-            {"metadata": {"labels": {PROBE_LABEL: "x"}}},
-            dry_run="All",
-        )
-
-    def delete() -> None:
-        gateway.request_bytes(
-            "delete a pod", "delete_namespaced_pod", absent, namespace, dry_run="All"
-        )
-
-    def deletecollection() -> None:
-        gateway.request_bytes(
-            "delete pods",
-            "delete_collection_namespaced_pod",
-            namespace,
-            label_selector=nothing,
-            dry_run="All",
-        )
-
+    invalid = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": absent}}
+    invalid["spec"] = {"containers": []}
     return {
-        "get": get,
-        "list": list_,
+        "get": lambda: gateway.read_pod(absent),
+        "list": lambda: gateway.list_pods_raw(selector, limit=1),
         "watch": watch,
-        "create": create,
-        "patch": patch,
-        "delete": delete,
-        "deletecollection": deletecollection,
+        "create": lambda: gateway.create_pod(absent, invalid, dry_run=True),
+        "patch": lambda: gateway.patch_pod(
+            absent, {"metadata": {"labels": {PROBE_LABEL: "x"}}}, what="probe", dry_run=True
+        ),
+        "delete": lambda: gateway.delete_pod(absent, dry_run=True),
+        "deletecollection": lambda: gateway.delete_pods(nothing, dry_run=True),
     }
 
 
@@ -161,12 +116,6 @@ def cluster_probe(gateway: ApiGateway, *, selector: str) -> Callable[[], None]:
     """A call that reaches the API server and costs it little (a list of at most one pod)."""
 
     def probe() -> None:
-        gateway.request_bytes(
-            "check the API server",
-            "list_namespaced_pod",
-            gateway.namespace,
-            label_selector=selector,
-            limit=1,
-        )
+        gateway.list_pods_raw(selector, limit=1)
 
     return probe

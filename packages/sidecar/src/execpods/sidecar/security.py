@@ -29,8 +29,8 @@ from typing import Any
 
 import grpc
 import grpc.aio
-from execpods.core import SettingsBase, SettingsError
-from execpods.core.settings import parse_bool, setting
+from execpods.core import SettingsError
+from execpods.core.settingkit import SettingsBase, parse_bool, setting
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class SecuritySettings(SettingsBase):
         "allowed to call; empty = any certificate the client CA signed. Others get "
         "PERMISSION_DENIED.",
         parse=_names,
+        render=",".join,
     )
     token_file: str | None = setting(
         "execpods.sidecar.auth.tokenFile",
@@ -258,7 +259,7 @@ def _guard_stream(
     return guarded
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Checks every call against a `Gate` before its handler runs.
 
     The check runs inside the handler (wrapped here) rather than in the interceptor itself,

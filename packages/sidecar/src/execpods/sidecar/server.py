@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any
 
 import grpc
 from execpods.sidecar import security
@@ -40,11 +39,10 @@ class SidecarServer:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.service = AllocatorService(runtime)
-        self._health: Any = health.aio.HealthServicer()
-        options: list[tuple[str, Any]] = [("grpc.so_reuseport", 0)]
+        self._health = health.aio.HealthServicer()
         limit = runtime.settings.sidecar.max_concurrent_rpcs
-        self._server: Any = grpc.aio.server(
-            options=options,
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=limit if limit > 0 else None,
             interceptors=security.interceptors(runtime.settings.security),
         )

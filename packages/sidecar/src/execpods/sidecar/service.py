@@ -13,7 +13,6 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, NoReturn
 
 import grpc
 from execpods.core import (
@@ -64,7 +63,7 @@ def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
     return ids
 
 
-def status_of(error: PodOperationError) -> Any:
+def status_of(error: PodOperationError) -> grpc.StatusCode:
     """The gRPC status code that best tells a client what a failed pod operation means."""
     if isinstance(error, ApiThrottled):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -79,9 +78,8 @@ def status_of(error: PodOperationError) -> Any:
     return grpc.StatusCode.INTERNAL
 
 
-async def _abort(context: Any, code: Any, message: str) -> NoReturn:
-    await context.abort(code, message)
-    raise AssertionError("context.abort returns only by raising")  # pragma: no cover
+Context = grpc.aio.ServicerContext
+"""The grpc.aio servicer context, typed by request and response: `abort` never returns."""
 
 
 class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
@@ -99,15 +97,17 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             feed.close()
 
     async def RequestTotal(  # noqa: N802 (the contract's names)
-        self, request: pb.RequestTotalRequest, context: Any
+        self,
+        request: pb.RequestTotalRequest,
+        context: Context[pb.RequestTotalRequest, pb.RequestTotalResponse],
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
             await asyncio.wrap_future(backend.request_total(request.total))
         except ValueError as error:  # the backend validates the total, once, before queueing
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         self._runtime.observers.target_set(request.total)
         counts = backend.counts()
         logger.info("The driver asked for %d executors in total.", request.total)
@@ -116,47 +116,52 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         )
 
     async def KillExecutors(  # noqa: N802 (the contract's names)
-        self, request: pb.KillExecutorsRequest, context: Any
+        self,
+        request: pb.KillExecutorsRequest,
+        context: Context[pb.KillExecutorsRequest, pb.KillExecutorsResponse],
     ) -> pb.KillExecutorsResponse:
         try:
             ids = parse_executor_ids(request.executor_ids)
         except InvalidArgument as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         try:
             deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
         except PodOperationError as error:
             logger.warning("Could not kill executors %s: %s", ids, error)
-            await _abort(context, status_of(error), f"could not delete the pods: {error}")
+            await context.abort(status_of(error), f"could not delete the pods: {error}")
         except RuntimeError:  # the request scheduler is shut down
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         logger.info("Killed executors %s: %d pods deleted.", sorted(ids), deleted)
         return pb.KillExecutorsResponse(deleted_pods=deleted)
 
     async def UpdateDriverExecutors(  # noqa: N802 (the contract's names)
-        self, request: pb.UpdateDriverExecutorsRequest, context: Any
+        self,
+        request: pb.UpdateDriverExecutorsRequest,
+        context: Context[pb.UpdateDriverExecutorsRequest, pb.UpdateDriverExecutorsResponse],
     ) -> pb.UpdateDriverExecutorsResponse:
         try:
             registered = check_driver_ids("registered", request.registered)
             released = check_driver_ids("released", request.released)
         except InvalidArgument as error:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         known = self._runtime.driver_view.update(
             registered=registered, released=released, explicit=request.explicit
         )
         return pb.UpdateDriverExecutorsResponse(known=known)
 
     async def StreamSnapshots(  # noqa: N802 (the contract's names)
-        self, request: pb.StreamSnapshotsRequest, context: Any
+        self,
+        request: pb.StreamSnapshotsRequest,
+        context: Context[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse],
     ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
         if request.batch_interval_ms < 0:
-            await _abort(
-                context,
+            await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"batch_interval_ms={request.batch_interval_ms} is invalid: it must not be "
                 "negative (0 means the server's default)",
             )
         if self._closing:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         interval = (
             request.batch_interval_ms / 1000
             if request.batch_interval_ms
@@ -175,7 +180,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except RuntimeError:
             observed.close()
             self._feeds.discard(feed)
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
         logger.debug("A stream subscribed every %.3f s (%d open).", interval, len(self._feeds))
         try:
             async for response in self._messages(feed):

@@ -1,9 +1,10 @@
 """The sidecar's settings, and the one `Settings` object composed of every package's settings.
 
 `Settings` holds the core's (`CoreSettings`), the adapter's (`KubernetesSettings`) and the
-sidecar's own (`SidecarSettings`), each read from the same Spark-style property mapping. A key that
-none of them reads is refused (a typo must not silently fall back to a default), except the
-`spark.executorEnv.NAME` family, which the adapter passes into the executors' environment.
+sidecar's own (`SidecarSettings`), each read from the same Spark-style property mapping (a real
+`spark-defaults.conf` included). Keys none of them reads are judged by `properties.review`: other
+Spark properties are accepted and listed once at INFO; an unknown key in a namespace the sidecar
+owns is refused with the nearest known key, since a typo must not silently fall back to a default.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, SettingsBase, SettingsError, unknown_keys
-from execpods.core.settings import (
+from execpods.core import CoreSettings, SettingsError
+from execpods.core.settingkit import (
+    SettingsBase,
     SettingSpec,
     duration_setting,
     label_value,
@@ -24,9 +26,10 @@ from execpods.core.settings import (
     positive,
     setting,
 )
-from execpods.k8s import KubernetesSettings, is_known_key
+from execpods.k8s import KubernetesSettings
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
+from execpods.sidecar.properties import PropertyReview, review
 from execpods.sidecar.security import SecuritySettings
 
 DEFAULT_PORT = 50551
@@ -63,6 +66,8 @@ class SidecarSettings(SettingsBase):
         "The application id: executor pods are labelled with it, and only they are touched.",
         parse=parse_str,
         rule=_app_id_rule,
+        flag="--app-id",
+        env="EXECPODS_APP_ID",
     )
     listen: str = setting(
         "execpods.sidecar.listen",
@@ -70,6 +75,8 @@ class SidecarSettings(SettingsBase):
         "Address of the gRPC server: host:port (port 0 = any free port) or unix:<path>.",
         parse=parse_str,
         rule=listen_address_problem,
+        flag="--listen",
+        env="EXECPODS_LISTEN",
     )
     shutdown_grace: float = duration_setting(
         "execpods.sidecar.shutdownGrace",
@@ -111,14 +118,42 @@ def all_specs() -> dict[str, SettingSpec]:
     return specs
 
 
-def refused_keys(properties: Mapping[str, str]) -> list[str]:
-    """Keys no settings class reads.
+def _markdown(text: str) -> str:
+    return text.replace("|", "&#124;").replace("<", "&lt;").replace(">", "&gt;")
 
-    The adapter's `is_known_key` judges its own keys, since it also reads the open-ended
-    `spark.executorEnv.NAME` family that no list of specs can name.
-    """
-    rest = {k: v for k, v in properties.items() if not is_known_key(k)}
-    return unknown_keys(rest, *(cls for cls in SETTINGS_CLASSES if cls is not KubernetesSettings))
+
+def settings_table() -> str:
+    """Every property as Markdown tables, one per settings class (docs/configuration.md)."""
+    sections = []
+    for cls in SETTINGS_CLASSES:
+        title = (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+        rows = [
+            f"| `{spec.key}` | {f'`{spec.default_text}`' if spec.default_text else '-'} | "
+            + " ".join(f"`{via}`" for via in (spec.flag, spec.env) if via)
+            + f" | {_markdown(spec.doc)} |"
+            for spec in cls.specs().values()
+        ]
+        sections.append(
+            f"### `{cls.__name__}`: {title}\n\n"
+            "| property | default | flag, variable | what it does |\n| --- | --- | --- | --- |\n"
+            + "\n".join(rows)
+        )
+    return "\n\n".join(sections) + "\n"
+
+
+def flagged_specs() -> list[SettingSpec]:
+    """The settings that have a dedicated command-line flag, in declaration order."""
+    return [spec for spec in all_specs().values() if spec.flag is not None]
+
+
+def reads(key: str) -> bool:
+    """Whether some settings class reads `key` (the adapter also reads `spark.executorEnv.*`)."""
+    return any(cls.reads(key) for cls in SETTINGS_CLASSES)
+
+
+def review_properties(properties: Mapping[str, str]) -> PropertyReview:
+    """What the sidecar makes of each key: read, accepted but unused, or refused."""
+    return review(properties, reads=reads, known=all_specs())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,13 +169,13 @@ class Settings:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
-        """Parse and validate every property; unknown keys are a `SettingsError` naming them."""
-        unknown = refused_keys(properties)
-        if unknown:
-            raise SettingsError(
-                f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
-                "(see `execpods-sidecar settings` for the known ones)"
-            )
+        """Parse and validate every property; refused keys are a `SettingsError` naming each with
+        the nearest known key. Accepted keys the sidecar does not use are logged, once."""
+        judged = review_properties(properties)
+        refusal = judged.refusal()
+        if refusal is not None:
+            raise SettingsError(refusal)
+        judged.log()
         return cls(
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),

@@ -128,15 +128,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         raise
 
     def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
+        # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
+        # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
-        made: list[SnapshotSource] = []
-        if core.enable_api_watcher:
-            made.append(
-                WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock)
-            )
-        if core.enable_api_polling:
-            made.append(PollSource(store, operations, settings=k8s, core_settings=core))
-        return made
+        return [
+            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
+            PollSource(store, operations, settings=k8s, core_settings=core),
+        ]
 
     runtime = assemble(
         settings,

@@ -18,7 +18,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import grpc
 from execpods.client import AllocatorClient
@@ -79,7 +78,7 @@ class RunningTimes:
 
 
 async def _follow(
-    stub: Any,
+    stub: pb_grpc.ExecutorAllocatorAsyncStub,
     interval_ms: int,
     seen: dict[int, float],
     total: int,

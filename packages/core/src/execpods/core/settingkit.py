@@ -1,0 +1,300 @@
+"""The declarative settings kit: typed settings keyed by Spark's property names (public API).
+
+A settings class is a frozen dataclass deriving from `SettingsBase` whose fields are declared with
+`setting(key, default, doc, parse=..., rule=...)` (or `duration_setting`). That one declaration is
+everything known about a property: its key, default, parser, rule, meaning, and optionally the
+command-line flag and environment variable that set it. `from_properties` reads a Spark-style
+mapping and validation runs on construction, so a bad value fails at start-up with a message
+naming the property and the rule, never half-way through a run.
+
+Adding a property is one `setting(...)` line in the class that reads it: the CLI's flags, the
+`settings` listing, the docs check and the unknown-key checks all read the specs. `CoreSettings`,
+the adapter's `KubernetesSettings` and the sidecar's `SidecarSettings` are all declared this way,
+importing only this module's public names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+
+from execpods.core.errors import SettingsError
+
+T = TypeVar("T")
+
+_UNITS = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+# --- parsers: text -> value; a ValueError names what was wrong --------------------------------
+
+
+def parse_duration(text: str, *, default_unit: str = "ms") -> float:
+    """Seconds in a Spark-style duration ("500ms", "30s", "3min", "1h"; a bare number is ms)."""
+    match = _DURATION.match(text.lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration such as 500ms, 30s, 3min or 1h")
+    number, unit = match.groups()
+    factor = _UNITS.get(unit or default_unit)
+    if factor is None:
+        raise ValueError(f"{text!r} has unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
+    return float(number) * factor
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"{text!r} is not a boolean (true or false)")
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+
+
+def parse_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+
+
+def parse_str(text: str) -> str:
+    return text
+
+
+def parse_optional_str(text: str) -> str | None:
+    """A string setting where an empty value means unset."""
+    return text.strip() or None
+
+
+# --- rules: value -> None when valid, else what it must be ("must be positive") --------------
+
+
+def positive(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+def non_negative(value: float) -> str | None:
+    return None if value >= 0 else "must not be negative"
+
+
+def any_value(_value: object) -> str | None:
+    return None
+
+
+def if_set(rule: Callable[[T], str | None]) -> Callable[[T | None], str | None]:
+    """`rule` for an optional setting: an unset (None) value passes."""
+    return lambda value: None if value is None else rule(value)
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_value(value: str) -> str | None:
+    """A non-empty Kubernetes label value: the API refuses pods labelled with anything else."""
+    if _LABEL_NAME.match(value):
+        return None
+    return "must be a label value: up to 63 letters, digits, '-', '_' or '.', alphanumeric ends"
+
+
+def label_key(value: str) -> str | None:
+    """A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a label name."""
+    prefix, _, name = value.rpartition("/")
+    if _LABEL_NAME.match(name) and (
+        not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))
+    ):
+        return None
+    return "must be a label key: [prefix/]name, the name up to 63 letters, digits, '-', '_', '.'"
+
+
+# --- the declaration --------------------------------------------------------------------------
+
+
+def render_value(value: object) -> str:
+    """A value as a property string: booleans lower-case, None empty, the rest as `str`."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def render_duration(seconds: float) -> str:
+    """A duration held in seconds as a property string, in ms (Spark's default unit)."""
+    return f"{round(seconds * 1000)}ms"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettingSpec:
+    """How one property is read, checked, documented and (optionally) set from the command line.
+
+    `default_text` is the default as a user writes it ("1s", "true", "" when unset); `flag` and
+    `env` are the dedicated command-line flag and environment variable, when the property has them.
+    """
+
+    key: str
+    parse: Callable[[str], Any]
+    rule: Callable[[Any], str | None]
+    doc: str
+    default_text: str
+    flag: str | None = None
+    env: str | None = None
+    render: Callable[[Any], str] = render_value
+
+
+def setting(
+    key: str,
+    default: T,
+    doc: str,
+    *,
+    parse: Callable[[str], T],
+    rule: Callable[[T], str | None] = any_value,
+    flag: str | None = None,
+    env: str | None = None,
+    default_text: str | None = None,
+    render: Callable[[T], str] = render_value,
+) -> T:
+    """Declare a settings field: its property key, default, parser, rule, meaning, and maybe the
+    flag (`--app-id`) and environment variable (`EXECPODS_APP_ID`) that set it."""
+    spec = SettingSpec(
+        key=key,
+        parse=parse,
+        rule=rule,
+        doc=doc,
+        default_text=render(default) if default_text is None else default_text,
+        flag=flag,
+        env=env,
+        render=render,
+    )
+    return dataclasses.field(default=default, metadata={"setting": spec})
+
+
+def duration_setting(
+    key: str,
+    default: str,
+    doc: str,
+    rule: Callable[[float], str | None] = positive,
+    *,
+    flag: str | None = None,
+    env: str | None = None,
+) -> float:
+    """A duration field: declared with Spark's spelling ("1s"), held in seconds."""
+    return setting(
+        key,
+        parse_duration(default),
+        doc,
+        parse=parse_duration,
+        rule=rule,
+        flag=flag,
+        env=env,
+        default_text=default,
+        render=render_duration,
+    )
+
+
+class SettingsBase:
+    """Parsing and validation shared by every settings dataclass."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        for spec, value in self._specs_and_values():
+            problem = spec.rule(value)
+            if problem is not None:
+                raise SettingsError(f"{spec.key}={value!r} is invalid: it {problem}")
+
+    def _specs_and_values(self) -> list[tuple[SettingSpec, Any]]:
+        return [
+            (f.metadata["setting"], getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if "setting" in f.metadata
+        ]
+
+    @classmethod
+    def specs(cls) -> dict[str, SettingSpec]:
+        """Every property this class reads, by key, in declaration order."""
+        return {
+            f.metadata["setting"].key: f.metadata["setting"]
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if "setting" in f.metadata
+        }
+
+    @classmethod
+    def reads(cls, key: str) -> bool:
+        """Whether this class reads `key`; a class with a family of keys (a prefix) extends it."""
+        return key in cls.specs()
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
+        """Read the properties this class knows (others are ignored: see `unknown_keys`)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            spec = f.metadata.get("setting")
+            if spec is None or spec.key not in properties:
+                continue
+            try:
+                values[f.name] = spec.parse(properties[spec.key])
+            except ValueError as error:
+                raise SettingsError(f"{spec.key}: {error}") from None
+        values.update(overrides)
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, str]:
+        """The settings as property strings (durations in ms); unset optional ones are left out."""
+        return {
+            spec.key: spec.render(value)
+            for spec, value in self._specs_and_values()
+            if value is not None
+        }
+
+
+def unknown_keys(properties: Mapping[str, str], *classes: type[SettingsBase]) -> list[str]:
+    """The keys none of `classes` reads: almost always a typo worth refusing."""
+    return sorted(key for key in properties if not any(cls.reads(key) for cls in classes))
+
+
+def nearest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key `key` is most likely a misspelling of, if any is close enough."""
+    matches = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+__all__ = [
+    "SettingSpec",
+    "SettingsBase",
+    "any_value",
+    "duration_setting",
+    "if_set",
+    "label_key",
+    "label_value",
+    "nearest_key",
+    "non_negative",
+    "parse_bool",
+    "parse_duration",
+    "parse_float",
+    "parse_int",
+    "parse_optional_str",
+    "parse_str",
+    "positive",
+    "render_duration",
+    "render_value",
+    "setting",
+    "unknown_keys",
+]
