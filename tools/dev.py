@@ -97,6 +97,10 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in JOBS:
         sys.exit(f"usage: python3 tools/dev.py {{{'|'.join(JOBS)}}} [args...]")
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    # uv sync compiles the bytecode (once: later syncs find it fresh, about a second), since every
+    # job starts processes (the sidecar, the simulator, test subprocesses) that would otherwise
+    # recompile the kubernetes client (63,000 lines in one module) each time.
+    os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
     bootstrap()
     JOBS[sys.argv[1]]()
 

@@ -28,6 +28,7 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
         self.pending = 0
         self.pods: set[int] = set()
         self.known: set[int] = set()
+        self.deleted: set[int] = set()
         self.kill_requests: list[list[str]] = []
         self.intervals: list[int] = []
         self.script: list[pb.StreamSnapshotsResponse] = []
@@ -79,6 +80,11 @@ class FakeAllocator(pb_grpc.ExecutorAllocatorServicer):
         base = set() if request.explicit else self.known
         self.known = (base | set(request.registered)) - set(request.released)
         return pb.UpdateDriverExecutorsResponse(known=sorted(self.known))
+
+    def IsDeleted(
+        self, request: pb.IsDeletedRequest, context: grpc.ServicerContext
+    ) -> pb.IsDeletedResponse:
+        return pb.IsDeletedResponse(deleted=request.executor_id in self.deleted)
 
 
 class Served:

@@ -90,7 +90,7 @@ class SidecarProcess:
             "--initial-executors",
             "0",
             "--conf",
-            "spark.kubernetes.allocation.batch.delay=100ms",
+            "spark.kubernetes.allocation.batch.delay=150ms",
             "--conf",
             "spark.kubernetes.executor.eventProcessingInterval=100ms",
             *(arg for pair in conf for arg in ("--conf", pair)),

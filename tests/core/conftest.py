@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ExecutorPodsAllocator, ManualClock
+from execpods.core import (
+    CoreSettings,
+    CreateRunner,
+    ExecutorPodsAllocator,
+    ManualClock,
+    ResourceProfiles,
+)
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -23,6 +30,7 @@ class AllocatorRig:
     pods: InMemoryPodOperations
     clock: ManualClock
     settings: CoreSettings
+    driver: RecordingDriver
 
 
 @dataclass
@@ -34,20 +42,30 @@ class LifecycleRig:
     clock: ManualClock
 
 
-def make_allocator_rig(settings: CoreSettings | None = None) -> AllocatorRig:
+def make_allocator_rig(
+    settings: CoreSettings | None = None,
+    *,
+    profiles: ResourceProfiles | None = None,
+    clock_start: float = 0.0,
+    runner: CreateRunner | None = None,
+) -> AllocatorRig:
     settings = settings or CoreSettings()
     store = DeterministicSnapshotsStore()
     pods = InMemoryPodOperations()
-    clock = ManualClock()
+    clock = ManualClock(clock_start)
+    driver = RecordingDriver()
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=SimpleExecutorPodBuilder(),
         pod_operations=pods,
         store=store,
         clock=clock,
+        profiles=profiles,
+        runner=runner,
+        rng=random.Random(7),
     )
-    allocator.start(TEST_APP_ID)
-    return AllocatorRig(allocator, store, pods, clock, settings)
+    allocator.start(TEST_APP_ID, driver)
+    return AllocatorRig(allocator, store, pods, clock, settings, driver)
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:

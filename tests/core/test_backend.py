@@ -17,6 +17,7 @@ from execpods.core import (
     LifecycleObserver,
     ManualClock,
     PodSelector,
+    ResourceProfile,
     SnapshotsStoreImpl,
     compose_backend,
 )
@@ -200,6 +201,9 @@ def test_a_negative_total_is_refused_before_anything_runs() -> None:
 def test_the_total_is_validated_once_at_the_boundary_for_every_profile() -> None:
     rig = make_backend()
     rig.backend.start()
+    with pytest.raises(ValueError, match=r"resource_profile_id=1 is invalid: .* never declared"):
+        rig.backend.request_total(2, resource_profile_id=1)
+    rig.backend.declare_profiles([ResourceProfile(id=1, cores=2)])
     rig.backend.request_total(2, resource_profile_id=1)
     rig.requests.run_until_idle()
     assert rig.backend.counts().total == 5, "the default profile's 3 and profile 1's 2"

@@ -81,11 +81,18 @@ def test_any_event_order_then_a_full_list_converges_to_that_list(
     ),
     batch=st.integers(1, 6),
 )
-def test_the_allocator_never_exceeds_the_batch_size_or_the_target(
+def test_the_2018_rule_never_exceeds_the_batch_size_or_the_target(
     steps: list[tuple[str, object]], batch: int
 ) -> None:
+    """The 2018 rule as an explicit policy: fixed batches, none while anything is pending."""
     rig = make_allocator_rig(
-        CoreSettings.from_properties({"spark.kubernetes.allocation.batch.size": str(batch)})
+        CoreSettings.from_properties(
+            {
+                "spark.kubernetes.allocation.batch.size": str(batch),
+                "execpods.allocation.adaptiveBatches": "false",
+                "execpods.allocation.waitForPendingPods": "true",
+            }
+        )
     )
     rig.store.replace_snapshot([])
     target = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -19,6 +20,7 @@ from execpods.core.settingkit import (
     render_duration,
     render_value,
     setting,
+    setting_family,
     unknown_keys,
 )
 
@@ -106,3 +108,30 @@ def test_core_settings_declare_their_flag_with_the_kit() -> None:
         "2",
     )
     assert CoreSettings.specs()["spark.kubernetes.allocation.batch.delay"].default_text == "1s"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WithFamily(SettingsBase):
+    size: int = setting("x.size", 3, "How many.", parse=parse_int)
+    tags: Mapping[str, str] = setting_family("x.tag.", "Tags.", name_rule=_no_spaces)
+
+
+def test_a_family_reads_every_member_and_nothing_else() -> None:
+    settings = WithFamily.from_properties(
+        {"x.size": "4", "x.tag.a": "1", "x.tag.b.c": "2", "x.tag.": "no name", "x.tags": "x"}
+    )
+    assert dict(settings.tags) == {"a": "1", "b.c": "2"}
+    assert WithFamily.reads("x.tag.anything")
+    assert not WithFamily.reads("x.tag.")
+    assert not WithFamily.reads("x.tags")
+    assert list(WithFamily.families()) == ["x.tag."]
+    assert WithFamily.from_properties(settings.to_properties()) == settings
+    with pytest.raises(TypeError):
+        settings.tags["c"] = "3"  # type: ignore[index]
+
+
+def test_a_family_members_name_is_checked() -> None:
+    with pytest.raises(SettingsError, match=r"x\.tag\.a b is invalid: 'a b' must have no spaces"):
+        WithFamily.from_properties({"x.tag.a b": "1"})
+    with pytest.raises(SettingsError, match="must have no spaces"):
+        WithFamily(tags={"a b": "1"})

@@ -10,7 +10,13 @@ from execpods.core import CoreSettings, SettingsError, parse_duration, unknown_k
 
 def test_defaults_are_sparks() -> None:
     settings = CoreSettings()
-    assert settings.batch_size == 5
+    assert settings.batch_size == 20
+    assert settings.executor_timeout == 600.0
+    assert settings.pod_creation_timeout == 600.0
+    assert settings.max_pending_pods == 2**31 - 1
+    assert settings.max_pending_pods_per_rp == settings.max_pending_pods
+    assert settings.allocation_maximum == 2**31 - 1
+    assert settings.executor_idle_timeout == 60.0
     assert settings.batch_delay == 1.0
     assert settings.api_polling_interval == 30.0
     assert settings.event_processing_interval == 1.0

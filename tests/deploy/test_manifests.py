@@ -94,7 +94,7 @@ def test_the_example_pods_run_on_the_simulator() -> None:
                 c["name"] for c in pod["spec"]["containers"]
             }
             assert live["spec"]["serviceAccountName"] == pod["spec"]["serviceAccountName"]
-            sidecar = container(live, SIDECAR)
+            sidecar = container(dict(live), SIDECAR)
             assert sidecar["readinessProbe"]["grpc"]["port"] == 8081
             assert sidecar["startupProbe"]["grpc"]["port"] == 8081
             assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True

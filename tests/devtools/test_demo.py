@@ -11,7 +11,7 @@ from execpods.devtools.demo import build_parser, run_demo
 @pytest.mark.slow
 def test_the_demo_finishes_with_no_pods_left() -> None:
     args = build_parser().parse_args(
-        ["--executors", "6", "--start-latency", "0.2", "--batch-delay", "100ms"]
+        ["--executors", "6", "--start-latency", "0.2", "--batch-delay", "150ms"]
     )
     out = io.StringIO()
     assert run_demo(args, out) == 0

@@ -6,7 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-from execpods.core import SPARK_LABELS, PodSelector, SettingsError
+from execpods.core import (
+    SPARK_LABELS,
+    PodSelector,
+    ResourceProfile,
+    ResourceProfiles,
+    SettingsError,
+)
 from execpods.k8s import (
     DriverPodNotFound,
     ExecutorPodTemplateBuilder,
@@ -14,6 +20,7 @@ from execpods.k8s import (
     KubernetesSettings,
     executor_pod_name,
     load_template,
+    parse_pod_template,
     sanitize_prefix,
 )
 from execpods.kubesim import KubeSim
@@ -239,6 +246,7 @@ def test_environment_from_settings_and_the_driver(operations: KubernetesPodOpera
         "SPARK_EXECUTOR_CORES": "1",
         "SPARK_EXECUTOR_MEMORY": "1024m",
         "SPARK_EXECUTOR_POD_NAME": "app-9-exec-5",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
     }
 
 
@@ -259,3 +267,43 @@ def test_a_template_build_could_not_use_is_refused_at_start(
     settings = KubernetesSettings(container_image=IMAGE, pod_template_file=str(path))
     with pytest.raises(SettingsError, match=complaint):
         ExecutorPodTemplateBuilder.create(settings, operations)
+
+
+def test_a_pod_is_shaped_by_its_resource_profile() -> None:
+    gpu_template = '{"kind": "Pod", "spec": {"nodeSelector": {"accelerator": "a100"}}}'
+    profiles = ResourceProfiles(
+        [
+            ResourceProfile(
+                id=2,
+                cores=4,
+                memory_mib=2048,
+                memory_overhead_mib=512,
+                extra_resources={"nvidia.com/gpu": "1"},
+                pod_template=gpu_template,
+            )
+        ]
+    )
+    settings = KubernetesSettings.from_properties({"spark.kubernetes.container.image": IMAGE})
+    shaped = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
+    pod = shaped.build(executor_id=7, app_id="app", resource_profile_id=2)
+    assert pod["metadata"]["labels"]["spark-exec-resourceprofile-id"] == "2"
+    assert pod["spec"]["nodeSelector"] == {"accelerator": "a100"}
+    (container,) = pod["spec"]["containers"]
+    resources = container["resources"]
+    assert resources["requests"] == {"cpu": "4", "memory": "2560Mi", "nvidia.com/gpu": "1"}
+    assert resources["limits"] == {"memory": "2560Mi", "nvidia.com/gpu": "1"}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SPARK_EXECUTOR_CORES"] == "4"
+    assert env["SPARK_EXECUTOR_MEMORY"] == "2048m"
+    assert env["SPARK_RESOURCE_PROFILE_ID"] == "2"
+    plain = shaped.build(executor_id=8, app_id="app")
+    assert plain["metadata"]["labels"]["spark-exec-resourceprofile-id"] == "0"
+    assert "nodeSelector" not in plain["spec"]
+    assert plain["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+
+
+def test_a_profile_template_that_is_not_a_pod_is_refused() -> None:
+    with pytest.raises(SettingsError, match="resource profile 3: the pod template is not a Pod"):
+        parse_pod_template("[1, 2]", what="resource profile 3")
+    with pytest.raises(SettingsError, match="not valid JSON or YAML"):
+        parse_pod_template("{", what="resource profile 3")

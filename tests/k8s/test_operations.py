@@ -181,23 +181,28 @@ def test_creation_errors_reach_the_core_allocator_typed(
     )
     allocator.start(APP_ID)
     allocator.set_total_expected_executors(3)
-    sim.reject_creates(422)  # a quota: the pod was refused, nothing to track
+    sim.reject_creates(422, count=3)  # a quota: the pods were refused, nothing to track
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
+    assert allocator.stats.refused == 3
+    assert allocator.outstanding_pods == 0, "refused creates are not tracked"
     assert sim.pods() == []
     caplog.clear()
+    clock.advance(60)  # past the refusal's backoff
     sim.fail_requests(500, count=1)  # the answer is lost: the pod may exist, so it is tracked
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.on_new_snapshots([store.current_snapshot])
     assert "ApiUnavailable" in caplog.text
-    # The refused executor 1 was not tracked (this round was not held back); executor 2 is.
-    assert _writes(sim) == [("create", 422, ""), ("create", 500, "")]
+    # Executor 4's answer was lost, so it is tracked and holds the profile back; 5 and 6 went in.
+    refused = [("create", 422, "")] * 3
+    assert _writes(sim) == [*refused, ("create", 500, ""), ("create", 201, ""), ("create", 201, "")]
+    assert allocator.outstanding_pods == 3
     allocator.on_new_snapshots([store.current_snapshot])
-    assert _writes(sim) == [("create", 422, ""), ("create", 500, "")], "held back by executor 2"
+    assert len(_writes(sim)) == 6, "held back by the unseen executors"
     clock.advance(allocator.pod_creation_timeout + 1)
     allocator.on_new_snapshots([store.current_snapshot])
     writes = _writes(sim)
-    assert writes[2] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (2)")
-    assert writes[3:] == [("create", 201, "")] * 3
+    assert writes[6] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (4,5,6)")
+    assert writes[7:] == [("create", 201, "")] * 3

@@ -49,6 +49,12 @@ MALFORMED: list[tuple[str, tuple[str, bytes], int]] = [
     ("bad chunk size", (f"POST {PODS} HTTP/1.1\r\nTransfer-Encoding: chunked", b"zz\r\n"), 400),
     ("body not JSON", req("POST", PODS, b"{nope"), 400),
     ("body not an object", req("POST", PODS, b"[]"), 400),
+    ("name not a string", req("POST", PODS, b'{"metadata":{"name":5},"spec":{}}'), 400),
+    (
+        "generateName not a string",
+        req("POST", PODS, b'{"metadata":{"generateName":["x"]},"spec":{}}'),
+        400,
+    ),
     ("bad limit", req("GET", f"{PODS}?limit=abc"), 400),
     ("bad watch timeout", req("GET", f"{PODS}?watch=1&timeoutSeconds=x"), 400),
     ("bad watch flag", req("GET", f"{PODS}?watch=yes"), 400),

@@ -242,3 +242,24 @@ def test_cli_takes_the_cap_and_the_distribution(
     with pytest.raises(SystemExit):
         cli_main(["--create-rate", "-1"])
     assert "create_rate" in capsys.readouterr().err
+
+
+def test_the_request_log_measures_the_peak_request_rate(sim: KubeSim) -> None:
+    """Each request is stamped with the simulator's clock, so a benchmark or a fault test can
+    check that a client never exceeded its rate limit."""
+    path = f"/api/v1/namespaces/{NS}/pods"
+    for i in range(3):
+        raw(sim, "POST", path, pod_body(f"a{i}"))
+    sim.advance(0.5)
+    raw(sim, "GET", path)
+    sim.advance(2.0)
+    raw(sim, "POST", path, pod_body("b"))
+    assert [r.at - sim.requests()[0].at for r in sim.requests()] == [0, 0, 0, 0.5, 2.5]
+    assert sim.peak_request_rate() == 4.0
+    assert sim.peak_request_rate(verbs=["create"]) == 3.0
+    assert sim.peak_request_rate(window=5.0) == 1.0
+    code, body = raw(sim, "POST", "/_kubesim/requests/peak-rate", {"verbs": "list,get"})
+    assert (code, body["perSecond"]) == (200, 1.0)
+    assert raw(sim, "GET", "/_kubesim/requests/peak-rate")[1]["perSecond"] == 4.0
+    sim.clear_requests()
+    assert sim.peak_request_rate() == 0.0

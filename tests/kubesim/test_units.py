@@ -72,12 +72,12 @@ def test_strategic_merge_keys_and_directives() -> None:
         "finalizers": ["x"],
         "labels": {"k": "v", "drop": "me"},
     }
-    patch = {
+    patch: dict[str, Any] = {
         "conditions": [{"type": "B", "status": "False"}, {"type": "C", "status": "True"}],
         "finalizers": ["y"],
         "labels": {"drop": None},
     }
-    out = strategic_merge(target, patch)
+    out: Any = strategic_merge(target, patch)
     assert out["conditions"] == [
         {"type": "A", "status": "True"},
         {"type": "B", "status": "False"},
@@ -85,7 +85,7 @@ def test_strategic_merge_keys_and_directives() -> None:
     ]
     assert out["finalizers"] == ["x", "y"]
     assert out["labels"] == {"k": "v"}
-    deleted = strategic_merge(target, {"conditions": [{"type": "A", "$patch": "delete"}]})
+    deleted: Any = strategic_merge(target, {"conditions": [{"type": "A", "$patch": "delete"}]})
     assert [c["type"] for c in deleted["conditions"]] == ["B"]
     assert target["conditions"][0] == {"type": "A", "status": "True"}  # input untouched
 
@@ -95,7 +95,7 @@ def test_merge_patch_and_json_patch() -> None:
         "a": [3],
         "b": {},
     }
-    doc = {"a": [1, 2], "b": {"c": 1}}
+    doc: dict[str, Any] = {"a": [1, 2], "b": {"c": 1}}
     out = json_patch(
         doc,
         [

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.kubesim import ClusterConfig, KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
 FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
@@ -73,7 +73,7 @@ def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
             app_id,
             **{
                 "spark.executor.instances": "0",
-                "spark.kubernetes.allocation.batch.delay": "100ms",
+                "spark.kubernetes.allocation.batch.delay": "150ms",
                 "spark.kubernetes.executor.eventProcessingInterval": "100ms",
                 **(conf or {}),
             },
@@ -88,7 +88,7 @@ def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
         sidecar.stop()
 
 
-def app_pods(sim: KubeSim, app_id: str) -> list[dict[str, Any]]:
+def app_pods(sim: KubeSim, app_id: str) -> list[Pod]:
     return [
         pod
         for pod in sim.pods()

@@ -168,6 +168,8 @@ def test_settings_lists_every_property(capsys: pytest.CaptureFixture[str]) -> No
         "spark.app.id",
         "spark.kubernetes.allocation.batch.size",
         "spark.kubernetes.namespace",
+        "spark.executorEnv.NAME",
+        "spark.kubernetes.executor.label.NAME",
     ):
         assert key in out
 

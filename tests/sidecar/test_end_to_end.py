@@ -56,10 +56,18 @@ def test_scales_to_n_and_reaches_n_running(sim: KubeSim, make_sidecar: SidecarFa
     assert (again.total, again.running, again.pending) == (12, 12, 0)
 
 
-def test_no_second_batch_until_the_first_is_running(
+def test_the_2018_rule_no_second_batch_until_the_first_is_running(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
-    sidecar = make_sidecar("batches", conf={"spark.kubernetes.allocation.batch.size": "3"})
+    """The 2018 rule as an explicit policy (newest Spark and execpods' default do not stall)."""
+    sidecar = make_sidecar(
+        "batches",
+        conf={
+            "spark.kubernetes.allocation.batch.size": "3",
+            "execpods.allocation.waitForPendingPods": "true",
+            "execpods.allocation.adaptiveBatches": "false",
+        },
+    )
     rounds: list[int] = []
     sim.pause_kubelet()
     sidecar.runtime.backend.subscribe(0.1, lambda batch: rounds.append(len(batch)))

@@ -209,7 +209,7 @@ def test_json_logs_carry_the_app_id_executor_id_and_reason(sim: KubeSim, tmp_pat
         "--image",
         "x",
         "--conf",
-        "spark.kubernetes.allocation.batch.delay=100ms",
+        "spark.kubernetes.allocation.batch.delay=150ms",
         "--conf",
         "spark.kubernetes.executor.eventProcessingInterval=100ms",
     ]

@@ -14,7 +14,7 @@ from execpods.sidecar.properties import (
     parse_properties,
     read_properties_file,
 )
-from execpods.sidecar.settings import Settings, all_specs, review_properties
+from execpods.sidecar.settings import Settings, all_families, all_specs, review_properties
 
 from tests.generators import assert_not_stale
 
@@ -37,6 +37,15 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
     assert (k8s.executor_cores, k8s.executor_memory_mib, k8s.memory_overhead) == (2, 4096, 1024)
     assert (k8s.request_cores, k8s.limit_cores) == ("1500m", "2")
     assert dict(k8s.executor_env) == {"TZ": "UTC"}
+    assert dict(k8s.executor_labels) == {"team": "data-platform"}
+    assert dict(k8s.executor_annotations) == {"owner": "{{APP_ID}}-exec-{{EXECUTOR_ID}}"}
+    assert k8s.node_selectors == {"pool": "spark"}
+    assert k8s.executor_scheduler == "default-scheduler"
+    assert (k8s.image_pull_policy, k8s.image_pull_secrets) == (
+        "Always",
+        ("registry-a", "registry-b"),
+    )
+    assert k8s.service_account == "spark"  # the driver's, as the executors have none of their own
     assert core.initial_executors == 4
     assert (core.batch_size, core.batch_delay) == (10, 1.0)
     assert (core.api_polling_interval, core.event_processing_interval) == (30.0, 1.0)
@@ -52,7 +61,8 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
     assert "spark.kubernetes.allocation.batch.size" not in info[0], "read keys are not listed"
     assert warnings == [
         "Spark properties execpods does not implement (accepted, ignored): "
-        "spark.kubernetes.executor.label.team, spark.kubernetes.executor.scheduler.name"
+        "spark.kubernetes.executor.rollInterval, "
+        "spark.kubernetes.executor.volumes.emptyDir.spark-local-dir-1.mount.path"
     ]
 
 
@@ -197,3 +207,5 @@ def test_the_configuration_doc_lists_every_setting_as_declared() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     for key in all_specs():
         assert f"| `{key}` |" in doc
+    for prefix in all_families():
+        assert f"| `{prefix}NAME` |" in doc

@@ -29,7 +29,7 @@ RBAC = [d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text(
 NAMESPACE = "spark"
 ACCOUNT = "execpods-sidecar"
 APP = "rbac-app"
-DRIVER = {
+DRIVER: dict[str, Any] = {
     "metadata": {"name": "spark-driver"},
     "spec": {"containers": [{"name": "driver", "image": "apache/spark:4.0.1"}]},
 }
@@ -76,12 +76,12 @@ def properties(kubeconfig: Path) -> dict[str, str]:
         "execpods.sidecar.listen": "127.0.0.1:0",
         "execpods.sidecar.checkPermissions": "true",
         "spark.executor.instances": "0",
-        "spark.kubernetes.allocation.batch.delay": "100ms",
+        "spark.kubernetes.allocation.batch.delay": "150ms",
         "spark.kubernetes.executor.eventProcessingInterval": "100ms",
     }
 
 
-def app_pods(sim: KubeSim) -> list[dict[str, Any]]:
+def app_pods(sim: KubeSim) -> list[Any]:
     return [
         p
         for p in sim.pods(NAMESPACE)

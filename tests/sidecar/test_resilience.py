@@ -44,9 +44,10 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
     """The create's answer is lost (503: outcome unknown) and the pod never shows up.
 
     The allocator keeps it as requested-but-unseen, which holds back every later batch, until the
-    pod creation timeout (max(5 x batch delay, 60 s)) has passed on its clock. Rather than wait a
-    minute, the test moves the sidecar's clock past the timeout: the next round deletes the lost
-    executor by label (in case it exists after all) and requests a replacement.
+    pod creation timeout (max(5 x batch delay, allocation.executor.timeout)) has passed on its
+    clock. Rather than wait ten minutes, the test moves the sidecar's clock past the timeout: the
+    next round deletes the lost executor by label (in case it exists after all) and requests a
+    replacement.
     """
     clock = ShiftableClock()
     sidecar = make_sidecar(
@@ -59,7 +60,7 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
         client.request_total(1)
         # The allocator has the 503 in hand (and has timed the request) once it says so.
         wait_for(
-            lambda: "Could not create the pod of executor 1 (ApiUnavailable" in caplog.text,
+            lambda: "(executors 1; first error ApiUnavailable" in caplog.text,
             what="the lost create",
         )
         assert [(r.verb, r.status) for r in sim.requests() if r.verb == "create"] == [
@@ -68,7 +69,7 @@ def test_a_create_that_vanished_is_deleted_and_requested_again(
         assert app_pods(sim, "vanish") == []
         # The next round (1 s later) counts it as requested but unseen, and holds back.
         wait_for(
-            lambda: "(0 pending in the cluster, 1 requested but not yet seen)" in caplog.text,
+            lambda: "Still waiting for 1 executors of resource profile 0" in caplog.text,
             what="a round that holds the lost create back",
         )
         assert [r.verb for r in sim.requests() if r.method in {"POST", "DELETE"}] == ["create"]

@@ -33,7 +33,7 @@ def test_a_signal_ends_streams_and_deletes_the_executor_pods_unless_told_to_keep
     app_id = f"signal-{signum.name.lower()}"
     properties = tmp_path / "sidecar.conf"
     properties.write_text(
-        "spark.kubernetes.allocation.batch.delay 100ms\n"
+        "spark.kubernetes.allocation.batch.delay 150ms\n"
         f"spark.kubernetes.executor.deleteOnTermination {str(delete_on_termination).lower()}\n",
         encoding="utf-8",
     )

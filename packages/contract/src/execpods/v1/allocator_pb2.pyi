@@ -30,47 +30,177 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class RequestTotalRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ProfileTotalsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOTAL_FIELD_NUMBER: _builtins.int
+    PROFILE_TOTALS_FIELD_NUMBER: _builtins.int
+    PROFILES_FIELD_NUMBER: _builtins.int
     total: _builtins.int
-    """Desired number of executors of the default resource profile. Must not be negative.
-    Field 2 is kept for per-resource-profile totals (map<int32, int32>), a later addition.
-    """
+    """Desired number of executors of the default resource profile (id 0). Must not be negative."""
+    @_builtins.property
+    def profile_totals(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """Desired number of executors of other resource profiles, by profile id (Spark's map of profile
+        to total). Every id must be declared (now, in `profiles`, or earlier); id 0 is not allowed
+        here (it is `total`). Profiles not named keep their totals. All or nothing: one bad entry is
+        INVALID_ARGUMENT and no total changes.
+        """
+
+    @_builtins.property
+    def profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResourceProfile]:
+        """Resource profiles to declare before the totals apply. A profile is immutable once declared:
+        declaring a known id again with another shape is INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
         total: _builtins.int = ...,
+        profile_totals: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
+        profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["profile_totals", b"profile_totals", "profiles", b"profiles", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RequestTotalRequest: _TypeAlias = RequestTotalRequest  # noqa: Y015
 
 @_typing.final
+class ResourceProfile(_message.Message):
+    """An executor shape (Spark's ResourceProfile, executor side). Unset fields (0 or empty) take the
+    sidecar's settings, so a profile names only what differs from the default executor.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ExtraResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    CORES_FIELD_NUMBER: _builtins.int
+    MEMORY_MIB_FIELD_NUMBER: _builtins.int
+    MEMORY_OVERHEAD_MIB_FIELD_NUMBER: _builtins.int
+    EXTRA_RESOURCES_FIELD_NUMBER: _builtins.int
+    POD_TEMPLATE_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The profile id; pods carry it as the label spark-exec-resourceprofile-id. 0 is the default."""
+    cores: _builtins.int
+    """Executor cores: the container's CPU request and SPARK_EXECUTOR_CORES."""
+    memory_mib: _builtins.int
+    """Executor memory (heap) in MiB."""
+    memory_overhead_mib: _builtins.int
+    """Memory overhead in MiB; the container's memory request and limit are memory + overhead
+    (overhead unset: max(10% of memory, 384 MiB), as Spark).
+    """
+    pod_template: _builtins.str
+    """A pod template for this profile's pods (a Pod manifest as JSON or YAML); empty: the settings'."""
+    @_builtins.property
+    def extra_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Extended resources, e.g. {"nvidia.com/gpu": "1"}: set as both request and limit."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        cores: _builtins.int = ...,
+        memory_mib: _builtins.int = ...,
+        memory_overhead_mib: _builtins.int = ...,
+        extra_resources: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        pod_template: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cores", b"cores", "extra_resources", b"extra_resources", "id", b"id", "memory_mib", b"memory_mib", "memory_overhead_mib", b"memory_overhead_mib", "pod_template", b"pod_template"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceProfile: _TypeAlias = ResourceProfile  # noqa: Y015
+
+@_typing.final
 class RequestTotalResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ProfileTotalsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     TOTAL_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    PROFILE_TOTALS_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The target now in force."""
     running: _builtins.int
     """Executors running in the latest snapshot when the request was taken."""
     pending: _builtins.int
     """Executors pending in the latest snapshot when the request was taken."""
+    @_builtins.property
+    def profile_totals(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """The target of every resource profile now in force, by profile id (0 included)."""
+
     def __init__(
         self,
         *,
         total: _builtins.int = ...,
         running: _builtins.int = ...,
         pending: _builtins.int = ...,
+        profile_totals: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "running", b"running", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "profile_totals", b"profile_totals", "running", b"running", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -148,6 +278,7 @@ class StreamSnapshotsResponse(_message.Message):
 
     SNAPSHOTS_FIELD_NUMBER: _builtins.int
     REMOVED_EXECUTORS_FIELD_NUMBER: _builtins.int
+    ALLOCATOR_NOTICES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def snapshots(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutorPodsSnapshot]:
         """The snapshots produced since the previous message, oldest first. The first message of a
@@ -158,19 +289,95 @@ class StreamSnapshotsResponse(_message.Message):
     def removed_executors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutorRemoved]:
         """The lifecycle manager's removal decisions since the previous message, oldest first."""
 
+    @_builtins.property
+    def allocator_notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___AllocatorNotice]:
+        """What the allocator has to tell since the previous message (refused or throttled creates, the
+        lifetime cap on executor ids), oldest first.
+        """
+
     def __init__(
         self,
         *,
         snapshots: _abc.Iterable[Global___ExecutorPodsSnapshot] | None = ...,
         removed_executors: _abc.Iterable[Global___ExecutorRemoved] | None = ...,
+        allocator_notices: _abc.Iterable[Global___AllocatorNotice] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed_executors", b"removed_executors", "snapshots", b"snapshots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocator_notices", b"allocator_notices", "removed_executors", b"removed_executors", "snapshots", b"snapshots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamSnapshotsResponse: _TypeAlias = StreamSnapshotsResponse  # noqa: Y015
+
+@_typing.final
+class AllocatorNotice(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Kind:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _KindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[AllocatorNotice._Kind.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        KIND_UNSPECIFIED: AllocatorNotice._Kind.ValueType  # 0
+        KIND_CREATE_REFUSED: AllocatorNotice._Kind.ValueType  # 1
+        """The API refused creates (403/422: a quota, an admission webhook, an invalid pod); the
+        allocator backs this profile off exponentially, with jitter, for `retry_in_ms`.
+        """
+        KIND_CREATE_THROTTLED: AllocatorNotice._Kind.ValueType  # 2
+        """The API throttled creates (429) or was unavailable (5xx); every create waits Retry-After."""
+        KIND_CREATE_FAILED: AllocatorNotice._Kind.ValueType  # 3
+        """Creates failed otherwise; they are retried next round."""
+        KIND_ALLOCATION_MAXIMUM_REACHED: AllocatorNotice._Kind.ValueType  # 4
+        """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
+        allocation has stopped.
+        """
+
+    class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
+    KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
+    KIND_CREATE_REFUSED: AllocatorNotice.Kind.ValueType  # 1
+    """The API refused creates (403/422: a quota, an admission webhook, an invalid pod); the
+    allocator backs this profile off exponentially, with jitter, for `retry_in_ms`.
+    """
+    KIND_CREATE_THROTTLED: AllocatorNotice.Kind.ValueType  # 2
+    """The API throttled creates (429) or was unavailable (5xx); every create waits Retry-After."""
+    KIND_CREATE_FAILED: AllocatorNotice.Kind.ValueType  # 3
+    """Creates failed otherwise; they are retried next round."""
+    KIND_ALLOCATION_MAXIMUM_REACHED: AllocatorNotice.Kind.ValueType  # 4
+    """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
+    allocation has stopped.
+    """
+
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RESOURCE_PROFILE_ID_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    RETRY_IN_MS_FIELD_NUMBER: _builtins.int
+    kind: Global___AllocatorNotice.Kind.ValueType
+    message: _builtins.str
+    """A human-readable explanation, with the API's message."""
+    resource_profile_id: _builtins.int
+    count: _builtins.int
+    """How many creates (or, for the maximum, how many executors wanted) this notice stands for."""
+    retry_in_ms: _builtins.int
+    """Milliseconds until the allocator tries again; 0 when it does not wait."""
+    def __init__(
+        self,
+        *,
+        kind: Global___AllocatorNotice.Kind.ValueType = ...,
+        message: _builtins.str = ...,
+        resource_profile_id: _builtins.int = ...,
+        count: _builtins.int = ...,
+        retry_in_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "kind", b"kind", "message", b"message", "resource_profile_id", b"resource_profile_id", "retry_in_ms", b"retry_in_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocatorNotice: _TypeAlias = AllocatorNotice  # noqa: Y015
 
 @_typing.final
 class ExecutorPodsSnapshot(_message.Message):
@@ -398,3 +605,41 @@ class UpdateDriverExecutorsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateDriverExecutorsResponse: _TypeAlias = UpdateDriverExecutorsResponse  # noqa: Y015
+
+@_typing.final
+class IsDeletedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTOR_ID_FIELD_NUMBER: _builtins.int
+    executor_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        executor_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_id", b"executor_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsDeletedRequest: _TypeAlias = IsDeletedRequest  # noqa: Y015
+
+@_typing.final
+class IsDeletedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsDeletedResponse: _TypeAlias = IsDeletedResponse  # noqa: Y015

@@ -55,6 +55,11 @@ class ExecutorAllocatorStub:
                 request_serializer=execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsRequest.SerializeToString,
                 response_deserializer=execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsResponse.FromString,
                 _registered_method=True)
+        self.IsDeleted = channel.unary_unary(
+                '/execpods.v1.ExecutorAllocator/IsDeleted',
+                request_serializer=execpods_dot_v1_dot_allocator__pb2.IsDeletedRequest.SerializeToString,
+                response_deserializer=execpods_dot_v1_dot_allocator__pb2.IsDeletedResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorAllocatorServicer:
@@ -94,6 +99,15 @@ class ExecutorAllocatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IsDeleted(self, request, context):
+        """Whether the allocator deleted this executor while scaling down and its pod may still show
+        (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
+        registration. False once the pod has left the snapshots, and for ids never deleted this way.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorAllocatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -116,6 +130,11 @@ def add_ExecutorAllocatorServicer_to_server(servicer, server):
                     servicer.UpdateDriverExecutors,
                     request_deserializer=execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsRequest.FromString,
                     response_serializer=execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsResponse.SerializeToString,
+            ),
+            'IsDeleted': grpc.unary_unary_rpc_method_handler(
+                    servicer.IsDeleted,
+                    request_deserializer=execpods_dot_v1_dot_allocator__pb2.IsDeletedRequest.FromString,
+                    response_serializer=execpods_dot_v1_dot_allocator__pb2.IsDeletedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -226,6 +245,33 @@ class ExecutorAllocator:
             '/execpods.v1.ExecutorAllocator/UpdateDriverExecutors',
             execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsRequest.SerializeToString,
             execpods_dot_v1_dot_allocator__pb2.UpdateDriverExecutorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IsDeleted(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/execpods.v1.ExecutorAllocator/IsDeleted',
+            execpods_dot_v1_dot_allocator__pb2.IsDeletedRequest.SerializeToString,
+            execpods_dot_v1_dot_allocator__pb2.IsDeletedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,11 @@ class ExecutorAllocatorStub:
     executors exist (to report ones whose pods vanished) and which are active. By default the
     sidecar infers it: an executor is known once seen running, until it is reported removed.
     """
+    IsDeleted: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.IsDeletedRequest, _allocator_pb2.IsDeletedResponse]
+    """Whether the allocator deleted this executor while scaling down and its pod may still show
+    (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
+    registration. False once the pod has left the snapshots, and for ids never deleted this way.
+    """
 
 @_typing.type_check_only
 class ExecutorAllocatorAsyncStub(ExecutorAllocatorStub):
@@ -77,6 +82,11 @@ class ExecutorAllocatorAsyncStub(ExecutorAllocatorStub):
     """Tells the sidecar which executors the driver knows. The lifecycle manager asks this view which
     executors exist (to report ones whose pods vanished) and which are active. By default the
     sidecar infers it: an executor is known once seen running, until it is reported removed.
+    """
+    IsDeleted: _aio.UnaryUnaryMultiCallable[_allocator_pb2.IsDeletedRequest, _allocator_pb2.IsDeletedResponse]  # type: ignore[assignment]
+    """Whether the allocator deleted this executor while scaling down and its pod may still show
+    (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
+    registration. False once the pod has left the snapshots, and for ids never deleted this way.
     """
 
 class ExecutorAllocatorServicer(metaclass=_abc_1.ABCMeta):
@@ -120,6 +130,17 @@ class ExecutorAllocatorServicer(metaclass=_abc_1.ABCMeta):
         """Tells the sidecar which executors the driver knows. The lifecycle manager asks this view which
         executors exist (to report ones whose pods vanished) and which are active. By default the
         sidecar infers it: an executor is known once seen running, until it is reported removed.
+        """
+
+    @_abc_1.abstractmethod
+    def IsDeleted(
+        self,
+        request: _allocator_pb2.IsDeletedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_allocator_pb2.IsDeletedResponse, _abc.Awaitable[_allocator_pb2.IsDeletedResponse]]:
+        """Whether the allocator deleted this executor while scaling down and its pod may still show
+        (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
+        registration. False once the pod has left the snapshots, and for ids never deleted this way.
         """
 
 def add_ExecutorAllocatorServicer_to_server(servicer: ExecutorAllocatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

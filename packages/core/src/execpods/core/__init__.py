@@ -5,10 +5,18 @@ the Protocols (pod operations, pod builder, driver view, clock, scheduler) they 
 client libraries, and no threads until a `ThreadScheduler` is given work.
 """
 
-from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator, executors_to_request
+from execpods.core.allocation import ExecutorCounts, executors_to_request, split_slots
+from execpods.core.allocator import AllocatorStats, ExecutorPodsAllocator
 from execpods.core.backend import AllocationCounts, ExecutorPodsBackend, LifecycleFanout
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
+from execpods.core.creation import (
+    AllocatorNotice,
+    CreateRunner,
+    NoticeKind,
+    SerialRunner,
+    ThreadPoolRunner,
+)
 from execpods.core.errors import (
     ApiThrottled,
     ApiUnavailable,
@@ -47,6 +55,7 @@ from execpods.core.ports import (
     SnapshotsReader,
     SnapshotsWriter,
 )
+from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
 from execpods.core.scheduling import (
     Cancellable,
     DeterministicScheduler,
@@ -60,6 +69,16 @@ from execpods.core.states import ExecutorPodState, PodState, classify
 from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
 
 __all__ = [
+    "AllocatorNotice",
+    "AllocatorStats",
+    "CreateRunner",
+    "NoticeKind",
+    "ProfileConflict",
+    "ResourceProfile",
+    "ResourceProfiles",
+    "SerialRunner",
+    "ThreadPoolRunner",
+    "split_slots",
     "DEFAULT_RESOURCE_PROFILE_ID",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",

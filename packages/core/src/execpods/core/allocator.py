@@ -1,70 +1,70 @@
-"""The allocator: reconciles the desired number of executors against the latest snapshot.
+"""The allocator: reconciles each resource profile's target against the latest snapshot.
 
-Spark's rules (SPARK-24248): executors are requested in batches, and no new batch is requested
-while any executor is pending or any requested executor has not yet appeared in a snapshot. An
-executor requested but unseen for longer than the pod creation timeout is assumed lost (the create
-never took effect, or its creation and deletion events were both missed): its pod is deleted by
-label, if it exists, and it is forgotten, which makes room for a replacement.
+Newest Spark's rules (`ExecutorPodsAllocator`, 4.2), in one round per batch of snapshots:
+1. executors seen in any snapshot of the batch stop being "requested but unseen"; unseen ones the
+   driver already knows are set aside (they are as good as running and never block a profile);
+2. an unseen request older than the creation timeout (max(5 x batch.delay,
+   allocation.executor.timeout)) is assumed lost: its pod is deleted by label and it is forgotten;
+3. every profile, in ascending id, deletes its excess (scale-down, see `allocation.py`) and then
+   asks for what it misses, within the batch size, the pending caps and the lifetime id cap;
+4. executors deleted by scale-down are remembered until they leave the snapshots, so `is_deleted`
+   can refuse a late registration.
 
-State is kept per resource profile so per-profile targets, a cap on pending pods and scale-down of
-excess requests can be added by changing the decision, not the bookkeeping.
+Beyond Spark: creates run concurrently within a round (`creation.py`), their failures are
+classified, backed off and reported as `AllocatorNotice`s instead of raised, and with adaptive
+batches on (the default) a round grows by slow start while creates and starts go cleanly
+(`adaptive.py`). The 2018 rule (no new batch while anything is pending) stays as an explicit policy
+(`execpods.allocation.waitForPendingPods`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
+from execpods.core.adaptive import AdaptiveBatch, StartTracker, round_ceiling
+from execpods.core.allocation import (
+    ExecutorCounts,
+    Limits,
+    ProfileState,
+    excess_to_delete,
+    executors_to_request,
+    request_counts,
+)
+from execpods.core.creation import (
+    AllocatorNotice,
+    CreateBackoff,
+    CreateResult,
+    CreateRunner,
+    NoticeKind,
+    NoticeListener,
+    SerialRunner,
+    classify_create_error,
+)
 from execpods.core.errors import PodOperationError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
+    DriverView,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
     SnapshotsReader,
 )
+from execpods.core.profiles import ResourceProfiles, profile_id_of
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodState
 
+__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutorCounts:
-    """What the latest snapshot says, per state, for one allocation decision."""
-
-    running: int
-    pending: int
-
-    @classmethod
-    def of(cls, snapshot: ExecutorPodsSnapshot) -> ExecutorCounts:
-        running = pending = 0
-        for state in snapshot.executor_pods.values():
-            kind = state.state
-            if kind is PodState.RUNNING:
-                running += 1
-            elif kind is PodState.PENDING:
-                pending += 1
-        return cls(running=running, pending=pending)
-
-
-def executors_to_request(
-    *, target: int, counts: ExecutorCounts, outstanding_requests: int, batch_size: int
-) -> int:
-    """How many executors to request this round (SPARK-24248's rule, as a pure function).
-
-    Nothing while any executor is pending or requested-but-unseen: a batch must start running
-    before the next is asked for, which keeps a slow cluster from being flooded with pods.
-    """
-    if outstanding_requests > 0 or counts.pending > 0 or counts.running >= target:
-        return 0
-    return min(target - counts.running, batch_size)
 
 
 @dataclass(slots=True)
@@ -73,8 +73,27 @@ class _Request:
     resource_profile_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    executor_id: int
+    result: CreateResult
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorStats:
+    """Counters since start, for logs, metrics and the benchmark."""
+
+    created: int
+    refused: int
+    throttled: int
+    failed: int
+    start_failures: int
+    ids_issued: int
+
+
 class ExecutorPodsAllocator:
-    """Creates executor pods until the latest snapshot shows the target running."""
+    """Creates and trims executor pods until each profile's target runs."""
 
     def __init__(
         self,
@@ -84,6 +103,9 @@ class ExecutorPodsAllocator:
         pod_operations: PodOperations,
         store: SnapshotsReader,
         clock: Clock,
+        profiles: ResourceProfiles | None = None,
+        runner: CreateRunner | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._settings = settings
         self._labels: ExecutorLabels = settings.labels
@@ -91,34 +113,76 @@ class ExecutorPodsAllocator:
         self._pods = pod_operations
         self._store = store
         self._clock = clock
+        self.profiles = profiles if profiles is not None else ResourceProfiles()
+        self._runner: CreateRunner = runner if runner is not None else SerialRunner()
         self._ids = itertools.count(1)
+        self._ids_issued = 0
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
-        self._requested: dict[int, _Request] = {}
-        self._has_pending_pods = False
-        self._last_snapshot: ExecutorPodsSnapshot | None = None
+        self._unseen: dict[int, _Request] = {}
+        self._unseen_known: dict[int, int] = {}
+        self._deleted: frozenset[int] = frozenset()
+        self._outstanding = 0
+        self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
+        self._driver: DriverView | None = None
+        self._batches: dict[int, AdaptiveBatch] = {}
+        self._backoff = CreateBackoff(base=settings.batch_delay, rng=rng)
+        self._starts = StartTracker()
+        self._listeners: list[NoticeListener] = []
+        self._maximum_reported = False
+        self._counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
+        self._ceiling = round_ceiling(
+            batch_size=settings.batch_size,
+            api_qps=settings.api_qps,
+            batch_delay=settings.batch_delay,
+        )
+
+    # Configuration and queries (any thread).
 
     @property
     def pod_creation_timeout(self) -> float:
         return self._settings.pod_creation_timeout
 
-    def start(self, app_id: str) -> None:
-        """Subscribe to the store; rounds run every `spark.kubernetes.allocation.batch.delay`."""
+    def start(self, app_id: str, driver: DriverView | None = None) -> None:
+        """Subscribe to the store; rounds run every `spark.kubernetes.allocation.batch.delay`.
+
+        `driver` tells which executors the driver already knows (Spark asks its scheduler
+        backend): those are never deleted by scale-down and never block a profile.
+        """
         self._app_id = app_id
+        self._driver = driver
         self._store.add_subscriber(self._settings.batch_delay, self.on_new_snapshots)
 
     def set_total_expected_executors(
         self, total: int, *, resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID
     ) -> None:
-        """Set the target; re-evaluate at once when nothing is outstanding (quick scale-up).
+        """Set one profile's target (see `set_totals`)."""
+        self.set_totals({resource_profile_id: total})
 
-        The total was validated where it was received (`ExecutorPodsBackend.request_total`).
+    def set_totals(self, totals: Mapping[int, int]) -> None:
+        """Set targets per profile; re-evaluate at once when nothing is outstanding (fast scale-up).
+
+        All or nothing: a negative total or an undeclared profile raises `ValueError` and changes
+        nothing. Profiles not named keep their targets (Spark never forgets a profile).
         """
+        for profile_id, total in totals.items():
+            if total < 0:
+                raise ValueError(
+                    f"the total number of executors must not be negative, not {total} "
+                    f"(resource profile {profile_id})"
+                )
+            if profile_id not in self.profiles:
+                raise ValueError(f"resource profile {profile_id} was never declared")
         with self._lock:
-            self._targets[resource_profile_id] = total
-            notify = not self._has_pending_pods
-        logger.info("Target set to %d executors (resource profile %d).", total, resource_profile_id)
+            changed = any(self._targets.get(p) != total for p, total in totals.items())
+            self._targets.update(totals)
+            notify = changed and self._outstanding == 0
+        if not changed:
+            # A driver may repeat its target many times a second: a round for an unchanged
+            # target would decide what the next periodic round decides anyway.
+            return
+        logger.info("Targets set to %s (by resource profile).", dict(totals))
         if notify:
             self._store.notify_subscribers()
 
@@ -127,104 +191,392 @@ class ExecutorPodsAllocator:
         with self._lock:
             return sum(self._targets.values())
 
+    def targets(self) -> dict[int, int]:
+        """The target of every profile that has one."""
+        with self._lock:
+            return dict(self._targets)
+
+    def is_deleted(self, executor_id: int) -> bool:
+        """Whether scale-down deleted this executor whose pod may still show (Spark: isDeleted)."""
+        return executor_id in self._deleted
+
+    @property
+    def outstanding_pods(self) -> int:
+        """Pending pods the driver does not know plus requested-but-unseen ones (Spark's count)."""
+        with self._lock:
+            return self._outstanding
+
+    @property
+    def stats(self) -> AllocatorStats:
+        counts = dict(self._counts)
+        return AllocatorStats(
+            created=counts["created"],
+            refused=counts["refused"],
+            throttled=counts["throttled"],
+            failed=counts["failed"],
+            start_failures=counts["starts"],
+            ids_issued=self._ids_issued,
+        )
+
+    def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
+        """Call `listener` with every later notice; returns a function that unregisters it."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+        def unregister() -> None:
+            with self._lock:
+                self._listeners = [x for x in self._listeners if x is not listener]
+
+        return unregister
+
+    # One round (the store calls it serially).
+
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        """One allocation round (the store calls it serially)."""
         if self._app_id is None:
             raise RuntimeError("the allocator was not started")
+        self._forget_seen(snapshots)
+        known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
+        for executor_id in [i for i in self._unseen if i in known]:
+            self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
+        self._expire_unseen_requests()
         if snapshots:
             self._last_snapshot = snapshots[-1]
-            self._forget_seen(snapshots)
-        self._expire_unseen_requests()
-        latest = self._last_snapshot
-        if latest is None:
-            return
-        counts = ExecutorCounts.of(latest)
+            self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
+        self._note_start_failures()
+        states = self._profile_states(known)
+        states = [self._scale_down(state) for state in states]
+        self._scale_up(states)
+        pending_unknown = sum(len(s.pending_unknown) for s in states)
         with self._lock:
-            target = self._targets.get(DEFAULT_RESOURCE_PROFILE_ID, 0)
-        wanted = executors_to_request(
-            target=target,
-            counts=counts,
-            outstanding_requests=len(self._requested),
-            batch_size=self._settings.batch_size,
-        )
-        if wanted > 0:
-            logger.info(
-                "Going to request %d executors from Kubernetes (%d running, target %d).",
-                wanted,
-                counts.running,
-                target,
-            )
-            self._request(self._app_id, wanted, DEFAULT_RESOURCE_PROFILE_ID)
-        elif counts.running >= target:
-            logger.debug("%d executors running, target %d: not scaling up.", counts.running, target)
-        else:
-            logger.debug(
-                "Still waiting for %d executors to begin running before requesting more "
-                "(%d pending in the cluster, %d requested but not yet seen).",
-                counts.pending + len(self._requested),
-                counts.pending,
-                len(self._requested),
-            )
-        with self._lock:
-            self._has_pending_pods = counts.pending > 0 or bool(self._requested)
+            self._outstanding = pending_unknown + len(self._unseen)
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        if not self._requested:
+        """Drop the requests any snapshot of the batch shows.
+
+        A delta snapshot adds only its changed ids to its parent's, so only full snapshots need a
+        lookup per waiting id: a batch of thousands of watch updates costs what changed.
+        """
+        waiting = set(self._unseen) | set(self._unseen_known)
+        if not waiting or not snapshots:
             return
-        seen = [
-            executor_id
-            for executor_id in self._requested
-            if any(executor_id in snapshot.executor_pods for snapshot in snapshots)
-        ]
+        seen: set[int] = set()
+        for snapshot in snapshots:
+            if snapshot.changed_ids is None:
+                seen.update(i for i in waiting if i in snapshot.executor_pods)
+            else:
+                seen.update(waiting.intersection(snapshot.changed_ids))
         for executor_id in seen:
-            del self._requested[executor_id]
+            self._unseen.pop(executor_id, None)
+            self._unseen_known.pop(executor_id, None)
 
     def _expire_unseen_requests(self) -> None:
-        if not self._requested:
+        if not self._unseen:
             return
         now = self._clock.monotonic()
         timeout = self._settings.pod_creation_timeout
-        expired = [i for i, r in self._requested.items() if now - r.created_at > timeout]
+        expired = sorted(i for i, r in self._unseen.items() if now - r.created_at > timeout)
+        if not expired:
+            return
+        logger.warning(
+            "Executors with ids %s were not detected in the Kubernetes cluster after %.0f s "
+            "despite the fact that a previous allocation attempt tried to create them. The "
+            "executors may have been deleted but the application missed the deletion event.",
+            ",".join(map(str, expired)),
+            timeout,
+        )
         for executor_id in expired:
-            logger.warning(
-                "Executor with id %d was not detected in the Kubernetes cluster after %.0f s "
-                "despite the fact that a previous allocation attempt tried to create it. The "
-                "executor may have been deleted but the application missed the deletion event.",
-                executor_id,
-                timeout,
-            )
-            self._delete_executor_pods([executor_id])
-            del self._requested[executor_id]
+            del self._unseen[executor_id]
+        self._starts.forget(expired)
+        if self._settings.delete_on_termination:
+            self._delete(PodSelector.executors_of(self._labels, self._app_or_fail(), expired))
 
-    def _delete_executor_pods(self, executor_ids: list[int]) -> None:
-        assert self._app_id is not None
-        selector = PodSelector.executors_of(self._labels, self._app_id, executor_ids)
+    def _note_start_failures(self) -> None:
+        failures = self._starts.observe(self._last_snapshot)
+        if failures:
+            self._counts["starts"] += failures
+            logger.warning("%d executors failed to start; creating more slowly.", failures)
+            for batch in self._batches.values():
+                batch.trouble()
+
+    def _profile_states(self, known: frozenset[int]) -> list[ProfileState]:
+        """Every profile with a target, classified from the last snapshot, in ascending id."""
+        with self._lock:
+            targets = dict(self._targets)
+        running: dict[int, int] = dict.fromkeys(targets, 0)
+        pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
+        pending_known: dict[int, int] = dict.fromkeys(targets, 0)
+        deleted = self._deleted
+        for executor_id, state in self._last_snapshot.executor_pods.items():
+            kind = state.state
+            if (kind is not PodState.RUNNING and kind is not PodState.PENDING) or (
+                executor_id in deleted
+            ):
+                continue
+            profile_id = profile_id_of(state.pod, self._labels)
+            if profile_id not in targets:
+                continue
+            if kind is PodState.RUNNING:
+                running[profile_id] += 1
+            elif executor_id in known:
+                pending_known[profile_id] += 1
+            else:
+                pending_unknown[profile_id].append(executor_id)
+        unseen: dict[int, list[int]] = {p: [] for p in targets}
+        for executor_id, request in self._unseen.items():
+            unseen.setdefault(request.resource_profile_id, []).append(executor_id)
+        unseen_known: dict[int, int] = dict.fromkeys(targets, 0)
+        for profile_id in self._unseen_known.values():
+            unseen_known[profile_id] = unseen_known.get(profile_id, 0) + 1
+        return [
+            ProfileState(
+                profile_id=profile_id,
+                target=targets[profile_id],
+                running=running[profile_id],
+                pending_unknown=tuple(sorted(pending_unknown[profile_id])),
+                pending_known=pending_known[profile_id],
+                unseen=tuple(sorted(unseen.get(profile_id, ()))),
+                unseen_known=unseen_known.get(profile_id, 0),
+            )
+            for profile_id in sorted(targets)
+        ]
+
+    # Scale-down.
+
+    def _scale_down(self, state: ProfileState) -> ProfileState:
+        if state.pod_count <= state.target:
+            return state
+        # Unseen requests age on the monotonic clock; Pending pods by their creation timestamps.
+        now, wall = self._clock.monotonic(), self._clock.time()
+        pods = self._last_snapshot.executor_pods
+        pending_ages: dict[int, float | None] = {}
+        for executor_id in state.pending_unknown:
+            stamp = pods[executor_id].pod.creation_timestamp
+            pending_ages[executor_id] = None if stamp is None else wall - stamp.timestamp()
+        excess = excess_to_delete(
+            state,
+            request_ages={i: now - self._unseen[i].created_at for i in state.unseen},
+            pending_ages=pending_ages,
+            idle_timeout=self._settings.executor_idle_timeout,
+        )
+        if not excess:
+            return state
+        ids = excess.ids
+        logger.info(
+            "Deleting %d excess pod requests of resource profile %d (%s).",
+            len(ids),
+            state.profile_id,
+            ",".join(map(str, ids)),
+        )
+        self._deleted = self._deleted | frozenset(ids)
+        selector = PodSelector(
+            labels=self._labels.for_app(self._app_or_fail()),
+            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
+            phase="Pending",
+        )
+        if not self._delete(selector):
+            return state
+        for executor_id in excess.unseen:
+            self._unseen.pop(executor_id, None)
+        self._starts.forget(ids)
+        dropped = set(ids)
+        return ProfileState(
+            profile_id=state.profile_id,
+            target=state.target,
+            running=state.running,
+            pending_unknown=tuple(i for i in state.pending_unknown if i not in dropped),
+            pending_known=state.pending_known,
+            unseen=tuple(i for i in state.unseen if i not in dropped),
+            unseen_known=state.unseen_known,
+        )
+
+    def _delete(self, selector: PodSelector) -> bool:
         try:
             self._pods.delete_by_selector(selector)
         except PodOperationError as error:
-            logger.warning("Could not delete executor pods %s: %s", executor_ids, error)
+            logger.warning("Could not delete pods %s: %s", selector.label_selector(), error)
+            return False
+        return True
 
-    def _request(self, app_id: str, count: int, resource_profile_id: int) -> None:
-        for _ in range(count):
-            executor_id = next(self._ids)
-            manifest = self._builder.build(
-                executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
+    # Scale-up.
+
+    def _batch(self, profile_id: int) -> AdaptiveBatch:
+        batch = self._batches.get(profile_id)
+        if batch is None:
+            batch = AdaptiveBatch(
+                batch_size=self._settings.batch_size,
+                ceiling=self._ceiling,
+                enabled=self._settings.adaptive_batches,
             )
-            try:
-                self._pods.create(manifest)
-            except PodOperationError as error:
-                if error.outcome_unknown:
-                    # The pod may exist: track it, so the creation timeout cleans it up if not.
-                    self._requested[executor_id] = _Request(
-                        self._clock.monotonic(), resource_profile_id
-                    )
-                logger.warning(
-                    "Could not create the pod of executor %d (%s: %s); the rest of this batch "
-                    "waits for the next round.",
-                    executor_id,
-                    type(error).__name__,
-                    error,
+            self._batches[profile_id] = batch
+        return batch
+
+    def _scale_up(self, states: list[ProfileState]) -> None:
+        settings = self._settings
+        now = self._clock.monotonic()
+        held = {s.profile_id for s in states if self._backoff.wait_for(s.profile_id, now) > 0}
+        if settings.wait_for_pending_pods:
+            held.update(s.profile_id for s in states if s.pending_unknown or s.pending_known)
+        all_states = {s.profile_id: s for s in states}
+        for state in states:
+            if state.unseen and state.running < state.target:
+                logger.debug(
+                    "Still waiting for %d executors of resource profile %d requested but not yet "
+                    "seen before requesting more (%d pending in the cluster).",
+                    len(state.unseen),
+                    state.profile_id,
+                    len(state.pending_unknown) + state.pending_known,
                 )
+        counts = request_counts(
+            states,
+            limits=Limits(
+                max_pending=settings.max_pending_pods,
+                max_pending_per_rp=settings.max_pending_pods_per_rp,
+            ),
+            batch_sizes={s.profile_id: self._batch(s.profile_id).round_cap for s in states},
+            held=held,
+        )
+        for profile_id, count in counts.items():
+            allowed = self._ids_left()
+            if count > allowed:
+                self._report_maximum(profile_id, count - allowed)
+            if allowed <= 0:
                 return
-            self._requested[executor_id] = _Request(self._clock.monotonic(), resource_profile_id)
-            logger.debug("Requested executor with id %d from Kubernetes.", executor_id)
+            state = all_states[profile_id]
+            logger.info(
+                "Going to request %d executors from Kubernetes for resource profile %d "
+                "(target %d, %d running, %d not running).",
+                count,
+                profile_id,
+                state.target,
+                state.running,
+                state.not_running,
+            )
+            self._create(profile_id, min(count, allowed))
+
+    def _ids_left(self) -> int:
+        """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
+        return max(0, self._settings.allocation_maximum - 1 - self._ids_issued)
+
+    def _report_maximum(self, profile_id: int, short: int) -> None:
+        if self._maximum_reported:
+            return
+        self._maximum_reported = True
+        maximum = self._settings.allocation_maximum
+        message = (
+            f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
+            f"{self._ids_issued} executor ids were issued in this application's lifetime and no "
+            f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
+            "Allocation has stopped; raise the limit and restart to allocate again."
+        )
+        logger.error(message)
+        self._notify(
+            AllocatorNotice(
+                kind=NoticeKind.ALLOCATION_MAXIMUM_REACHED,
+                message=message,
+                resource_profile_id=profile_id,
+                count=short,
+            )
+        )
+
+    def _create(self, profile_id: int, count: int) -> None:
+        batch = self._batch(profile_id)
+        for step in batch.steps(count):
+            if self._backoff.wait_for(profile_id, self._clock.monotonic()) > 0:
+                return
+            ids = [next(self._ids) for _ in range(step)]
+            self._ids_issued += step
+            started = self._clock.monotonic()
+            outcomes = self._runner.run(
+                [partial(self._create_one, i, profile_id) for i in ids],
+                self._settings.batch_concurrency,
+            )
+            clean = self._settle(profile_id, outcomes, started)
+            if not clean:
+                batch.trouble()
+                return
+            batch.clean_step(step)
+
+    def _create_one(self, executor_id: int, profile_id: int) -> _Outcome:
+        """One create (on a runner thread): never raises, the outcome says what happened."""
+        try:
+            manifest = self._builder.build(
+                executor_id=executor_id,
+                app_id=self._app_or_fail(),
+                resource_profile_id=profile_id,
+            )
+            self._pods.create(manifest)
+        except PodOperationError as error:
+            result = CreateResult.UNKNOWN if error.outcome_unknown else None
+            return _Outcome(executor_id, result or classify_create_error(error), error)
+        except Exception as error:  # a builder bug or a client surprise must not end the round
+            logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
+            return _Outcome(executor_id, CreateResult.FAILED, error)
+        return _Outcome(executor_id, CreateResult.CREATED)
+
+    def _settle(self, profile_id: int, outcomes: list[_Outcome], started: float) -> bool:
+        """Book a step's outcomes; report failures; returns whether every create went through."""
+        created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
+        unknown = [o for o in outcomes if o.result is CreateResult.UNKNOWN]
+        for executor_id in created + [o.executor_id for o in unknown]:
+            self._unseen[executor_id] = _Request(started, profile_id)
+        self._starts.created(created)
+        self._counts["created"] += len(created)
+        if created:
+            self._backoff.succeeded(profile_id)
+        now = self._clock.monotonic()
+        failed = [o for o in outcomes if o.result is not CreateResult.CREATED]
+        if not failed:
+            return True
+        by_kind: dict[CreateResult, list[_Outcome]] = {}
+        for outcome in failed:
+            kind = CreateResult.THROTTLED if outcome.result is CreateResult.UNKNOWN else None
+            by_kind.setdefault(kind or outcome.result, []).append(outcome)
+        for result, group in by_kind.items():
+            self._report_failures(profile_id, result, group, now)
+        return False
+
+    def _report_failures(
+        self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float
+    ) -> None:
+        first = group[0].error
+        detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
+        if result is CreateResult.REFUSED:
+            self._counts["refused"] += len(group)
+            wait = self._backoff.refused(profile_id, now)
+            kind = NoticeKind.CREATE_REFUSED
+            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
+        elif result is CreateResult.THROTTLED:
+            self._counts["throttled"] += len(group)
+            wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
+            kind = NoticeKind.CREATE_THROTTLED
+            what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
+        else:
+            self._counts["failed"] += len(group)
+            wait = 0.0
+            kind = NoticeKind.CREATE_FAILED
+            what = "failed; retrying next round"
+        ids = ",".join(str(o.executor_id) for o in group)
+        message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
+        message += f"(executors {ids}; first error {detail})"
+        logger.warning(message)
+        self._notify(
+            AllocatorNotice(
+                kind=kind,
+                message=message,
+                resource_profile_id=profile_id,
+                count=len(group),
+                retry_in=wait,
+            )
+        )
+
+    def _notify(self, notice: AllocatorNotice) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notice)
+            except Exception:
+                logger.exception("An allocator notice listener failed")
+
+    def _app_or_fail(self) -> str:
+        if self._app_id is None:
+            raise RuntimeError("the allocator was not started")
+        return self._app_id

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
+from execpods.core.allocator import AllocatorStats, ExecutorCounts, ExecutorPodsAllocator
+from execpods.core.creation import NoticeListener
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -36,6 +37,7 @@ from execpods.core.ports import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.profiles import ResourceProfile
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 
@@ -158,7 +160,7 @@ class ExecutorPodsBackend:
         )
         self._allocator.set_total_expected_executors(self._checked_total(initial))
         self._lifecycle.start(self._driver)
-        self._allocator.start(self.app_id)
+        self._allocator.start(self.app_id, self._driver)
         for source in self._sources:
             source.start(self.app_id)
         logger.info("Started allocating executors for application %s.", self.app_id)
@@ -196,12 +198,48 @@ class ExecutorPodsBackend:
         The total is validated here, once, before anything is queued: a bad one raises
         `ValueError` with a message naming the value, and nothing changes.
         """
-        checked = self._checked_total(total)
-        return self._run_async(
-            lambda: self._allocator.set_total_expected_executors(
-                checked, resource_profile_id=resource_profile_id
-            )
-        )
+        return self.request_totals({resource_profile_id: total})
+
+    def request_totals(self, totals: Mapping[int, int]) -> Future[None]:
+        """Set several profiles' targets at once (Spark's map of profile to total).
+
+        All are validated before anything is queued: a negative total or a profile that was never
+        declared raises `ValueError` naming it, and no target changes.
+        """
+        checked = {profile_id: self._checked_total(total) for profile_id, total in totals.items()}
+        for profile_id in checked:
+            if profile_id not in self._allocator.profiles:
+                raise ValueError(
+                    f"resource_profile_id={profile_id} is invalid: that resource profile was "
+                    "never declared"
+                )
+        return self._run_async(lambda: self._allocator.set_totals(checked))
+
+    def declare_profiles(self, profiles: Iterable[ResourceProfile]) -> None:
+        """Declare resource profiles (immutable once declared: a different shape for a known id
+        raises `ProfileConflict`, and none of `profiles` is declared)."""
+        self._allocator.profiles.declare(profiles)
+
+    def declared_profile_ids(self) -> list[int]:
+        """The ids of every declared resource profile (0, the default, always)."""
+        return self._allocator.profiles.ids()
+
+    def is_deleted(self, executor_id: int) -> bool:
+        """Whether scale-down deleted this executor and its pod may still show (Spark's
+        `isDeleted`: a driver refuses such an executor's late registration)."""
+        return self._allocator.is_deleted(executor_id)
+
+    def targets(self) -> dict[int, int]:
+        """The target of every resource profile."""
+        return self._allocator.targets()
+
+    def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
+        """Hear every later allocator notice (refused or throttled creates, the id cap)."""
+        return self._allocator.add_notice_listener(listener)
+
+    @property
+    def allocator_stats(self) -> AllocatorStats:
+        return self._allocator.stats
 
     @staticmethod
     def _checked_total(total: int) -> int:

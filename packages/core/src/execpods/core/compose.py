@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
 from execpods.core.clock import SystemClock
+from execpods.core.creation import ThreadPoolRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     Clock,
@@ -30,6 +31,7 @@ from execpods.core.ports import (
     SnapshotsStore,
     SnapshotsWriter,
 )
+from execpods.core.profiles import ResourceProfiles
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.store import SnapshotsStoreImpl
@@ -57,12 +59,16 @@ def compose_backend(
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
     close: Callable[[], None] | None = None,
+    profiles: ResourceProfiles | None = None,
+    concurrent_creates: bool = False,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
     `store` replaces the `SnapshotsStoreImpl` on `store_scheduler` (a deterministic store in
     tests); `close` runs last on stop (the API client). Without schedulers, the store delivers
-    on two worker threads and requests run on one, as in production.
+    on two worker threads and requests run on one, as in production. `profiles` are the declared
+    resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
+    run on up to `spark.kubernetes.allocation.batch.concurrency` threads (else one after another).
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:
@@ -80,6 +86,8 @@ def compose_backend(
         pod_operations=pod_operations,
         store=store,
         clock=clock,
+        profiles=profiles,
+        runner=ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings, pod_operations=pod_operations, store=store, clock=clock, observer=fanout

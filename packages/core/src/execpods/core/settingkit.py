@@ -20,6 +20,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Self, TypeVar
 
 from execpods.core.errors import SettingsError
@@ -186,6 +187,32 @@ def setting(
     return dataclasses.field(default=default, metadata={"setting": spec})
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilySpec:
+    """An open-ended family of properties: `<prefix><NAME>=value` for any NAME.
+
+    Spark has several (`spark.executorEnv.NAME`, `spark.kubernetes.executor.label.NAME`, ...); the
+    field holds them as a read-only `{NAME: value}` mapping, and `name_rule` checks each NAME.
+    """
+
+    prefix: str
+    doc: str
+    name_rule: Callable[[str], str | None] = any_value
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+
+def setting_family(
+    prefix: str, doc: str, *, name_rule: Callable[[str], str | None] = any_value
+) -> Mapping[str, str]:
+    """Declare a field holding every `<prefix><NAME>` property as `{NAME: value}`."""
+    spec = FamilySpec(prefix=prefix, doc=doc, name_rule=name_rule)
+    return dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), metadata={"family": spec}
+    )
+
+
 def duration_setting(
     key: str,
     default: str,
@@ -219,6 +246,17 @@ class SettingsBase:
             problem = spec.rule(value)
             if problem is not None:
                 raise SettingsError(f"{spec.key}={value!r} is invalid: it {problem}")
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            family: FamilySpec | None = f.metadata.get("family")
+            if family is None:
+                continue
+            members = getattr(self, f.name)
+            for name in members:
+                problem = family.name_rule(name)
+                if problem is not None:
+                    raise SettingsError(f"{family.key(name)} is invalid: {name!r} {problem}")
+            if not isinstance(members, MappingProxyType):  # frozen from the outside, too
+                object.__setattr__(self, f.name, MappingProxyType(dict(members)))
 
     def _specs_and_values(self) -> list[tuple[SettingSpec, Any]]:
         return [
@@ -228,24 +266,44 @@ class SettingsBase:
         ]
 
     @classmethod
+    def _declared(cls, kind: str) -> list[Any]:
+        """The `setting` or `family` specs of the fields, in declaration order."""
+        return [
+            f.metadata[kind]
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if kind in f.metadata
+        ]
+
+    @classmethod
     def specs(cls) -> dict[str, SettingSpec]:
         """Every property this class reads, by key, in declaration order."""
-        return {
-            f.metadata["setting"].key: f.metadata["setting"]
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if "setting" in f.metadata
-        }
+        return {spec.key: spec for spec in cls._declared("setting")}
+
+    @classmethod
+    def families(cls) -> dict[str, FamilySpec]:
+        """Every family of properties this class reads, by prefix."""
+        return {family.prefix: family for family in cls._declared("family")}
 
     @classmethod
     def reads(cls, key: str) -> bool:
-        """Whether this class reads `key`; a class with a family of keys (a prefix) extends it."""
-        return key in cls.specs()
+        """Whether this class reads `key`: a declared key, or a member of a declared family."""
+        return key in cls.specs() or any(
+            key.startswith(prefix) and len(key) > len(prefix) for prefix in cls.families()
+        )
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
         """Read the properties this class knows (others are ignored: see `unknown_keys`)."""
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            family: FamilySpec | None = f.metadata.get("family")
+            if family is not None:
+                values[f.name] = {
+                    key[len(family.prefix) :]: value
+                    for key, value in properties.items()
+                    if key.startswith(family.prefix) and len(key) > len(family.prefix)
+                }
+                continue
             spec = f.metadata.get("setting")
             if spec is None or spec.key not in properties:
                 continue
@@ -258,11 +316,18 @@ class SettingsBase:
 
     def to_properties(self) -> dict[str, str]:
         """The settings as property strings (durations in ms); unset optional ones are left out."""
-        return {
+        rendered = {
             spec.key: spec.render(value)
             for spec, value in self._specs_and_values()
             if value is not None
         }
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            family: FamilySpec | None = f.metadata.get("family")
+            if family is not None:
+                rendered.update(
+                    (family.key(name), value) for name, value in getattr(self, f.name).items()
+                )
+        return rendered
 
 
 def unknown_keys(properties: Mapping[str, str], *classes: type[SettingsBase]) -> list[str]:
@@ -277,6 +342,7 @@ def nearest_key(key: str, known: Iterable[str]) -> str | None:
 
 
 __all__ = [
+    "FamilySpec",
     "SettingSpec",
     "SettingsBase",
     "any_value",
@@ -296,5 +362,6 @@ __all__ = [
     "render_duration",
     "render_value",
     "setting",
+    "setting_family",
     "unknown_keys",
 ]

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from execpods.core.errors import SettingsError
 from execpods.core.labels import ExecutorLabels
 from execpods.core.settingkit import (
     SettingsBase,
     SettingSpec,
     any_value,
     duration_setting,
+    if_set,
     label_key,
     label_value,
     non_negative,
@@ -27,6 +29,14 @@ from execpods.core.settingkit import (
     setting,
     unknown_keys,
 )
+
+INT_MAX = 2**31 - 1
+"""Spark's Int.MaxValue: the default of its unbounded integer caps."""
+
+
+def above_100ms(value: float) -> str | None:
+    """Spark refuses an allocation batch delay of 100 ms or less (SPARK-49447)."""
+    return None if value > 0.1 else "must be greater than 0.1s (100ms)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,8 +54,9 @@ class CoreSettings(SettingsBase):
     )
     batch_size: int = setting(
         "spark.kubernetes.allocation.batch.size",
-        5,
-        "Most executor pods requested in one allocation round.",
+        20,
+        "Executor pods requested per profile in one allocation round (the first step of an "
+        "adaptive round).",
         parse=parse_int,
         rule=positive,
     )
@@ -53,6 +64,76 @@ class CoreSettings(SettingsBase):
         "spark.kubernetes.allocation.batch.delay",
         "1s",
         "Interval between allocation rounds (the allocator's subscriber interval).",
+        rule=above_100ms,
+    )
+    executor_timeout: float = duration_setting(
+        "spark.kubernetes.allocation.executor.timeout",
+        "600s",
+        "How long a requested executor may stay unseen in any snapshot before it is deleted and "
+        "requested again (the effective value is max(5 x batch.delay, this)).",
+    )
+    max_pending_pods: int = setting(
+        "spark.kubernetes.allocation.maxPendingPods",
+        INT_MAX,
+        "Most executors not yet running (pending or requested-but-unseen) over all profiles.",
+        parse=parse_int,
+        rule=positive,
+    )
+    max_pending_pods_per_rp_setting: int | None = setting(
+        "spark.kubernetes.allocation.maxPendingPodsPerRp",
+        None,
+        "Most executors not yet running per resource profile; unset, maxPendingPods (must not "
+        "exceed it).",
+        parse=parse_int,
+        rule=if_set(positive),
+    )
+    allocation_maximum: int = setting(
+        "spark.kubernetes.allocation.maximum",
+        INT_MAX,
+        "Lifetime cap on executor ids: as Spark, no id at or above it is ever issued, and "
+        "allocation stops (reported on the stream) once the next id would reach it.",
+        parse=parse_int,
+        rule=positive,
+    )
+    batch_concurrency: int = setting(
+        "spark.kubernetes.allocation.batch.concurrency",
+        16,
+        "Most pod creates in flight at once within one allocation round.",
+        parse=parse_int,
+        rule=positive,
+    )
+    executor_idle_timeout: float = duration_setting(
+        "spark.dynamicAllocation.executorIdleTimeout",
+        "60s",
+        "Scale-down spares executor requests and Pending pods younger than this.",
+    )
+    adaptive_batches: bool = setting(
+        "execpods.allocation.adaptiveBatches",
+        True,
+        "Grow a round's batch by doubling while creates and starts go cleanly (slow start); "
+        "shrink it on refusals, throttling or start failures. Off: batch.size per round, as Spark.",
+        parse=parse_bool,
+    )
+    wait_for_pending_pods: bool = setting(
+        "execpods.allocation.waitForPendingPods",
+        False,
+        "The 2018 rule (SPARK-24248): no new batch while any executor is pending. Newest Spark "
+        "dropped it (SPARK-33262); kept as an explicit policy.",
+        parse=parse_bool,
+    )
+    api_qps: int = setting(
+        "execpods.kubernetes.api.qps",
+        200,
+        "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s).",
+        parse=parse_int,
+        rule=positive,
+    )
+    api_burst: int = setting(
+        "execpods.kubernetes.api.burst",
+        300,
+        "Calls the rate limit lets through at once after an idle spell (the token bucket's size).",
+        parse=parse_int,
+        rule=positive,
     )
     api_polling_interval: float = duration_setting(
         "spark.kubernetes.executor.apiPollingInterval",
@@ -116,10 +197,28 @@ class CoreSettings(SettingsBase):
         rule=label_key,
     )
 
+    def __post_init__(self) -> None:
+        SettingsBase.__post_init__(self)
+        if self.max_pending_pods_per_rp > self.max_pending_pods:
+            raise SettingsError(
+                "spark.kubernetes.allocation.maxPendingPodsPerRp="
+                f"{self.max_pending_pods_per_rp} is invalid: it must not exceed "
+                f"spark.kubernetes.allocation.maxPendingPods={self.max_pending_pods}"
+            )
+
+    @property
+    def max_pending_pods_per_rp(self) -> int:
+        """maxPendingPodsPerRp, falling back to maxPendingPods as in Spark."""
+        per_rp = self.max_pending_pods_per_rp_setting
+        return self.max_pending_pods if per_rp is None else per_rp
+
     @property
     def pod_creation_timeout(self) -> float:
-        """How long a requested executor may stay unseen before it is deleted and re-requested."""
-        return max(5 * self.batch_delay, 60.0)
+        """How long a requested executor may stay unseen before it is deleted and re-requested.
+
+        As Spark: max(5 x batch.delay, allocation.executor.timeout).
+        """
+        return max(5 * self.batch_delay, self.executor_timeout)
 
     @property
     def labels(self) -> ExecutorLabels:

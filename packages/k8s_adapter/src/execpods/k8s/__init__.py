@@ -12,6 +12,7 @@ from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
     executor_pod_name,
     load_template,
+    parse_pod_template,
     sanitize_prefix,
 )
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
@@ -35,11 +36,13 @@ from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.observe import ApiCall, ApiObserver
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
+from execpods.k8s.ratelimit import TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
     "ApiCall",
+    "TokenBucket",
     "ApiGateway",
     "ApiObserver",
     "Backoff",
@@ -63,6 +66,7 @@ __all__ = [
     "in_cluster",
     "is_known_key",
     "load_template",
+    "parse_pod_template",
     "map_api_exception",
     "map_error",
     "parse_memory_mib",

@@ -24,11 +24,17 @@ from execpods.core import (
     ExecutorLabels,
     PodManifest,
     PodNotFound,
+    ResourceProfile,
+    ResourceProfiles,
     SettingsError,
 )
 from execpods.k8s.errors import DriverPodNotFound
 from execpods.k8s.operations import KubernetesPodOperations
-from execpods.k8s.settings import KubernetesSettings
+from execpods.k8s.settings import (
+    MEMORY_OVERHEAD_FACTOR,
+    MEMORY_OVERHEAD_MIN_MIB,
+    KubernetesSettings,
+)
 
 MAX_POD_NAME_LENGTH = 63
 
@@ -47,6 +53,17 @@ def executor_pod_name(prefix: str, executor_id: int) -> str:
     return f"{cut}{suffix}"
 
 
+def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
+    """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
+    replaced = {}
+    for key, value in values.items():
+        text = value
+        for placeholder, actual in ids.items():
+            text = text.replace(placeholder, actual)
+        replaced[key] = text
+    return replaced
+
+
 def load_template(path: str | Path) -> PodManifest:
     """A pod template from a YAML file; a missing or non-pod file is a `SettingsError`."""
     key = "spark.kubernetes.executor.podTemplateFile"
@@ -62,6 +79,22 @@ def load_template(path: str | Path) -> PodManifest:
         return {}
     if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
         raise SettingsError(f"{key}: {str(path)!r} is not a Pod manifest")
+    return loaded
+
+
+def parse_pod_template(text: str, *, what: str) -> PodManifest:
+    """A pod template given as a JSON or YAML string (a resource profile's own template)."""
+    try:
+        loaded = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as error:
+        raise SettingsError(
+            f"{what}: the pod template is not valid JSON or YAML: {error}"
+        ) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
+        raise SettingsError(f"{what}: the pod template is not a Pod manifest")
+    _check_template(loaded, key=what)
     return loaded
 
 
@@ -92,9 +125,10 @@ def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any
     return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
 
 
-def _check_template(template: Mapping[str, Any]) -> None:
+def _check_template(
+    template: Mapping[str, Any], *, key: str = "spark.kubernetes.executor.podTemplateFile"
+) -> None:
     """Refuse at start-up a template whose shape `build` could not work on."""
-    key = "spark.kubernetes.executor.podTemplateFile"
     for section in ("metadata", "spec"):
         if template.get(section) is not None and not isinstance(template[section], dict):
             raise SettingsError(f"{key}: the template's {section} is not a mapping")
@@ -121,9 +155,20 @@ class ExecutorPodTemplateBuilder:
     template: PodManifest = field(default_factory=dict)
     owner: Mapping[str, object] | None = None
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    profiles: ResourceProfiles | None = None
+    """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
+    _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_template(self.template)
+        reserved = {self.labels.app_id, self.labels.role, self.labels.executor_id}
+        reserved.add(self.labels.resource_profile_id)
+        clashes = sorted(reserved & set(self.settings.executor_labels))
+        if clashes:
+            raise SettingsError(
+                f"spark.kubernetes.executor.label.{clashes[0]} is invalid: execpods selects its "
+                f"executor pods by that label (as Spark, custom labels cannot set {clashes})"
+            )
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
@@ -138,6 +183,7 @@ class ExecutorPodTemplateBuilder:
         *,
         labels: ExecutorLabels = SPARK_LABELS,
         extra_env: Mapping[str, str] | None = None,
+        profiles: ResourceProfiles | None = None,
     ) -> ExecutorPodTemplateBuilder:
         """A builder with the template loaded and the driver pod (if configured) looked up."""
         template = load_template(settings.pod_template_file) if settings.pod_template_file else {}
@@ -155,6 +201,7 @@ class ExecutorPodTemplateBuilder:
             template=template,
             owner=owner,
             extra_env=MappingProxyType(dict(extra_env or {})),
+            profiles=profiles,
         )
 
     def _template_image(self) -> str | None:
@@ -167,6 +214,25 @@ class ExecutorPodTemplateBuilder:
         prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
         return executor_pod_name(prefix, executor_id)
 
+    def _set_scheduling(self, spec: dict[str, Any]) -> None:
+        """Node selector, scheduler, service account and pull secrets, as Spark's executor
+        feature steps set them (a template's own service account is kept)."""
+        settings = self.settings
+        if settings.node_selectors:
+            _section(spec, "nodeSelector").update(settings.node_selectors)
+        if settings.executor_scheduler is not None:
+            spec["schedulerName"] = settings.executor_scheduler
+        has_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+        if settings.service_account is not None and not has_account:
+            spec["serviceAccountName"] = settings.service_account
+        if settings.image_pull_secrets:
+            secrets = spec.get("imagePullSecrets")
+            kept = [s for s in secrets if isinstance(s, dict)] if isinstance(secrets, list) else []
+            names = {s.get("name") for s in kept}
+            spec["imagePullSecrets"] = kept + [
+                {"name": name} for name in settings.image_pull_secrets if name not in names
+            ]
+
     def build(
         self,
         *,
@@ -174,7 +240,8 @@ class ExecutorPodTemplateBuilder:
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
     ) -> PodManifest:
-        pod: dict[str, Any] = copy.deepcopy(self.template)
+        profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
+        pod: dict[str, Any] = copy.deepcopy(self._template_of(profile))
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
@@ -183,42 +250,97 @@ class ExecutorPodTemplateBuilder:
         metadata["namespace"] = self.namespace
         metadata.pop("resourceVersion", None)
         metadata.pop("uid", None)
+        ids = {"{{APP_ID}}": app_id, "{{EXECUTOR_ID}}": str(executor_id)}
         labels = _section(metadata, "labels")
+        labels.update(_substituted(self.settings.executor_labels, ids))
         labels.update(self.labels.for_executor(app_id, executor_id))
+        if self.settings.executor_annotations:
+            annotations = _section(metadata, "annotations")
+            annotations.update(_substituted(self.settings.executor_annotations, ids))
         labels[self.labels.resource_profile_id] = str(resource_profile_id)
         if self.owner is not None:
             metadata["ownerReferences"] = [dict(self.owner)]
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
+        self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
             containers = [{"name": EXECUTOR_CONTAINER_NAME}]
             spec["containers"] = containers
         container = containers[0]
         container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
-        container["env"] = _merge_env(container.get("env"), self._env(executor_id, app_id, name))
-        self._set_resources(_section(container, "resources"))
+        container["env"] = _merge_env(
+            container.get("env"), self._env(executor_id, app_id, name, profile)
+        )
+        self._set_resources(_section(container, "resources"), profile)
         return pod
 
-    def _env(self, executor_id: int, app_id: str, pod_name: str) -> dict[str, str]:
+    def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
+        """The profile's own template when it has one (parsed once), else the settings'."""
+        if profile is None or profile.pod_template is None:
+            return self.template
+        parsed = self._templates.get(profile.id)
+        if parsed is None:
+            what = f"resource profile {profile.id}"
+            parsed = parse_pod_template(profile.pod_template, what=what)
+            self._templates[profile.id] = parsed
+        return parsed
+
+    def _cores(self, profile: ResourceProfile | None) -> int:
+        if profile is not None and profile.cores is not None:
+            return profile.cores
+        return self.settings.executor_cores
+
+    def _memory_mib(self, profile: ResourceProfile | None) -> int:
+        if profile is not None and profile.memory_mib is not None:
+            return profile.memory_mib
+        return self.settings.executor_memory_mib
+
+    def _env(
+        self, executor_id: int, app_id: str, pod_name: str, profile: ResourceProfile | None
+    ) -> dict[str, str]:
         return {
             **self.settings.executor_env,
             **self.extra_env,
             "SPARK_EXECUTOR_ID": str(executor_id),
             "SPARK_APPLICATION_ID": app_id,
-            "SPARK_EXECUTOR_CORES": str(self.settings.executor_cores),
-            "SPARK_EXECUTOR_MEMORY": f"{self.settings.executor_memory_mib}m",
+            "SPARK_EXECUTOR_CORES": str(self._cores(profile)),
+            "SPARK_EXECUTOR_MEMORY": f"{self._memory_mib(profile)}m",
             "SPARK_EXECUTOR_POD_NAME": pod_name,
+            "SPARK_RESOURCE_PROFILE_ID": str(
+                DEFAULT_RESOURCE_PROFILE_ID if profile is None else profile.id
+            ),
         }
 
-    def _set_resources(self, resources: dict[str, Any]) -> None:
-        memory = f"{self.settings.pod_memory_mib}Mi"
+    def _set_resources(self, resources: dict[str, Any], profile: ResourceProfile | None) -> None:
+        """Requests and limits: the settings' shape, overridden field by field by the profile."""
+        memory_mib = self.settings.pod_memory_mib
+        cpu = self.settings.cpu_request
+        extra: Mapping[str, str] = {}
+        if profile is not None:
+            if profile.memory_mib is not None:
+                overhead = profile.memory_overhead_mib
+                if overhead is None:
+                    overhead = max(
+                        int(profile.memory_mib * MEMORY_OVERHEAD_FACTOR), MEMORY_OVERHEAD_MIN_MIB
+                    )
+                memory_mib = profile.memory_mib + overhead
+            elif profile.memory_overhead_mib is not None:
+                memory_mib = self.settings.executor_memory_mib + profile.memory_overhead_mib
+            if profile.cores is not None:
+                cpu = str(profile.cores)
+            extra = profile.extra_resources
+        memory = f"{memory_mib}Mi"
         requests = _section(resources, "requests")
         limits = _section(resources, "limits")
-        requests["cpu"] = self.settings.cpu_request
+        requests["cpu"] = cpu
         requests["memory"] = memory
         limits["memory"] = memory
         if self.settings.limit_cores is not None:
             limits["cpu"] = self.settings.limit_cores
+        for name, quantity in extra.items():  # extended resources: requests must equal limits
+            requests[name] = quantity
+            limits[name] = quantity

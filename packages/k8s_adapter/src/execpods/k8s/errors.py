@@ -31,6 +31,30 @@ class ResourceExpired(PodOperationError):
     status = 410
 
 
+class ResourceVersionTooLarge(ResourceExpired):
+    """504 "Too large resource version": the server has not reached the version asked for (a
+    cache behind, another API server, a restore). As client-go's reflector: re-list from scratch
+    (a consistent read) instead of asking again for a version that may never come."""
+
+    status = 504
+
+
+TOO_LARGE_CAUSE = "ResourceVersionTooLarge"
+
+
+def _is_too_large(code: int, status: dict[str, Any], message: str) -> bool:
+    """client-go's `isTooLargeResourceVersionError`: the cause, or (older servers) the message."""
+    if code != 504:
+        return False
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == TOO_LARGE_CAUSE for cause in causes
+    ):
+        return True
+    return "too large resource version" in message.lower()
+
+
 class DriverPodNotFound(ExecpodsError):
     """The configured driver pod does not exist, so executors could not be owned by it."""
 
@@ -106,6 +130,8 @@ def map_api_exception(error: ApiException, *, what: str) -> PodOperationError:
     message = status.get("message")
     if not isinstance(message, str):
         message = str(getattr(error, "reason", "") or "")
+    if _is_too_large(code, status, message):
+        return ResourceVersionTooLarge(f"{what} failed: {code} {message}")
     return error_from_status(
         code, message, what=what, retry_after=_retry_after(error.headers, status)
     )
@@ -127,6 +153,8 @@ def status_event_error(obj: object, *, what: str) -> PodOperationError:
     status = obj if isinstance(obj, dict) else {}
     code = status.get("code")
     message = status.get("message")
+    if isinstance(code, int) and isinstance(message, str) and _is_too_large(code, status, message):
+        return ResourceVersionTooLarge(f"{what} failed: {code} {message}")
     return error_from_status(
         code if isinstance(code, int) else 500,
         message if isinstance(message, str) else repr(obj),

@@ -2,7 +2,8 @@
 
 Every call is made with `_preload_content=False`, so the client never builds its (slow) models: the
 caller gets the urllib3 response and parses the bytes with orjson. Every call gets a timeout, and
-every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`).
+every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`). With a
+`rate_limiter`, every call first takes a token from it (`ratelimit.py`).
 
 The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
 `watch_pods`, ...), each naming its query parameters, so no caller passes a client method's name
@@ -22,6 +23,7 @@ from execpods.core import ApiUnavailable
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
 from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
+from execpods.k8s.ratelimit import TokenBucket
 from kubernetes import client as k8s_client
 from kubernetes.client import V1Pod
 from urllib3 import BaseHTTPResponse
@@ -57,6 +59,7 @@ class ApiGateway:
         namespace: str,
         request_timeout: float = 30.0,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        rate_limiter: TokenBucket | None = None,
         observer: ApiObserver | None = None,
     ) -> None:
         self._api_client = api_client
@@ -74,6 +77,7 @@ class ApiGateway:
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
+        self.rate_limiter = rate_limiter
 
     @property
     def api_client(self) -> KubernetesApiClient:
@@ -219,7 +223,10 @@ class ApiGateway:
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
         """Make the call for its raw response (the caller must release it); the observer, if
-        any, hears of it (verb, outcome, time to the response headers)."""
+        any, hears of it (verb, outcome, time to the response headers, the rate limiter's wait
+        not included)."""
+        if self.rate_limiter is not None:
+            self.rate_limiter.acquire()  # every call, watches included, takes a token first
         started = time.perf_counter()
         outcome = SUCCESS
         try:

@@ -10,20 +10,22 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Self
+from dataclasses import dataclass
 
 from execpods.core import SettingsError
 from execpods.core.settingkit import (
     SettingsBase,
     duration_setting,
     if_set,
+    label_key,
+    non_negative,
     parse_bool,
+    parse_float,
     parse_int,
     parse_optional_str,
     positive,
     setting,
+    setting_family,
 )
 
 ENV_PREFIX = "spark.executorEnv."
@@ -81,6 +83,29 @@ def _http_url(value: str) -> str | None:
     return (
         None if value.startswith(("http://", "https://")) else "must be an http:// or https:// URL"
     )
+
+
+def _env_name(name: str) -> str | None:
+    return None if _ENV_NAME.match(name) else "is not an environment variable name"
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be at least 0 and below 1"
+
+
+def _pull_policy(value: str) -> str | None:
+    if value in ("Always", "Never", "IfNotPresent"):
+        return None
+    return "must be Always, Never or IfNotPresent"
+
+
+def parse_optional_float(text: str) -> float | None:
+    return None if not text.strip() else parse_float(text)
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped (Spark's `toSequence`)."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def _dns_label(value: str) -> str | None:
@@ -200,6 +225,91 @@ class KubernetesSettings(SettingsBase):
         parse=parse_optional_memory,
         rule=if_set(positive),
     )
+    memory_overhead_factor: float | None = setting(
+        "spark.executor.memoryOverheadFactor",
+        None,
+        "Overhead as a fraction of the memory when memoryOverhead is unset "
+        "(default: spark.kubernetes.memoryOverheadFactor).",
+        parse=parse_optional_float,
+        rule=if_set(_fraction),
+    )
+    kubernetes_memory_overhead_factor: float = setting(
+        "spark.kubernetes.memoryOverheadFactor",
+        MEMORY_OVERHEAD_FACTOR,
+        "Overhead fraction when neither memoryOverhead nor spark.executor.memoryOverheadFactor "
+        "is set.",
+        parse=parse_float,
+        rule=_fraction,
+    )
+    min_memory_overhead_mib: int = setting(
+        "spark.executor.minMemoryOverhead",
+        MEMORY_OVERHEAD_MIN_MIB,
+        "Least overhead when memoryOverhead is unset.",
+        parse=parse_memory_mib,
+        rule=non_negative,
+        default_text="384m",
+    )
+    executor_labels: Mapping[str, str] = setting_family(
+        "spark.kubernetes.executor.label.",
+        "Labels added to every executor pod ({{APP_ID}} and {{EXECUTOR_ID}} in a value are "
+        "replaced); the labels execpods selects its pods by cannot be set this way.",
+        name_rule=label_key,
+    )
+    executor_annotations: Mapping[str, str] = setting_family(
+        "spark.kubernetes.executor.annotation.",
+        "Annotations added to every executor pod ({{APP_ID}} and {{EXECUTOR_ID}} replaced).",
+        name_rule=label_key,
+    )
+    node_selector: Mapping[str, str] = setting_family(
+        "spark.kubernetes.node.selector.",
+        "Node selector of the driver and executor pods.",
+        name_rule=label_key,
+    )
+    executor_node_selector: Mapping[str, str] = setting_family(
+        "spark.kubernetes.executor.node.selector.",
+        "Node selector of the executor pods, on top of spark.kubernetes.node.selector.*.",
+        name_rule=label_key,
+    )
+    executor_scheduler_name: str | None = setting(
+        "spark.kubernetes.executor.scheduler.name",
+        None,
+        "Scheduler of the executor pods (default: spark.kubernetes.scheduler.name).",
+        parse=parse_optional_str,
+    )
+    scheduler_name: str | None = setting(
+        "spark.kubernetes.scheduler.name",
+        None,
+        "Scheduler of the driver and executor pods (default: the cluster's).",
+        parse=parse_optional_str,
+    )
+    image_pull_policy: str = setting(
+        "spark.kubernetes.container.image.pullPolicy",
+        "IfNotPresent",
+        "Image pull policy of the executor container: Always, Never or IfNotPresent.",
+        parse=str.strip,
+        rule=_pull_policy,
+    )
+    image_pull_secrets: tuple[str, ...] = setting(
+        "spark.kubernetes.container.image.pullSecrets",
+        (),
+        "Comma-separated secrets for pulling images from private registries.",
+        parse=parse_list,
+        render=",".join,
+        default_text="",
+    )
+    executor_service_account: str | None = setting(
+        "spark.kubernetes.authenticate.executor.serviceAccountName",
+        None,
+        "Service account of the executor pods (default: the driver's, "
+        "spark.kubernetes.authenticate.driver.serviceAccountName).",
+        parse=parse_optional_str,
+    )
+    driver_service_account: str | None = setting(
+        "spark.kubernetes.authenticate.driver.serviceAccountName",
+        None,
+        "The driver's service account: the executors' too unless they have their own.",
+        parse=parse_optional_str,
+    )
     watch_timeout: float = duration_setting(
         "execpods.kubernetes.watchTimeout",
         "5min",
@@ -227,8 +337,11 @@ class KubernetesSettings(SettingsBase):
         "Poll with resourceVersion=0: served from the API server's cache, possibly stale.",
         parse=parse_bool,
     )
-    executor_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    """From `spark.executorEnv.NAME=value` properties."""
+    executor_env: Mapping[str, str] = setting_family(
+        ENV_PREFIX,
+        "Environment variables of the executor container (spark.executorEnv.NAME=value).",
+        name_rule=_env_name,
+    )
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
@@ -237,30 +350,6 @@ class KubernetesSettings(SettingsBase):
                 f"execpods.kubernetes.backoffMax={self.backoff_max!r} is invalid: it must not be "
                 f"below execpods.kubernetes.backoffInitial={self.backoff_initial!r}"
             )
-        for name in self.executor_env:
-            if _ENV_NAME.match(name) is None:
-                raise SettingsError(
-                    f"{ENV_PREFIX}{name} is invalid: {name!r} is not an environment variable name"
-                )
-        if not isinstance(self.executor_env, MappingProxyType):
-            object.__setattr__(self, "executor_env", MappingProxyType(dict(self.executor_env)))
-
-    @classmethod
-    def from_properties(cls, properties: Mapping[str, str], **overrides: Any) -> Self:
-        """Read the known keys plus every `spark.executorEnv.*` pass-through."""
-        if "executor_env" not in overrides:
-            env = {
-                key[len(ENV_PREFIX) :]: value
-                for key, value in properties.items()
-                if key.startswith(ENV_PREFIX)
-            }
-            overrides = {**overrides, "executor_env": env}
-        return super(KubernetesSettings, cls).from_properties(properties, **overrides)
-
-    @classmethod
-    def reads(cls, key: str) -> bool:
-        """The declared keys and the open-ended `spark.executorEnv.NAME` family."""
-        return key.startswith(ENV_PREFIX) or key in cls.specs()
 
     @property
     def image(self) -> str | None:
@@ -269,10 +358,29 @@ class KubernetesSettings(SettingsBase):
 
     @property
     def memory_overhead(self) -> int:
-        """MiB of overhead: explicit, else Spark's max(10% of memory, 384 MiB)."""
+        """MiB of overhead: explicit, else Spark's max(factor x memory, minMemoryOverhead), the
+        factor being spark.executor.memoryOverheadFactor, else spark.kubernetes's (0.1)."""
         if self.memory_overhead_mib is not None:
             return self.memory_overhead_mib
-        return max(int(self.executor_memory_mib * MEMORY_OVERHEAD_FACTOR), MEMORY_OVERHEAD_MIN_MIB)
+        factor = self.memory_overhead_factor
+        if factor is None:
+            factor = self.kubernetes_memory_overhead_factor
+        return max(int(self.executor_memory_mib * factor), self.min_memory_overhead_mib)
+
+    @property
+    def executor_scheduler(self) -> str | None:
+        """The executor pods' scheduler: the executor-specific one, else the common one."""
+        return self.executor_scheduler_name or self.scheduler_name
+
+    @property
+    def service_account(self) -> str | None:
+        """The executor pods' service account: their own, else the driver's."""
+        return self.executor_service_account or self.driver_service_account
+
+    @property
+    def node_selectors(self) -> dict[str, str]:
+        """The executor pods' node selector: the common one, then the executor-specific one."""
+        return {**self.node_selector, **self.executor_node_selector}
 
     @property
     def pod_memory_mib(self) -> int:

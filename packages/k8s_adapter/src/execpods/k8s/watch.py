@@ -8,9 +8,12 @@ loop does what Kubernetes controllers do instead:
 2. watch from that version with `timeoutSeconds` and bookmarks, pushing every pod event into the
    store and keeping the latest resourceVersion seen (bookmarks included);
 3. when the server ends the stream, watch again from the latest version;
-4. on 410 Gone (an HTTP 410 or an ERROR event), forget the version and go back to 1;
+4. on 410 Gone (an HTTP 410 or an ERROR event), or on 504 "Too large resource version" (the server
+   has not reached the version: a lagging cache, another API server), forget the version and go
+   back to 1, as client-go's reflector does;
 5. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
-   and resume from the latest version.
+   and resume from the latest version. The back-off resets as soon as a list or a watch is
+   answered, so an outage long past does not slow the recovery from the next dropped connection.
 
 It uses its own loop over the raw response rather than `kubernetes.watch.Watch`, whose reconnects
 can spin in a tight loop and which deserialises every event into client models (slow). Any failure
@@ -43,7 +46,7 @@ from execpods.core import (
 )
 from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
 from execpods.k8s.convert import pod_from_dict
-from execpods.k8s.errors import ResourceExpired, status_event_error
+from execpods.k8s.errors import ResourceExpired, ResourceVersionTooLarge, status_event_error
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import KubernetesSettings
 from urllib3 import BaseHTTPResponse
@@ -53,6 +56,8 @@ logger = logging.getLogger(__name__)
 READ_SIZE = 256 * 1024
 READ_TIMEOUT_MARGIN = 10.0
 STOP_JOIN_TIMEOUT = 0.9
+HEALTHY_WATCH = 1.0
+"""A watch open this long (seconds) before it broke counted as working: its back-off resets."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,6 +69,7 @@ class WatchStats:
     events: int = 0
     bookmarks: int = 0
     expired: int = 0
+    too_large: int = 0
     failures: int = 0
 
 
@@ -126,6 +132,13 @@ class WatchSource:
             maximum=self._settings.backoff_max,
             rng=rng if rng is not None else random.Random(),
         )
+        # Re-lists after 410s pace themselves separately: each re-list is answered (which resets
+        # `_backoff`), yet a storm of 410s must not become a list-watch loop at full speed.
+        self._relist_backoff = Backoff(
+            initial=self._settings.backoff_initial,
+            maximum=self._settings.backoff_max,
+            rng=self._backoff.rng,
+        )
         self._lock = threading.Lock()
         self._response: BaseHTTPResponse | None = None
         self._thread: threading.Thread | None = None
@@ -175,18 +188,23 @@ class WatchSource:
                     self._list(selector)
                 if self._watch(selector):
                     self._backoff.reset()
+                    self._relist_backoff.reset()
                     expired_streak = 0
                 else:
                     delay = self._backoff.next_delay()
                     logger.debug("The watch ended without progress; waiting %.2fs.", delay)
             except ResourceExpired as error:
-                self.stats.expired += 1
-                logger.info("Watch resourceVersion expired (%s); re-listing.", error)
+                if isinstance(error, ResourceVersionTooLarge):
+                    self.stats.too_large += 1
+                    logger.info("Watch resourceVersion not reached (%s); re-listing.", error)
+                else:
+                    self.stats.expired += 1
+                    logger.info("Watch resourceVersion expired (%s); re-listing.", error)
                 self._resource_version = None
                 expired_streak += 1
                 if expired_streak > 1:
                     # A fresh list's version expiring again: do not re-list in a tight loop.
-                    delay = self._backoff.next_delay()
+                    delay = self._relist_backoff.next_delay()
             except ApiThrottled as error:
                 self.stats.failures += 1
                 delay = self._backoff.next_delay(error.retry_after)
@@ -206,6 +224,7 @@ class WatchSource:
     def _list(self, selector: str) -> None:
         self.stats.lists += 1
         pods, version = self._operations.list_with_version(selector)
+        self._backoff.reset()
         self._store.replace_snapshot(pods)
         self._resource_version = version or None
         logger.debug("Listed %d executor pods at resourceVersion %s.", len(pods), version)
@@ -232,12 +251,17 @@ class WatchSource:
         ended = False
         try:
             for line in iter_lines(response):
+                if received == 0:
+                    # The watch works: earlier failures must not lengthen the next wait.
+                    self._backoff.reset()
                 self._handle(line, selector)
                 received += 1
             ended = True
         except (urllib3.exceptions.HTTPError, OSError) as error:
             if self._waiter.stopped:
                 return True
+            if self._clock.monotonic() - started >= HEALTHY_WATCH:
+                self._backoff.reset()  # it was up a fair while before it broke
             raise PodOperationError(
                 f"watch of {selector!r} broke: {type(error).__name__}: {error}"
             ) from error

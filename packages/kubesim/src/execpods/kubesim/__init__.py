@@ -5,8 +5,20 @@ Start one with ``with KubeSim(deterministic=True) as sim:`` and point any Kubern
 """
 
 from execpods.kubesim.api import KubeSim
+from execpods.kubesim.bodies import Pod, PodList, Status, WatchEvent
 from execpods.kubesim.cluster import ANNOTATION_PREFIX, ClusterConfig, NodeInfo
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 
-__all__ = ["ANNOTATION_PREFIX", "ApiError", "ClusterConfig", "KubeSim", "NodeInfo", "RequestRecord"]
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "ApiError",
+    "ClusterConfig",
+    "KubeSim",
+    "NodeInfo",
+    "Pod",
+    "PodList",
+    "RequestRecord",
+    "Status",
+    "WatchEvent",
+]

@@ -12,11 +12,11 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
+from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
@@ -51,7 +51,7 @@ class KubeSim:
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
         fresh_timeout: float = 3.0,
-        rbac: Iterable[Mapping[str, Any]] | None = None,
+        rbac: Iterable[Mapping[str, object]] | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
         self.deterministic = deterministic
@@ -59,7 +59,7 @@ class KubeSim:
         self.store = PodStore(event_window=event_window)
         self.cluster = Cluster(self.store, self.clock, self.config)
         self.faults = Faults(self.clock)
-        self.log = RequestLog()
+        self.log = RequestLog(clock=self.clock)
         self.create_limit = CreateRateLimit(
             self.clock, self.config.create_rate, self.config.create_burst
         )
@@ -236,34 +236,33 @@ class KubeSim:
     def resource_version(self) -> str:
         return str(self.store.resource_version)
 
-    def pods(self, namespace: str | None = None) -> list[Obj]:
+    def pods(self, namespace: str | None = None) -> list[Pod]:
         """Copies of the stored pods (all namespaces by default)."""
         items, _ = self.store.list(namespace)
-        return [copy_obj(p) for p in items]
+        return [as_pod(copy_obj(p)) for p in items]
 
-    def pod(self, name: str, namespace: str = "default") -> Obj | None:
+    def pod(self, name: str, namespace: str = "default") -> Pod | None:
         obj = self.store.find(namespace, name)
-        return None if obj is None else copy_obj(obj)
+        return None if obj is None else as_pod(copy_obj(obj))
 
-    def create_pod(self, body: Obj, namespace: str = "default") -> Obj:
+    def create_pod(self, body: JsonObject, namespace: str = "default") -> Pod:
         """Create a pod in process, with the same admission as a POST (test set-up: it is not an
         API request, so the create-rate cap does not apply).
 
         The body is copied first: admission keeps its nested maps in the stored pod, which must
         not change when the caller reuses the body (over HTTP every body is freshly parsed).
         """
-        owned = copy_obj(body) if isinstance(body, dict) else body
-        return copy_obj(self.api.create(namespace, owned, limited=False))
+        return copy_obj(self.api.create(namespace, copy_obj(body), limited=False))
 
     def delete_pod(
         self, name: str, namespace: str = "default", *, grace_period: int | None = None
-    ) -> Obj:
-        return copy_obj(self.cluster.delete(namespace, name, grace_period=grace_period))
+    ) -> Pod:
+        return self._must(self.cluster.delete(namespace, name, grace_period=grace_period), name)
 
-    def _must(self, pod: Obj | None, name: str) -> Obj:
+    def _must(self, pod: Obj | None, name: str) -> Pod:
         if pod is None:
             raise ApiError.not_found(name)
-        return copy_obj(pod)
+        return as_pod(copy_obj(pod))
 
     def fail_pod(
         self,
@@ -273,28 +272,28 @@ class KubeSim:
         exit_code: int = 1,
         reason: str = "Error",
         message: str = "",
-    ) -> Obj:
+    ) -> Pod:
         """Make the pod's containers exit (a crash); the restart policy decides what follows."""
         pod = self.cluster.terminate(
             namespace, name, exit_code=exit_code, reason=reason, message=message
         )
         return self._must(pod, name)
 
-    def succeed_pod(self, name: str, namespace: str = "default") -> Obj:
+    def succeed_pod(self, name: str, namespace: str = "default") -> Pod:
         pod = self.cluster.terminate(namespace, name, exit_code=0, reason="Completed")
         return self._must(pod, name)
 
-    def oom_kill(self, name: str, namespace: str = "default") -> Obj:
+    def oom_kill(self, name: str, namespace: str = "default") -> Pod:
         """OOMKilled, exit code 137."""
         return self._must(self.cluster.oom_kill(namespace, name), name)
 
-    def evict(self, name: str, namespace: str = "default", *, message: str = "") -> Obj:
+    def evict(self, name: str, namespace: str = "default", *, message: str = "") -> Pod:
         """Fail the pod with reason ``Evicted``, whatever its restart policy."""
         return self._must(self.cluster.evict(namespace, name, message), name)
 
-    def lose_node(self, node: str) -> list[Obj]:
+    def lose_node(self, node: str) -> list[Pod]:
         """The node goes away; its pods fail with reason ``NodeLost``."""
-        return [copy_obj(p) for p in self.cluster.lose_node(node)]
+        return [as_pod(copy_obj(p)) for p in self.cluster.lose_node(node)]
 
     def restore_node(self, node: str) -> None:
         self.cluster.restore_node(node)
@@ -410,7 +409,7 @@ class KubeSim:
 
     # -- RBAC ----------------------------------------------------------------------------------
 
-    def enable_rbac(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+    def enable_rbac(self, manifests: Iterable[Mapping[str, object]]) -> None:
         """Enforce RBAC from these manifests (parsed ServiceAccounts, Roles, ClusterRoles,
         RoleBindings, ClusterRoleBindings, or a List of them), replacing any earlier policy.
 
@@ -442,6 +441,11 @@ class KubeSim:
         """API requests per verb: get, list, watch, create, update, patch, delete, ..."""
         return self.log.counts()
 
+    def peak_request_rate(self, window: float = 1.0, verbs: Collection[str] | None = None) -> float:
+        """The highest rate of API requests (of ``verbs``: "create", "list"...; default all)
+        over any ``window`` seconds of clock time since the log was last cleared."""
+        return self.log.peak_rate(window, verbs)
+
     def clear_requests(self) -> None:
         self.log.clear()
 
@@ -455,7 +459,7 @@ class KubeSim:
     def connection_count(self) -> int:
         return self._running().connection_count()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, object]:
         """A summary for the control endpoint and for debugging."""
         return {
             "url": self.url,

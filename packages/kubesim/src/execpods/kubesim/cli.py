@@ -13,11 +13,11 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import orjson
 import yaml
 from execpods.kubesim.api import KubeSim
+from execpods.kubesim.bodies import JsonObject, JsonValue
 from execpods.kubesim.cluster import ClusterConfig
 from execpods.kubesim.limits import DISTRIBUTIONS
 
@@ -140,20 +140,21 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
     )
 
 
-def load_manifests(path: str) -> list[dict[str, Any]]:
+def load_manifests(path: str) -> list[JsonObject]:
     """The objects of a manifest file: JSON, or YAML (one or more documents)."""
     text = Path(path).read_text(encoding="utf-8")
     if path.endswith(".json"):
-        loaded: Any = orjson.loads(text)
-        docs = loaded if isinstance(loaded, list) else [loaded]
+        loaded: JsonValue = orjson.loads(text)
+        docs: list[object] = list(loaded) if isinstance(loaded, list) else [loaded]
     else:
         try:
             docs = [d for d in yaml.safe_load_all(text) if d is not None]
         except yaml.YAMLError as exc:
             raise ValueError(f"{path}: {exc}") from None
-    if not all(isinstance(d, dict) for d in docs):
+    objects = [d for d in docs if isinstance(d, dict)]
+    if len(objects) != len(docs):
         raise ValueError(f"{path}: every document must be an object")
-    return docs
+    return objects
 
 
 def _tokens(specs: list[str]) -> list[tuple[str, str, str]]:

@@ -17,9 +17,8 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
@@ -463,7 +462,7 @@ class Cluster:
         name: str,
         *,
         grace_period: int | None = None,
-        preconditions: dict[str, Any] | None = None,
+        preconditions: Mapping[str, object] | None = None,
     ) -> Obj:
         """Delete as the API server does: at once for unscheduled or terminated pods (or a zero
         grace period), otherwise mark with ``deletionTimestamp`` and let the kubelet finish.

@@ -11,27 +11,74 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from execpods.kubesim.bodies import JsonObject, JsonValue
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
 
 if TYPE_CHECKING:
     from execpods.kubesim.api import KubeSim
 
-__all__ = ["ROUTES", "make_control"]
+__all__ = ["ROUTES", "Args", "make_control"]
 
-Action = Callable[["KubeSim", dict[str, Any]], Any]
+Reply = object  # anything orjson can write: JSON values, pods, dataclass dicts
+Action = Callable[["KubeSim", "Args"], Reply]
 
-
-def _opt_int(data: dict[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    return None if value is None else int(value)
+_MISSING = object()
 
 
-def _opt_float(data: dict[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    return None if value is None else float(value)
+class Args:
+    """A control body's arguments, each read with its type: a wrong one is a ValueError, which
+    the server answers as 400 naming the argument."""
+
+    def __init__(self, data: JsonObject) -> None:
+        self._data = data
+
+    def _get(self, key: str, default: object) -> object:
+        value = self._data.get(key, default)
+        if value is _MISSING:
+            raise ValueError(f"the control body needs {key!r}")
+        return value
+
+    def number(self, key: str, default: float | object = _MISSING) -> float:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"{key!r} must be a number, not {value!r}")
+        return float(value)
+
+    def integer(self, key: str, default: int | object = _MISSING) -> int:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"{key!r} must be an integer, not {value!r}")
+        return int(value)
+
+    def opt_number(self, key: str) -> float | None:
+        return None if self._data.get(key) is None else self.number(key)
+
+    def opt_integer(self, key: str) -> int | None:
+        return None if self._data.get(key) is None else self.integer(key)
+
+    def text(self, key: str, default: str | object = _MISSING) -> str:
+        value = self._get(key, default)
+        if not isinstance(value, str):
+            raise ValueError(f"{key!r} must be a string, not {value!r}")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        return None if self._data.get(key) is None else self.text(key)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise ValueError(f"{key!r} must be true or false, not {value!r}")
+        return value
+
+    def objects(self, key: str) -> list[JsonObject]:
+        value = self._data.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ValueError(f"{key!r} must be a list of objects")
+        return [v for v in value if isinstance(v, dict)]
 
 
 def _distribution(value: object) -> Distribution:
@@ -40,11 +87,11 @@ def _distribution(value: object) -> Distribution:
     return cast(Distribution, value)
 
 
-def _restart_soon(sim: KubeSim, data: dict[str, Any]) -> dict[str, Any]:
+def _restart_soon(sim: KubeSim, data: Args) -> JsonObject:
     """Restart from another thread once this answer is out: the restart ends every connection,
     this one included, and waits for their threads. Poll ``state`` for ``restarts``."""
-    down = float(data.get("downSeconds", 0))
-    forget = bool(data.get("forgetEvents", True))
+    down = data.number("downSeconds", 0)
+    forget = data.flag("forgetEvents", True)
     before = sim.restarts
 
     def run() -> None:
@@ -56,21 +103,20 @@ def _restart_soon(sim: KubeSim, data: dict[str, Any]) -> dict[str, Any]:
     return _ok(restarts=before)
 
 
-def _manifests(data: dict[str, Any]) -> list[dict[str, Any]]:
-    items = data.get("manifests")
-    if not isinstance(items, list):
-        raise ValueError('rbac/enable takes {"manifests": [...]} (parsed RBAC objects)')
-    return items
+def _peak_rate(sim: KubeSim, data: Args) -> JsonObject:
+    text = data.opt_text("verbs")
+    verbs = None if text is None else [v for v in text.split(",") if v]
+    return _ok(perSecond=sim.peak_request_rate(data.number("window", 1.0), verbs))
 
 
-def _ok(**extra: Any) -> dict[str, Any]:
+def _ok(**extra: JsonValue) -> JsonObject:
     return {"ok": True, **extra}
 
 
-def _void(action: Callable[[KubeSim, dict[str, Any]], object]) -> Action:
+def _void(action: Callable[[KubeSim, Args], object]) -> Action:
     """Wrap an action that returns nothing so the route answers ``{"ok": true}``."""
 
-    def run(sim: KubeSim, data: dict[str, Any]) -> Any:
+    def run(sim: KubeSim, data: Args) -> Reply:
         action(sim, data)
         return _ok()
 
@@ -81,82 +127,82 @@ def _void(action: Callable[[KubeSim, dict[str, Any]], object]) -> Action:
 #: nodes/<name>/<act> are matched separately.
 ROUTES: dict[tuple[str, str], Action] = {
     ("GET", "state"): lambda s, d: s.state(),
-    ("POST", "advance"): lambda s, d: _ok(ran=s.advance(float(d.get("seconds", 0))), now=s.now()),
+    ("POST", "advance"): lambda s, d: _ok(ran=s.advance(d.number("seconds", 0)), now=s.now()),
     ("POST", "step"): lambda s, d: _ok(ran=s.step(), now=s.now()),
     ("POST", "run-until-idle"): lambda s, d: _ok(
-        ran=s.run_until_idle(float(d.get("maxSeconds", 3600))), now=s.now()
+        ran=s.run_until_idle(d.number("maxSeconds", 3600)), now=s.now()
     ),
     ("POST", "compact"): lambda s, d: _ok(resourceVersion=s.compact()),
     ("POST", "faults/expire-next"): _void(
-        lambda s, d: s.expire_next(int(d.get("count", 1)), seconds=_opt_float(d, "seconds"))
+        lambda s, d: s.expire_next(d.integer("count", 1), seconds=d.opt_number("seconds"))
     ),
     ("POST", "faults/expire-watches"): lambda s, d: _ok(watches=s.expire_watches()),
     ("POST", "faults/drop-watches"): lambda s, d: _ok(
-        watches=s.drop_watches(abrupt=bool(d.get("abrupt", True)))
+        watches=s.drop_watches(abrupt=d.flag("abrupt", True))
     ),
     ("POST", "faults/errors"): _void(
         lambda s, d: s.fail_requests(
-            int(d.get("code", 503)), seconds=_opt_float(d, "seconds"), count=_opt_int(d, "count")
+            d.integer("code", 503), seconds=d.opt_number("seconds"), count=d.opt_integer("count")
         )
     ),
     ("POST", "faults/throttle"): _void(
         lambda s, d: s.throttle(
-            int(d.get("count", 1)),
-            retry_after=int(d.get("retryAfter", 1)),
-            seconds=_opt_float(d, "seconds"),
+            d.integer("count", 1),
+            retry_after=d.integer("retryAfter", 1),
+            seconds=d.opt_number("seconds"),
         )
     ),
     ("POST", "faults/drop-watches-every"): _void(
-        lambda s, d: s.drop_watches_every(
-            float(d.get("seconds", 0)), abrupt=bool(d.get("abrupt", True))
-        )
+        lambda s, d: s.drop_watches_every(d.number("seconds", 0), abrupt=d.flag("abrupt", True))
     ),
     ("POST", "restart"): _restart_soon,
     ("POST", "config/failures"): _void(
-        lambda s, d: s.set_failures(float(d.get("rate", 0)), after=float(d.get("after", 10)))
+        lambda s, d: s.set_failures(d.number("rate", 0), after=d.number("after", 10))
     ),
-    ("POST", "faults/latency"): _void(lambda s, d: s.set_latency(float(d.get("seconds", 0)))),
+    ("POST", "faults/latency"): _void(lambda s, d: s.set_latency(d.number("seconds", 0))),
     ("POST", "faults/reject-creates"): _void(
         lambda s, d: s.reject_creates(
-            int(d.get("code", 403)), count=int(d.get("count", 1)), message=str(d.get("message", ""))
+            d.integer("code", 403), count=d.integer("count", 1), message=d.text("message", "")
         )
     ),
     ("POST", "faults/clear"): _void(lambda s, d: s.clear_faults()),
     ("POST", "config/start-latency"): _void(
         lambda s, d: s.set_start_latency(
-            float(d.get("mean", 1.0)),
-            float(d.get("spread", 0.0)),
-            distribution=_distribution(d.get("distribution", "uniform")),
+            d.number("mean", 1.0),
+            d.number("spread", 0.0),
+            distribution=_distribution(d.text("distribution", "uniform")),
         )
     ),
     ("POST", "config/create-rate"): _void(
-        lambda s, d: s.set_create_rate(float(d.get("perSecond", 0)), burst=int(d.get("burst", 0)))
+        lambda s, d: s.set_create_rate(d.number("perSecond", 0), burst=d.integer("burst", 0))
     ),
-    ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(_manifests(d))),
+    ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(d.objects("manifests"))),
     ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
     ("POST", "rbac/tokens"): lambda s, d: _ok(
-        token=s.token_for(str(d["name"]), str(d.get("namespace", "default")), token=d.get("token"))
+        token=s.token_for(d.text("name"), d.text("namespace", "default"), token=d.opt_text("token"))
     ),
     ("POST", "kubelet/pause"): _void(lambda s, d: s.pause_kubelet()),
     ("POST", "kubelet/resume"): _void(lambda s, d: s.resume_kubelet()),
     ("GET", "nodes"): lambda s, d: [dataclasses.asdict(n) for n in s.nodes()],
-    ("POST", "nodes"): lambda s, d: _ok(name=s.add_node(d.get("name"))),
+    ("POST", "nodes"): lambda s, d: _ok(name=s.add_node(d.opt_text("name"))),
     ("GET", "requests"): lambda s, d: [r.as_dict() for r in s.requests()],
     ("DELETE", "requests"): _void(lambda s, d: s.clear_requests()),
     ("GET", "requests/counts"): lambda s, d: s.request_counts(),
+    ("GET", "requests/peak-rate"): _peak_rate,
+    ("POST", "requests/peak-rate"): _peak_rate,
 }
 
-_POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, dict[str, Any]], Any]] = {
+_POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, Args], Reply]] = {
     "fail": lambda s, ns, n, d: s.fail_pod(
         n,
         ns,
-        exit_code=int(d.get("exitCode", 1)),
-        reason=str(d.get("reason", "Error")),
-        message=str(d.get("message", "")),
+        exit_code=d.integer("exitCode", 1),
+        reason=d.text("reason", "Error"),
+        message=d.text("message", ""),
     ),
     "succeed": lambda s, ns, n, d: s.succeed_pod(n, ns),
     "oom": lambda s, ns, n, d: s.oom_kill(n, ns),
-    "evict": lambda s, ns, n, d: s.evict(n, ns, message=str(d.get("message", ""))),
+    "evict": lambda s, ns, n, d: s.evict(n, ns, message=d.text("message", "")),
 }
 
 
@@ -165,18 +211,19 @@ def _restore(sim: KubeSim, node: str) -> str:
     return node
 
 
-_NODE_ACTIONS: dict[str, Callable[[KubeSim, str], Any]] = {
+_NODE_ACTIONS: dict[str, Callable[[KubeSim, str], Reply]] = {
     "lose": lambda s, node: _ok(failed=[p["metadata"]["name"] for p in s.lose_node(node)]),
     "restore": lambda s, node: _ok(restored=_restore(s, node)),
 }
 
 
-def make_control(sim: KubeSim) -> Callable[[str, str, Any], tuple[int, Any]]:
+def make_control(sim: KubeSim) -> Callable[[str, str, JsonValue], tuple[int, Reply]]:
     """The handler the server calls for ``/_kubesim/<route>``: returns (HTTP code, JSON body)."""
 
-    def handle(method: str, route: str, data: Any) -> tuple[int, Any]:
-        if not isinstance(data, dict):
+    def handle(method: str, route: str, body: JsonValue) -> tuple[int, Reply]:
+        if not isinstance(body, dict):
             raise ApiError.bad_request("the control body must be a JSON object")
+        data = Args(body)
         route = route.strip("/")
         action = ROUTES.get((method, route))
         if action is not None:

@@ -7,7 +7,7 @@ official clients map onto their exception classes.
 
 from __future__ import annotations
 
-from typing import Any
+from execpods.kubesim.bodies import Status, StatusCause, StatusDetails
 
 __all__ = ["ApiError", "status_body"]
 
@@ -22,7 +22,7 @@ class ApiError(Exception):
         message: str,
         *,
         name: str | None = None,
-        causes: list[dict[str, str]] | None = None,
+        causes: list[StatusCause] | None = None,
         retry_after: int | None = None,
         headers: dict[str, str] | None = None,
         kind: str = "pods",
@@ -39,8 +39,8 @@ class ApiError(Exception):
         if retry_after is not None:
             self.headers["Retry-After"] = str(retry_after)
 
-    def status(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"kind": self.kind}
+    def status(self) -> Status:
+        details: StatusDetails = {"kind": self.kind}
         if self.name is not None:
             details["name"] = self.name
         if self.causes:
@@ -84,12 +84,12 @@ class ApiError(Exception):
         )
 
     @classmethod
-    def invalid(cls, name: str, causes: list[dict[str, str]]) -> ApiError:
+    def invalid(cls, name: str, causes: list[StatusCause]) -> ApiError:
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         return cls(422, "Invalid", f'Pod "{name}" is invalid: {text}', name=name, causes=causes)
 
 
-def status_body(code: int, reason: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
+def status_body(code: int, reason: str, message: str, details: StatusDetails) -> Status:
     return {
         "kind": "Status",
         "apiVersion": "v1",

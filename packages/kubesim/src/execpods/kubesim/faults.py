@@ -8,8 +8,10 @@ The request log lets tests assert on the calls made and count API load.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter, deque
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 
 from execpods.kubesim.clock import Clock
@@ -20,7 +22,8 @@ __all__ = ["Faults", "RequestLog", "RequestRecord"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRecord:
-    """One served API request (control-endpoint calls are not recorded)."""
+    """One served API request (control-endpoint calls are not recorded). ``at`` is the
+    simulator's clock (virtual or real) when it was logged, as its answer went out."""
 
     method: str
     path: str
@@ -28,6 +31,7 @@ class RequestRecord:
     status: int
     verb: str
     duration: float
+    at: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -36,12 +40,15 @@ class RequestRecord:
 class RequestLog:
     """A bounded log of requests plus unbounded counters per Kubernetes verb."""
 
-    def __init__(self, maxlen: int = 100_000) -> None:
+    def __init__(self, maxlen: int = 100_000, *, clock: Clock | None = None) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._records: deque[RequestRecord] = deque(maxlen=maxlen)
         self._verbs: Counter[str] = Counter()
 
     def add(self, record: RequestRecord) -> None:
+        if self._clock is not None:
+            record = dataclasses.replace(record, at=self._clock.now())
         with self._lock:
             self._records.append(record)
             self._verbs[record.verb] += 1
@@ -54,6 +61,20 @@ class RequestLog:
         """Requests per verb (get, list, watch, create, update, patch, delete, ...)."""
         with self._lock:
             return dict(self._verbs)
+
+    def peak_rate(self, window: float = 1.0, verbs: Collection[str] | None = None) -> float:
+        """The most requests (of ``verbs``, default all) logged within any ``window`` seconds
+        of clock time, per second: what a client-side rate limit must keep under its QPS."""
+        if window <= 0:
+            raise ValueError("window must be > 0")
+        with self._lock:
+            times = sorted(r.at for r in self._records if verbs is None or r.verb in verbs)
+        best, first = 0, 0
+        for last, t in enumerate(times):
+            while t - times[first] >= window:
+                first += 1
+            best = max(best, last - first + 1)
+        return best / window
 
     def clear(self) -> None:
         with self._lock:

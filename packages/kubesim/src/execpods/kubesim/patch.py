@@ -8,8 +8,8 @@ patch would replace the whole list and lose the other entries).
 from __future__ import annotations
 
 import copy
-from typing import Any
 
+from execpods.kubesim.bodies import JsonObject, JsonValue
 from execpods.kubesim.errors import ApiError
 
 __all__ = [
@@ -53,11 +53,11 @@ MERGE_KEYS: dict[str, str] = {
 SET_LISTS = frozenset({"finalizers"})
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
+def merge_patch(target: JsonValue, patch: JsonValue) -> JsonValue:
     """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
+    result: JsonObject = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
             result.pop(k, None)
@@ -66,36 +66,37 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _merge_list(field: str, target: list[Any], patch: list[Any]) -> list[Any]:
+def _merge_list(field: str, target: list[JsonValue], patch: list[JsonValue]) -> list[JsonValue]:
     key = MERGE_KEYS.get(field)
     if field in SET_LISTS:
         out = list(target)
         out.extend(v for v in patch if v not in out)
         return out
-    if key is None or not all(isinstance(p, dict) for p in patch):
+    items = [p for p in patch if isinstance(p, dict)]
+    if key is None or len(items) != len(patch):
         return copy.deepcopy(patch)
-    if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
-        return [p for p in copy.deepcopy(patch) if p.get("$patch") != "replace"]
+    if any(p.get("$patch") == "replace" for p in items):
+        return [p for p in copy.deepcopy(items) if p.get("$patch") != "replace"]
     out = [copy.deepcopy(t) for t in target]
-    index = {t.get(key): i for i, t in enumerate(out) if isinstance(t, dict)}
+    index = {str(t.get(key)): i for i, t in enumerate(out) if isinstance(t, dict)}
     removed: set[int] = set()
-    for item in patch:
+    for item in items:
         if key not in item:
             raise ApiError(422, "Invalid", f"map in list {field} lacks merge key {key!r}")
-        i = index.get(item[key])
+        i = index.get(str(item[key]))
         if item.get("$patch") == "delete":
             if i is not None:
                 removed.add(i)
             continue
         if i is None:
-            index[item[key]] = len(out)
+            index[str(item[key])] = len(out)
             out.append(strategic_merge({}, item))
         else:
             out[i] = strategic_merge(out[i], item)
     return [v for i, v in enumerate(out) if i not in removed]
 
 
-def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
+def strategic_merge(target: JsonValue, patch: JsonValue, field: str = "") -> JsonValue:
     """A strategic merge patch using the pod schema's merge keys (a practical subset).
 
     Supports ``null`` deletion, keyed list merges, ``$patch: delete|replace`` and the
@@ -110,13 +111,17 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
         return None
-    result = dict(target) if isinstance(target, dict) else {}
+    result: JsonObject = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if k.startswith("$setElementOrder/") or k in ("$patch", "$retainKeys"):
             continue
         if k.startswith("$deleteFromPrimitiveList/"):
             name = k.split("/", 1)[1]
-            result[name] = [x for x in result.get(name, []) if x not in v]
+            present = result.get(name)
+            drop = v if isinstance(v, list) else [v]
+            result[name] = (
+                [x for x in present if x not in drop] if isinstance(present, list) else []
+            )
             continue
         if v is None:
             result.pop(k, None)
@@ -137,39 +142,49 @@ def _pointer(path: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
-def _parent(doc: Any, parts: list[str], path: str) -> Any:
+def _missing(path: str) -> ApiError:
+    return ApiError(422, "Invalid", f"path {path!r} does not exist")
+
+
+def _child(cur: JsonValue, part: str, path: str) -> JsonValue:
+    try:
+        if isinstance(cur, list):
+            return cur[int(part)]
+        if isinstance(cur, dict):
+            return cur[part]
+    except (KeyError, IndexError, ValueError):
+        pass
+    raise _missing(path)
+
+
+def _parent(doc: JsonValue, parts: list[str], path: str) -> JsonValue:
     cur = doc
     for p in parts[:-1]:
-        try:
-            cur = cur[int(p)] if isinstance(cur, list) else cur[p]
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise ApiError(422, "Invalid", f"path {path!r} does not exist") from None
+        cur = _child(cur, p, path)
     return cur
 
 
-def _get(doc: Any, path: str) -> Any:
+def _get(doc: JsonValue, path: str) -> JsonValue:
     parts = _pointer(path)
     if not parts:
         return doc
-    parent = _parent(doc, parts, path)
-    try:
-        return parent[int(parts[-1])] if isinstance(parent, list) else parent[parts[-1]]
-    except (KeyError, IndexError, ValueError, TypeError):
-        raise ApiError(422, "Invalid", f"path {path!r} does not exist") from None
+    return _child(_parent(doc, parts, path), parts[-1], path)
 
 
-def _remove(doc: Any, path: str) -> Any:
+def _remove(doc: JsonValue, path: str) -> JsonValue:
     parts = _pointer(path)
     parent = _parent(doc, parts, path)
     try:
         if isinstance(parent, list):
             return parent.pop(int(parts[-1]))
-        return parent.pop(parts[-1])
-    except (KeyError, IndexError, ValueError, TypeError):
-        raise ApiError(422, "Invalid", f"path {path!r} does not exist") from None
+        if isinstance(parent, dict):
+            return parent.pop(parts[-1])
+    except (KeyError, IndexError, ValueError):
+        pass
+    raise _missing(path)
 
 
-def _add(doc: Any, path: str, value: Any, *, replace: bool) -> Any:
+def _add(doc: JsonValue, path: str, value: JsonValue, *, replace: bool) -> JsonValue:
     parts = _pointer(path)
     if not parts:
         return value
@@ -197,7 +212,7 @@ def _add(doc: Any, path: str, value: Any, *, replace: bool) -> Any:
     return doc
 
 
-def json_patch(doc: Any, ops: Any) -> Any:
+def json_patch(doc: JsonValue, ops: JsonValue) -> JsonValue:
     """RFC 6902: add, remove, replace, move, copy and test, applied in order to a copy."""
     if not isinstance(ops, list):
         raise ApiError.bad_request("a JSON patch must be a list of operations")
@@ -205,10 +220,10 @@ def json_patch(doc: Any, ops: Any) -> Any:
     for op in ops:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise ApiError.bad_request(f"invalid JSON patch operation: {op!r}")
-        kind, path = op["op"], op["path"]
+        kind, path, source = op["op"], op["path"], op.get("from", "")
         if kind in ("move", "copy") and "from" not in op:
             raise ApiError.bad_request(f"JSON patch operation {kind!r} needs 'from': {op!r}")
-        if not isinstance(path, str) or not isinstance(op.get("from", ""), str):
+        if not isinstance(path, str) or not isinstance(source, str):
             raise ApiError.bad_request(f"JSON patch paths must be strings: {op!r}")
         if kind == "add":
             doc = _add(doc, path, copy.deepcopy(op.get("value")), replace=False)
@@ -217,10 +232,10 @@ def json_patch(doc: Any, ops: Any) -> Any:
         elif kind == "remove":
             _remove(doc, path)
         elif kind == "move":
-            value = _remove(doc, op["from"])
+            value = _remove(doc, source)
             doc = _add(doc, path, value, replace=False)
         elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])), replace=False)
+            doc = _add(doc, path, copy.deepcopy(_get(doc, source)), replace=False)
         elif kind == "test":
             if _get(doc, path) != op.get("value"):
                 raise ApiError(422, "Invalid", f"test operation failed at {path!r}")
@@ -229,7 +244,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
     return doc
 
 
-def apply_patch(content_type: str, target: dict[str, Any], body: Any) -> dict[str, Any]:
+def apply_patch(content_type: str, target: JsonObject, body: JsonValue) -> JsonObject:
     """Apply a patch of the given media type; 415 for types the simulator does not serve."""
     ctype = content_type.split(";", 1)[0].strip().lower()
     if ctype == MERGE_PATCH:

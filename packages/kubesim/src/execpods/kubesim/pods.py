@@ -10,8 +10,8 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
+from execpods.kubesim.bodies import JsonValue, StatusCause
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
 from execpods.kubesim.store import Obj
@@ -38,13 +38,13 @@ def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
+def _cause(field: str, message: str, reason: str = "FieldValueInvalid") -> StatusCause:
     return {"reason": reason, "message": message, "field": field}
 
 
 def validate_pod(pod: Obj) -> None:
     """Raise 422 (with one cause per problem) if ``pod`` is not a valid pod."""
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     meta = pod.get("metadata") or {}
     name = meta.get("name") or ""
     if not name:
@@ -99,10 +99,10 @@ def validate_pod(pod: Obj) -> None:
         raise ApiError.invalid(name or meta.get("generateName") or "", causes)
 
 
-def _metadata_shape(meta: Obj) -> list[dict[str, str]]:
+def _metadata_shape(meta: Obj) -> list[StatusCause]:
     """Annotations must be a map of strings and finalizers a list of strings: the simulated
     cluster reads both, so a malformed value is refused here rather than breaking it later."""
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     annotations = meta.get("annotations")
     if annotations is not None and (
         not isinstance(annotations, dict)
@@ -117,13 +117,13 @@ def _metadata_shape(meta: Obj) -> list[dict[str, str]]:
     return causes
 
 
-def validate_status(name: str, status: Any) -> None:
+def validate_status(name: str, status: object) -> None:
     """Raise 422 if a ``/status`` write's status is not shaped like a pod status.
 
     The kubelet simulation reads the stored status (phase, conditions, container statuses), so
     a status of the wrong shape must be refused at the API rather than break it afterwards.
     """
-    causes: list[dict[str, str]] = []
+    causes: list[StatusCause] = []
     if not isinstance(status, dict):
         causes.append(_cause("status", "must be an object"))
     else:
@@ -160,7 +160,7 @@ def default_spec(spec: Obj) -> Obj:
 
 
 def admit_new_pod(
-    body: Any,
+    body: JsonValue,
     namespace: str,
     *,
     now: float,
@@ -183,6 +183,10 @@ def admit_new_pod(
         )
     name = meta.get("name") or ""
     generate = meta.get("generateName") or ""
+    if not isinstance(name, str) or not isinstance(generate, str):
+        raise ApiError.bad_request(
+            "metadata.name and metadata.generateName must be strings in the request body"
+        )
     if not name and generate:
         for _ in range(100):
             candidate = generate + "".join(rng.choice(_SUFFIX_CHARS) for _ in range(5))
@@ -193,9 +197,7 @@ def admit_new_pod(
         "kind": "Pod",
         "apiVersion": "v1",
         "metadata": {k: v for k, v in meta.items() if k not in SERVER_META},
-        "spec": dict(body.get("spec") or {})
-        if isinstance(body.get("spec"), dict)
-        else body.get("spec"),
+        "spec": dict(given) if isinstance(given := body.get("spec"), dict) else given,
     }
     pod["metadata"]["name"] = name
     validate_pod(pod)
@@ -224,7 +226,7 @@ SERVER_META = frozenset(
 )
 
 
-def _qos(containers: list[Any]) -> str:
+def _qos(containers: list[Obj]) -> str:
     requests_any = False
     guaranteed = True
     for c in containers:

@@ -19,7 +19,6 @@ import secrets
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.params import TRUE
@@ -112,7 +111,7 @@ class _Policy:
     service_accounts: set[tuple[str, str]] = field(default_factory=set)
 
 
-def _strings(value: Any, what: str) -> frozenset[str]:
+def _strings(value: object, what: str) -> frozenset[str]:
     if value is None:
         return frozenset()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -120,7 +119,7 @@ def _strings(value: Any, what: str) -> frozenset[str]:
     return frozenset(value)
 
 
-def _rules(obj: Mapping[str, Any]) -> list[_Rule]:
+def _rules(obj: Mapping[str, object]) -> list[_Rule]:
     rules = obj.get("rules") or []
     if not isinstance(rules, list):
         raise ValueError("rules must be a list")
@@ -136,19 +135,22 @@ def _rules(obj: Mapping[str, Any]) -> list[_Rule]:
     ]
 
 
-def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, dict) else None
-    if not isinstance(name, str) or not name:
+def _meta(obj: Mapping[str, object]) -> tuple[str, str]:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(name, str) or not name:
         raise ValueError(f"{obj.get('kind')} without metadata.name")
     namespace = meta.get("namespace") or "default"
     return str(namespace), name
 
 
-def _load(policy: _Policy, obj: Mapping[str, Any]) -> None:
+def _load(policy: _Policy, obj: Mapping[str, object]) -> None:
     kind = obj.get("kind")
     if kind == "List":
-        for item in obj.get("items") or []:
+        items = obj.get("items") or []
+        for item in items if isinstance(items, list) else [items]:
+            if not isinstance(item, Mapping):
+                raise ValueError(f"a List item must be an object, not {item!r}")
             _load(policy, item)
         return
     if kind not in _KINDS:
@@ -161,15 +163,20 @@ def _load(policy: _Policy, obj: Mapping[str, Any]) -> None:
     elif kind == "ClusterRole":
         policy.cluster_roles[name] = _rules(obj)
     else:
-        ref = obj.get("roleRef") or {}
-        ref_kind, ref_name = ref.get("kind"), ref.get("name")
+        ref = obj.get("roleRef")
+        ref_kind, ref_name = (
+            (ref.get("kind"), ref.get("name")) if isinstance(ref, Mapping) else ("", "")
+        )
         if ref_kind not in ("Role", "ClusterRole") or not isinstance(ref_name, str):
             raise ValueError(f"{kind} {name}: roleRef must name a Role or ClusterRole")
         if kind == "ClusterRoleBinding" and ref_kind != "ClusterRole":
             raise ValueError(f"ClusterRoleBinding {name}: roleRef must be a ClusterRole")
         scope = "" if kind == "ClusterRoleBinding" else namespace
         role = (namespace if ref_kind == "Role" else "", ref_name)
-        for subject in obj.get("subjects") or []:
+        subjects = obj.get("subjects") or []
+        for subject in subjects if isinstance(subjects, list) else []:
+            if not isinstance(subject, Mapping):
+                raise ValueError(f"{kind} {name}: a subject must be an object")
             s_kind, s_name = subject.get("kind"), subject.get("name")
             if s_kind == "ServiceAccount":
                 s_ns = subject.get("namespace") or namespace
@@ -193,7 +200,7 @@ class Authorizer:
     def enabled(self) -> bool:
         return self._policy is not None
 
-    def enable(self, objects: Iterable[Mapping[str, Any]]) -> None:
+    def enable(self, objects: Iterable[Mapping[str, object]]) -> None:
         """Enforce the policy these manifests describe (replacing any earlier one)."""
         policy = _Policy()
         for obj in objects:

@@ -11,14 +11,23 @@ import base64
 import calendar
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import orjson
+from execpods.kubesim.bodies import (
+    JsonObject,
+    JsonValue,
+    ListMeta,
+    Pod,
+    PodList,
+    Status,
+    as_pod,
+    as_pods,
+)
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
 from execpods.kubesim.limits import CreateRateLimit
-from execpods.kubesim.params import parse_bool
 from execpods.kubesim.patch import apply_patch
 from execpods.kubesim.pods import (
     SERVER_META,
@@ -29,7 +38,8 @@ from execpods.kubesim.pods import (
 )
 from execpods.kubesim.rbac import Authorizer
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
-from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher, watch_line
+from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
+from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
 
 __all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
 
@@ -51,7 +61,7 @@ _HEALTH = ("/healthz", "/readyz", "/livez")
 DISCOVERY_PATHS = frozenset({"/version", "/api", "/apis", "/api/v1", *_HEALTH})
 
 
-def discovery(path: str, address: Any) -> Obj | None:
+def discovery(path: str, address: Sequence[object]) -> Obj | None:
     """Discovery documents, enough for kubectl to find pods (None if ``path`` is not one)."""
     if path == "/version":
         return dict(KUBERNETES_VERSION)
@@ -190,14 +200,6 @@ def as_table(result: Obj, now: float) -> Obj:
     }
 
 
-#: The annotation on the BOOKMARK that ends a watch's initial events (``sendInitialEvents``).
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-
-
-def _forbidden(field: str, message: str) -> dict[str, str]:
-    return {"reason": "FieldValueForbidden", "message": f"Forbidden: {message}", "field": field}
-
-
 def _int_rv(text: str, what: str = "resourceVersion") -> int:
     try:
         value = int(text)
@@ -208,12 +210,12 @@ def _int_rv(text: str, what: str = "resourceVersion") -> int:
     return value
 
 
-def _pod_list(items: list[Obj], rv: int, cont: str | None = None, remaining: int = 0) -> Obj:
-    meta: Obj = {"resourceVersion": str(rv)}
+def _pod_list(items: list[Obj], rv: int, cont: str | None = None, remaining: int = 0) -> PodList:
+    meta: ListMeta = {"resourceVersion": str(rv)}
     if cont:
         meta["continue"] = cont
         meta["remainingItemCount"] = remaining
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": as_pods(items)}
 
 
 class PodApi:
@@ -264,98 +266,20 @@ class PodApi:
         return _int_rv(rv)
 
     def bookmark(self, rv: int, *, initial_events_end: bool = False) -> bytes:
-        meta: Obj = {"resourceVersion": str(rv)}
-        if initial_events_end:
-            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
-        return watch_line("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": meta})
+        return bookmark_line(rv, initial_events_end=initial_events_end)
 
     def _wait_fresh(self, rv: int) -> None:
-        """Wait (bounded) until the store reaches ``rv``; too large resource version if not."""
-        store = self.store
-        if rv > store.resource_version and not store.wait_for_resource_version(
-            rv, self.fresh_timeout
-        ):
-            raise ApiError.too_large_resource_version(rv, store.resource_version)
-
-    @staticmethod
-    def _send_initial_events(query: dict[str, str]) -> bool | None:
-        """The watch's ``sendInitialEvents`` (None when unset), checked as the API server's
-        ListOptions validation does (422 for a combination it forbids)."""
-        text = query.get("sendInitialEvents")
-        match = query.get("resourceVersionMatch", "")
-        problems: list[dict[str, str]] = []
-        value = None if text is None else parse_bool(text, "sendInitialEvents")
-        if value is None and match:
-            problems.append(
-                _forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
-                    "provided",
-                )
-            )
-        if value is not None and match != "NotOlderThan":
-            problems.append(
-                _forbidden(
-                    "resourceVersionMatch",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )
-            )
-        if value is not None and not parse_bool(
-            query.get("allowWatchBookmarks"), "allowWatchBookmarks"
-        ):
-            problems.append(
-                _forbidden(
-                    "allowWatchBookmarks",
-                    "sendInitialEvents requires setting allowWatchBookmarks to true",
-                )
-            )
-        if problems:
-            text = ", ".join(f"{c['field']}: {c['message']}" for c in problems)
-            raise ApiError(
-                422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {text}', causes=problems
-            )
-        return value
+        wait_fresh(self.store, rv, self.fresh_timeout)
 
     def open_watch(
         self, namespace: str | None, query: dict[str, str]
-    ) -> tuple[Watcher | None, list[bytes], Obj | None]:
-        """Open a watch: the watcher and the lines to send first, or instead the Status an
-        ERROR event carries (410 Expired; too large resource version).
-
-        Bad parameters raise (an HTTP error before the stream starts). As in kube-apiserver, a
-        plain watch from a version the store has not reached is accepted and streams only the
-        events after it; a watch that asks for the initial events (``sendInitialEvents``, the
-        streaming list) waits for the store to reach the version and otherwise ends with
-        "too large resource version". Initial events end with a BOOKMARK annotated
-        ``k8s.io/initial-events-end``.
-        """
-        predicate = self.predicate(query)
-        since = self.watch_start(query)
-        initial = self._send_initial_events(query)
-        if self.faults.take_expire():
-            return (
-                None,
-                [],
-                ApiError.gone("too old resource version (injected by kubesim)").status(),
-            )
-        store = self.store
-        try:
-            if initial:
-                if since is not None:
-                    self._wait_fresh(since)
-                watcher, lines = store.watch(namespace, predicate, None)
-                lines.append(self.bookmark(watcher.last_rv, initial_events_end=True))
-                return watcher, lines, None
-            if initial is False and since is None:
-                since = store.resource_version  # from now on, without the current state
-            watcher, lines = store.watch(namespace, predicate, since)
-        except ApiError as err:
-            return None, [], err.status()
-        return watcher, lines, None
+    ) -> tuple[Watcher | None, list[bytes], Status | None]:
+        """See :func:`execpods.kubesim.watchstart.open_watch`."""
+        return open_watch(self, namespace, query)
 
     # -- verbs ---------------------------------------------------------------------------------
 
-    def list(self, namespace: str | None, query: dict[str, str]) -> Obj:
+    def list(self, namespace: str | None, query: dict[str, str]) -> PodList:
         predicate = self.predicate(query)
         if self.faults.take_expire():
             raise ApiError.gone("too old resource version (injected by kubesim)")
@@ -407,16 +331,14 @@ class PodApi:
             return _pod_list(items[:limit], rv, cont, len(items) - limit)
         return _pod_list(items, rv)
 
-    def create(self, namespace: str, body: Any, *, limited: bool = True) -> Obj:
+    def create(self, namespace: str, body: JsonValue, *, limited: bool = True) -> Pod:
         """Admit and store a pod. ``limited`` creates (every API request) count against the
         create-rate cap first: an overloaded server refuses before it reads the object."""
         if limited:
             self.create_limit.take()
         meta = body.get("metadata") if isinstance(body, dict) else None
-        name = ""
-        if isinstance(meta, dict):
-            name = meta.get("name") or meta.get("generateName") or ""
-        self.faults.check_create(name)
+        given = (meta.get("name") or meta.get("generateName")) if isinstance(meta, dict) else ""
+        self.faults.check_create(given if isinstance(given, str) else "")
         clock = self.cluster.clock
         with self._rng_lock:
             pod = admit_new_pod(
@@ -426,17 +348,17 @@ class PodApi:
                 rng=self.cluster.rng,
                 name_taken=lambda n: self.store.name_taken(namespace, n),
             )
-        return self.store.create(pod)
+        return as_pod(self.store.create(pod))
 
-    def get(self, namespace: str, name: str) -> Obj:
-        return self.store.get(namespace, name)
+    def get(self, namespace: str, name: str) -> Pod:
+        return as_pod(self.store.get(namespace, name))
 
-    def _merge_write(self, old: Obj, new: Any, name: str, *, status: bool) -> Obj:
+    def _merge_write(self, old: Obj, new: JsonValue, name: str, *, status: bool) -> Obj:
         """The object a write produces: ``/status`` takes only status, the main resource takes
         everything but status (and never the server-owned metadata)."""
-        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+        new_meta = (new.get("metadata") or {}) if isinstance(new, dict) else None
+        if not isinstance(new, dict) or not isinstance(new_meta, dict):
             raise ApiError.bad_request("the request body must be a pod object")
-        new_meta = new.get("metadata") or {}
         if new_meta.get("name", name) != name:
             raise ApiError.bad_request("the name of the object does not match the name on the URL")
         rv = new_meta.get("resourceVersion")
@@ -447,11 +369,11 @@ class PodApi:
                 "version and try again",
             )
         if status:
-            result = dict(old)
-            result["status"] = new.get("status") or {}
-            validate_status(name, result["status"])
-            return result
-        meta = {k: v for k, v in new_meta.items() if k not in SERVER_META}
+            updated = dict(old)
+            updated["status"] = new.get("status") or {}
+            validate_status(name, updated["status"])
+            return updated
+        meta: Obj = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
             if k in old["metadata"]:
                 meta[k] = old["metadata"][k]
@@ -461,7 +383,7 @@ class PodApi:
             spec = default_spec(spec)
             if "nodeName" in old["spec"]:  # a write that omits the binding keeps it
                 spec.setdefault("nodeName", old["spec"]["nodeName"])
-        result = {
+        result: Obj = {
             "kind": "Pod",
             "apiVersion": "v1",
             "metadata": meta,
@@ -507,22 +429,24 @@ class PodApi:
                 ],
             )
 
-    def replace(self, namespace: str, name: str, body: Any, *, status: bool) -> Obj:
-        return self.store.update(
-            namespace, name, lambda old: self._merge_write(old, body, name, status=status)
+    def replace(self, namespace: str, name: str, body: JsonValue, *, status: bool) -> Pod:
+        return as_pod(
+            self.store.update(
+                namespace, name, lambda old: self._merge_write(old, body, name, status=status)
+            )
         )
 
     def patch(
-        self, namespace: str, name: str, content_type: str, body: Any, *, status: bool
-    ) -> Obj:
+        self, namespace: str, name: str, content_type: str, body: JsonValue, *, status: bool
+    ) -> Pod:
         def mutate(old: Obj) -> Obj:
             patched = apply_patch(content_type, old, body)
             return self._merge_write(old, patched, name, status=status)
 
-        return self.store.update(namespace, name, mutate)
+        return as_pod(self.store.update(namespace, name, mutate))
 
     @staticmethod
-    def _grace(query: dict[str, str], options: Any) -> tuple[int | None, dict[str, Any]]:
+    def _grace(query: dict[str, str], options: JsonValue) -> tuple[int | None, JsonObject]:
         if not isinstance(options, dict):
             raise ApiError.bad_request("DeleteOptions must be a JSON object")
         grace = options.get("gracePeriodSeconds")
@@ -535,11 +459,13 @@ class PodApi:
             raise ApiError.bad_request("DeleteOptions.preconditions must be a JSON object")
         return grace, pre
 
-    def delete(self, namespace: str, name: str, query: dict[str, str], options: Any) -> Obj:
+    def delete(self, namespace: str, name: str, query: dict[str, str], options: JsonValue) -> Pod:
         grace, pre = self._grace(query, options)
-        return self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre)
+        return as_pod(self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre))
 
-    def delete_collection(self, namespace: str, query: dict[str, str], options: Any) -> Obj:
+    def delete_collection(
+        self, namespace: str, query: dict[str, str], options: JsonValue
+    ) -> PodList:
         """Delete every match with the same rules as a single delete; return what was deleted."""
         grace, _ = self._grace(query, options)
         items, _ = self.store.list(namespace, self.predicate(query))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "FIELD_GETTERS",
@@ -58,11 +57,13 @@ class LabelSelector:
 
     requirements: tuple[Requirement, ...] = ()
 
-    def matches(self, obj: Mapping[str, Any]) -> bool:
+    def matches(self, obj: Mapping[str, object]) -> bool:
         if not self.requirements:
             return True
-        labels = obj.get("metadata", {}).get("labels") or {}
-        return all(r.matches(labels) for r in self.requirements)
+        meta = obj.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        present = labels if isinstance(labels, Mapping) else {}
+        return all(r.matches(present) for r in self.requirements)
 
 
 def _tokens(text: str) -> list[str]:
@@ -158,9 +159,9 @@ def parse_label_selector(text: str | None) -> LabelSelector:
     return LabelSelector(requirements=tuple(reqs))
 
 
-def _path(*keys: str) -> Callable[[Mapping[str, Any]], str]:
-    def get(obj: Mapping[str, Any]) -> str:
-        cur: Any = obj
+def _path(*keys: str) -> Callable[[Mapping[str, object]], str]:
+    def get(obj: Mapping[str, object]) -> str:
+        cur: object = obj
         for k in keys:
             if not isinstance(cur, Mapping):
                 return ""
@@ -173,7 +174,7 @@ def _path(*keys: str) -> Callable[[Mapping[str, Any]], str]:
 
 
 #: The pod fields the API server indexes for field selectors.
-FIELD_GETTERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+FIELD_GETTERS: dict[str, Callable[[Mapping[str, object]], str]] = {
     "metadata.name": _path("metadata", "name"),
     "metadata.namespace": _path("metadata", "namespace"),
     "status.phase": _path("status", "phase"),
@@ -192,7 +193,7 @@ class FieldSelector:
 
     terms: tuple[tuple[str, bool, str], ...] = ()  # (field, equal?, value)
 
-    def matches(self, obj: Mapping[str, Any]) -> bool:
+    def matches(self, obj: Mapping[str, object]) -> bool:
         return all((FIELD_GETTERS[f](obj) == v) == eq for f, eq, v in self.terms)
 
 

@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.bodies import Status
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.params import TRUE, parse_bool
@@ -406,7 +407,7 @@ class _Handler(BaseHTTPRequestHandler):
         bookmarks: bool,
         interval: float,
         api: resources.PodApi,
-    ) -> dict[str, Any] | None:
+    ) -> Status | None:
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + interval
         wfile = self.wfile

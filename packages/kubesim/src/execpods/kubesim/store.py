@@ -11,11 +11,12 @@ import builtins
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import orjson
+from execpods.kubesim.bodies import Pod, Status, WatchEvent
 from execpods.kubesim.errors import ApiError
 
 __all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj", "watch_line"]
@@ -23,19 +24,21 @@ __all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj", "watch_line"]
 _log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+_Json = TypeVar("_Json", bound=Mapping[str, object])
 Key = tuple[str, str]
 Predicate = Callable[[Obj], bool]
 
 
-def copy_obj(obj: Obj) -> Obj:
+def copy_obj(obj: _Json) -> _Json:
     """A deep copy (orjson round trip: faster than ``copy.deepcopy`` for JSON data)."""
-    result: Obj = orjson.loads(orjson.dumps(obj))
+    result: _Json = orjson.loads(orjson.dumps(obj))
     return result
 
 
-def watch_line(event_type: str, obj: Obj) -> bytes:
+def watch_line(event_type: str, obj: Obj | Pod | Status) -> bytes:
     """One watch event as the stream carries it: a JSON object and a newline."""
-    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+    event: WatchEvent = {"type": event_type, "object": cast("Pod | Status", obj)}
+    return orjson.dumps(event) + b"\n"
 
 
 def key_of(obj: Obj) -> Key:
@@ -78,14 +81,14 @@ class Watcher:
         self._queue: deque[Event] = deque()
         self.closed = False
         self.abrupt = False
-        self.error: Obj | None = None
+        self.error: Status | None = None
 
     def push(self, event: Event) -> None:
         with self._cond:
             self._queue.append(event)
             self._cond.notify()
 
-    def close(self, *, abrupt: bool = False, error: Obj | None = None) -> None:
+    def close(self, *, abrupt: bool = False, error: Status | None = None) -> None:
         """End the watch: ``abrupt`` drops the connection instead of ending the stream cleanly;
         ``error`` (a Status) is sent as an ERROR event first, as for a 410 mid-watch."""
         with self._cond:
@@ -353,7 +356,7 @@ class PodStore:
         with self._lock:
             return self._lock.wait_for(lambda: len(self._watchers) >= count, timeout)
 
-    def close_watchers(self, *, abrupt: bool = False, error: Obj | None = None) -> int:
+    def close_watchers(self, *, abrupt: bool = False, error: Status | None = None) -> int:
         """End every open watch (a fault, or shutdown); returns how many there were.
 
         They leave the open set at once rather than when their server threads finish writing,

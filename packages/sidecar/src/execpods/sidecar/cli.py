@@ -21,7 +21,7 @@ from execpods.core import ExecpodsError, SettingsError, SettingSpec
 from execpods.sidecar.logformat import configure_log_format, stamp_app_id
 from execpods.sidecar.properties import read_properties_file
 from execpods.sidecar.server import SidecarServer
-from execpods.sidecar.settings import Settings, all_specs, flagged_specs
+from execpods.sidecar.settings import Settings, all_families, all_specs, flagged_specs
 from execpods.sidecar.wiring import connect
 
 logger = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ def print_settings() -> None:
         via = ", ".join(filter(None, (spec.flag, spec.env)))
         default = spec.default_text or "unset"
         print(f"{key} = {default}" + (f"  ({via})" if via else "") + f"\n    {spec.doc}")
+    for prefix, family in sorted(all_families().items()):
+        print(f"{prefix}NAME\n    {family.doc}")
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

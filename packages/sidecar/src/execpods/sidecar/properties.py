@@ -50,17 +50,16 @@ SPARK_ONLY_KEYS = frozenset(
         "spark.kubernetes.executor.podTemplateContainerName",
         "spark.kubernetes.executor.rollInterval",
         "spark.kubernetes.executor.rollPolicy",
-        "spark.kubernetes.executor.scheduler.name",
         "spark.kubernetes.executor.useDriverPodIP",
     }
 )
 """Spark's own keys in the owned namespaces (a key a settings class reads counts as read first)."""
 
 SPARK_ONLY_FAMILIES = tuple(
-    f"spark.kubernetes.executor.{family}."
-    for family in ("label", "annotation", "secrets", "secretKeyRef", "volumes", "node.selector")
+    f"spark.kubernetes.executor.{family}." for family in ("secrets", "secretKeyRef", "volumes")
 )
-"""Spark's open-ended key families in `spark.kubernetes.executor.*` (labels, volumes, ...)."""
+"""Spark's open-ended key families in `spark.kubernetes.executor.*` execpods does not implement
+(secrets and volumes: a pod template can carry them)."""
 
 logger = logging.getLogger(__name__)
 

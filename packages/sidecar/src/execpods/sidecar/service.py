@@ -24,6 +24,7 @@ from execpods.core import (
     PodNotFound,
     PodOperationError,
 )
+from execpods.sidecar.profiles import check_totals_request
 from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, StreamFeed, build_response
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
@@ -103,17 +104,35 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
-            await asyncio.wrap_future(backend.request_total(request.total))
-        except ValueError as error:  # the backend validates the total, once, before queueing
+            # Everything is checked before anything applies: profiles, then totals.
+            checked = check_totals_request(request, declared=backend.declared_profile_ids())
+            backend.declare_profiles(checked.profiles)
+            await asyncio.wrap_future(backend.request_totals(checked.totals))
+        except ValueError as error:  # includes a conflicting profile declaration
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         self._runtime.observers.target_set(request.total)
         counts = backend.counts()
-        logger.info("The driver asked for %d executors in total.", request.total)
+        logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
-            total=counts.total, running=counts.running, pending=counts.pending
+            total=counts.total,
+            running=counts.running,
+            pending=counts.pending,
+            profile_totals=backend.targets(),
         )
+
+    async def IsDeleted(  # noqa: N802 (the contract's names)
+        self,
+        request: pb.IsDeletedRequest,
+        context: Context[pb.IsDeletedRequest, pb.IsDeletedResponse],
+    ) -> pb.IsDeletedResponse:
+        if request.executor_id < 1:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"executor_id={request.executor_id} is not an executor id (ids start at 1)",
+            )
+        return pb.IsDeletedResponse(deleted=self._runtime.backend.is_deleted(request.executor_id))
 
     async def KillExecutors(  # noqa: N802 (the contract's names)
         self,
@@ -177,6 +196,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             subscription = self._runtime.backend.subscribe(
                 interval, observed.arrived(feed.on_snapshots), on_removal=feed.on_removal
             )
+            unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
         except RuntimeError:
             observed.close()
             self._feeds.discard(feed)
@@ -188,6 +208,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 observed.sent()
         finally:
             observed.close()
+            unlisten()
             subscription.cancel()
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
@@ -200,7 +221,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         while True:
             await feed.wait()
             pending = feed.take()
-            if pending.snapshots or pending.removals:
+            if pending.snapshots or pending.removals or pending.notices:
                 for response in build_response(encoder, pending, first=first):
                     yield response
                 first = False

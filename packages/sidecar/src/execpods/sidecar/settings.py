@@ -16,6 +16,7 @@ from typing import Any
 
 from execpods.core import CoreSettings, SettingsError
 from execpods.core.settingkit import (
+    FamilySpec,
     SettingsBase,
     SettingSpec,
     duration_setting,
@@ -133,6 +134,10 @@ def settings_table() -> str:
             + f" | {_markdown(spec.doc)} |"
             for spec in cls.specs().values()
         ]
+        rows += [
+            f"| `{family.prefix}NAME` | - |  | {_markdown(family.doc)} |"
+            for family in cls.families().values()
+        ]
         sections.append(
             f"### `{cls.__name__}`: {title}\n\n"
             "| property | default | flag, variable | what it does |\n| --- | --- | --- | --- |\n"
@@ -141,9 +146,23 @@ def settings_table() -> str:
     return "\n\n".join(sections) + "\n"
 
 
+def all_families() -> dict[str, FamilySpec]:
+    """Every family of properties (`<prefix>NAME`) the sidecar reads, by prefix."""
+    families: dict[str, FamilySpec] = {}
+    for cls in SETTINGS_CLASSES:
+        families.update(cls.families())
+    return families
+
+
 def flagged_specs() -> list[SettingSpec]:
-    """The settings that have a dedicated command-line flag, in declaration order."""
-    return [spec for spec in all_specs().values() if spec.flag is not None]
+    """The settings that have a dedicated command-line flag: the sidecar's own (the app id) first,
+    then the adapter's and the core's, each in declaration order."""
+    return [
+        spec
+        for cls in reversed(SETTINGS_CLASSES)
+        for spec in cls.specs().values()
+        if spec.flag is not None
+    ]
 
 
 def reads(key: str) -> bool:

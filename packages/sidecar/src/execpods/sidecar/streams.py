@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from execpods.core import (
+    AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPodsSnapshot,
@@ -37,6 +38,7 @@ from execpods.core import (
     PodState,
 )
 from execpods.core import ExecutorPodState as CorePodState
+from execpods.sidecar.profiles import encode_notice
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -216,6 +218,7 @@ class Pending:
 
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
     removals: list[ExecutorRemoval] = field(default_factory=list)
+    notices: list[AllocatorNotice] = field(default_factory=list)
     dropped: int = 0
 
 
@@ -228,6 +231,7 @@ class StreamFeed:
         self._lock = threading.Lock()
         self._pending = Pending()
         self._held: list[ExecutorRemoval] = []
+        self._held_notices: list[AllocatorNotice] = []
         self._newest_serial = 0
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -240,6 +244,9 @@ class StreamFeed:
             pending = self._pending
             pending.snapshots.extend(snapshots)
             self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
+            if self._held_notices:
+                pending.notices.extend(self._held_notices)
+                self._held_notices = []
             if self._held:
                 ready = [r for r in self._held if r.snapshot_serial <= self._newest_serial]
                 self._held = [r for r in self._held if r.snapshot_serial > self._newest_serial]
@@ -261,6 +268,15 @@ class StreamFeed:
                 self._held.append(removal)
                 return
             self._pending.removals.append(removal)
+        self._wake()
+
+    def on_notice(self, notice: AllocatorNotice) -> None:
+        """The allocator's notice listener (its round's thread); held until the first snapshot."""
+        with self._lock:
+            if not self._newest_serial:
+                self._held_notices.append(notice)
+                return
+            self._pending.notices.append(notice)
         self._wake()
 
     def close(self) -> None:
@@ -301,6 +317,7 @@ def build_response(
     """
     snapshots = pending.snapshots
     removed = [encode_removal(r) for r in pending.removals]
+    notices = [encode_notice(n) for n in pending.notices]
     if pending.dropped:
         logger.warning(
             "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
@@ -309,11 +326,15 @@ def build_response(
     if first and len(snapshots) > 1:
         head = pb.StreamSnapshotsResponse(snapshots=[encoder.encode(snapshots[0])])
         rest = pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots[1:]], removed_executors=removed
+            snapshots=[encoder.encode(s) for s in snapshots[1:]],
+            removed_executors=removed,
+            allocator_notices=notices,
         )
         return [head, rest]
     return [
         pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots], removed_executors=removed
+            snapshots=[encoder.encode(s) for s in snapshots],
+            removed_executors=removed,
+            allocator_notices=notices,
         )
     ]

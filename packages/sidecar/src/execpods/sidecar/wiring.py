@@ -18,6 +18,7 @@ from execpods.core import (
     ExecutorPodsBackend,
     PodOperations,
     PodSelector,
+    ResourceProfiles,
     Scheduler,
     SettingsError,
     SnapshotSource,
@@ -30,6 +31,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
+    TokenBucket,
     WatchSource,
     api_client_from,
     resolve_namespace,
@@ -50,6 +52,8 @@ class Runtime:
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
     observers: Observers
+    rate_limiter: TokenBucket | None = None
+    """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
 
@@ -68,6 +72,8 @@ def assemble(
     clock: Clock | None = None,
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
+    profiles: ResourceProfiles | None = None,
+    rate_limiter: TokenBucket | None = None,
     observers: Observers | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
@@ -88,8 +94,16 @@ def assemble(
         store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
         request_scheduler=request_scheduler,
         close=close_client,
+        profiles=profiles,
+        concurrent_creates=True,
     )
-    return Runtime(settings=settings, backend=backend, driver_view=view, observers=observers)
+    return Runtime(
+        settings=settings,
+        backend=backend,
+        driver_view=view,
+        observers=observers,
+        rate_limiter=rate_limiter,
+    )
 
 
 def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
@@ -110,10 +124,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     observers = Observers()
     try:
         namespace = resolve_namespace(k8s)
+        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,
             request_timeout=k8s.request_timeout,
+            rate_limiter=limiter,
             observer=observers.api_call,
         )
         selector = PodSelector.executors_of(
@@ -122,7 +138,10 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         if settings.security.check_permissions:
             check_pod_permissions(gateway, selector=selector)
         operations = KubernetesPodOperations(gateway)
-        builder = ExecutorPodTemplateBuilder.create(k8s, operations, labels=settings.core.labels)
+        profiles = ResourceProfiles()
+        builder = ExecutorPodTemplateBuilder.create(
+            k8s, operations, labels=settings.core.labels, profiles=profiles
+        )
     except BaseException:
         api_client.close()
         raise
@@ -143,6 +162,8 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         sources=sources,
         close_client=api_client.close,
         clock=clock,
+        profiles=profiles,
+        rate_limiter=limiter,
         observers=observers,
     )
     return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
