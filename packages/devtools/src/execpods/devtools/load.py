@@ -236,7 +236,8 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
     rss_end = rss_mib(sidecar_pid)
     cpu = cpu_seconds(sidecar_pid) - cpu_start
     own = cpu_seconds(os.getpid()) - own_start
-    await asyncio.wait(streams, timeout=5)
+    if streams:
+        await asyncio.wait(streams, timeout=5)
     for task in streams:
         task.cancel()
     for client in clients:
