@@ -15,10 +15,9 @@ import grpc
 import grpc.aio
 from execpods.client.calls import DecodedCall
 from execpods.client.convert import kill_request, request_total_result, update_request
-from execpods.client.credentials import TlsOptions, call_metadata
+from execpods.client.credentials import Connection, TlsOptions
 from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
-from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
 class AsyncSnapshotStream(
@@ -71,7 +70,7 @@ def _current_task_cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class AsyncAllocatorClient:
+class AsyncAllocatorClient(Connection):
     """The asyncio twin of `AllocatorClient`; create and use it inside a running event loop."""
 
     def __init__(
@@ -82,14 +81,7 @@ class AsyncAllocatorClient:
         tls: TlsOptions | None = None,
         token: str | None = None,
     ) -> None:
-        self._timeout = timeout
-        self._metadata = call_metadata(token)
-        self._channel = (
-            grpc.aio.insecure_channel(target)
-            if tls is None
-            else grpc.aio.secure_channel(target, tls.credentials(), options=tls.channel_options())
-        )
-        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
+        super().__init__(target, timeout=timeout, tls=tls, token=token, channels=grpc.aio)
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
         """Waits until the channel is connected; raises `TimeoutError` after `timeout` seconds."""

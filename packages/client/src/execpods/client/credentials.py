@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +61,29 @@ class TlsOptions:
         if self.server_name is None:
             return []
         return [("grpc.ssl_target_name_override", self.server_name)]
+
+
+class Connection:
+    """What both clients hold: the channel (TLS or not), its stub, the per-call metadata."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float,
+        tls: TlsOptions | None,
+        token: str | None,
+        channels: Any,
+    ) -> None:
+        """`channels` is `grpc` or `grpc.aio`: the module whose channels this client uses."""
+        self._timeout = timeout
+        self._metadata = call_metadata(token)
+        self._channel: Any = (
+            channels.insecure_channel(target)
+            if tls is None
+            else channels.secure_channel(target, tls.credentials(), options=tls.channel_options())
+        )
+        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
 
 
 def read_token_file(path: str | Path) -> str:

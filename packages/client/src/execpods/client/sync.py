@@ -15,10 +15,9 @@ from typing import Protocol, Self
 import grpc
 from execpods.client.calls import DecodedCall
 from execpods.client.convert import kill_request, request_total_result, update_request
-from execpods.client.credentials import TlsOptions, call_metadata
+from execpods.client.credentials import Connection, TlsOptions
 from execpods.client.model import RequestTotalResult, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
-from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 
 class BlockingCall(Protocol):
@@ -61,7 +60,7 @@ class SnapshotStream(DecodedCall[BlockingCall]):
         self.cancel()
 
 
-class AllocatorClient:
+class AllocatorClient(Connection):
     """A driver's handle on the sidecar's `execpods.v1.ExecutorAllocator` service.
 
     `target` is a gRPC target such as `127.0.0.1:50051` or `unix:/run/execpods.sock`. `timeout`
@@ -77,14 +76,7 @@ class AllocatorClient:
         tls: TlsOptions | None = None,
         token: str | None = None,
     ) -> None:
-        self._timeout = timeout
-        self._metadata = call_metadata(token)
-        self._channel = (
-            grpc.insecure_channel(target)
-            if tls is None
-            else grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
-        )
-        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
+        super().__init__(target, timeout=timeout, tls=tls, token=token, channels=grpc)
 
     def wait_for_ready(self, timeout: float | None = None) -> None:
         """Blocks until the channel is connected; raises `TimeoutError` after `timeout` seconds.

@@ -23,6 +23,7 @@ from typing import Any
 
 from execpods.core.settingkit import SettingsBase, duration_setting, parse_str, setting
 from execpods.k8s import ApiCall
+from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.observe import Listener
 from grpc_health.v1 import health_pb2
 
@@ -30,15 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 def _listen_or_off(value: str) -> str | None:
-    if not value:
-        return None
-    # The same rule as the main listen address, without importing the settings module.
-    host, sep, port = value.rpartition(":")
-    if value.startswith("unix:") and len(value) > len("unix:"):
-        return None
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        return "must be host:port (port 0 = any free port), unix:<path>, or empty (off)"
-    return None
+    return None if not value else listen_address_problem(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

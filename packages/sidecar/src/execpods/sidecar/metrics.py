@@ -71,15 +71,10 @@ class MetricsSettings(SettingsBase):
 class _ExecutorsCollector(Collector):
     """`execpods_executors{state, resource_profile}` from the latest snapshot, at scrape time."""
 
-    def __init__(
-        self,
-        snapshot: Callable[[], ExecutorPodsSnapshot],
-        labels: ExecutorLabels,
-        target: Callable[[], int],
-    ) -> None:
-        self._snapshot = snapshot
-        self._profile_label = labels.resource_profile_id
-        self._target = target
+    def __init__(self, metrics: SidecarMetrics) -> None:
+        self._snapshot = metrics.snapshot
+        self._profile_label = metrics.labels.resource_profile_id
+        self._target = metrics.target
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         executors = GaugeMetricFamily(
@@ -112,9 +107,12 @@ class SidecarMetrics(Listener):
         labels: ExecutorLabels,
         target: Callable[[], int],
     ) -> None:
+        self.snapshot = snapshot
+        self.labels = labels
+        self.target = target
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
-        registry.register(_ExecutorsCollector(snapshot, labels, target))
+        registry.register(_ExecutorsCollector(self))
         self.created = Counter(
             "execpods_pods_created", "Executor pods the API accepted.", registry=registry
         )
@@ -168,7 +166,6 @@ class SidecarMetrics(Listener):
         self._lock = threading.Lock()
         self._pending_target: tuple[int, float] | None = None
         self._last_reached: int | None = None
-        self._snapshot = snapshot
 
     # -- observer callbacks ------------------------------------------------------------------
 
@@ -215,7 +212,7 @@ class SidecarMetrics(Listener):
         if pending is None:
             return
         total, since = pending
-        latest = snapshots[-1] if snapshots else self._snapshot()
+        latest = snapshots[-1] if snapshots else self.snapshot()
         if latest.count(PodState.RUNNING) != total:
             return
         with self._lock:

@@ -9,7 +9,6 @@ owns is refused with the nearest known key, since a typo must not silently fall 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import KubernetesSettings
+from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
 from execpods.sidecar.properties import PropertyReview, review
@@ -36,25 +36,11 @@ from execpods.sidecar.security import SecuritySettings
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
-_HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+):(?P<port>\d{1,5})$")
-
 
 def _app_id_rule(value: str) -> str | None:
     if not value:
         return "must be set (--app-id, EXECPODS_APP_ID or --conf spark.app.id=...)"
     return label_value(value)
-
-
-def listen_address_problem(value: str) -> str | None:
-    """Why `value` is not a listen address (host:port or unix:<path>), or None when it is."""
-    if value.startswith("unix:"):
-        return None if len(value) > len("unix:") else "needs a path after unix:"
-    match = _HOST_PORT.match(value)
-    if match is None:
-        return "must be host:port (e.g. 127.0.0.1:0 for any free port) or unix:<path>"
-    if int(match.group("port")) > 65535:
-        return "has a port above 65535"
-    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
