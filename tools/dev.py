@@ -52,8 +52,24 @@ def _uv() -> list[str]:
     sys.exit("could not install uv with pip; install it by hand (pip install uv) and retry")
 
 
+def _java() -> None:
+    """Java 17 for real Spark's driver (tests/spark): from Debian's packages when missing, since
+    CI may run on a fresh machine. Without root or apt-get, say so; those tests then skip."""
+    if shutil.which("java"):
+        return
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        _say("java is missing: installing openjdk-17-jre-headless")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _run("apt-get", "update", "-qq", env=env)
+        _run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
+             "openjdk-17-jre-headless", env=env)  # fmt: skip
+    else:
+        _say("java is missing and cannot be installed here: the real-Spark tests will skip")
+
+
 def bootstrap() -> None:
-    """Create .venv from the lock; a no-op when it is already in sync."""
+    """Create .venv from the lock (and make sure Java is there); a no-op when all is in sync."""
+    _java()
     _run(*_uv(), "sync", "--locked", "--all-packages", "--quiet")
     if not (GENERATED / "allocator_pb2.py").exists():
         _say("generated gRPC code is missing: generating it")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from execpods.client import ExecutorState, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 
-S = pb.ExecutorPodState
+S = pb.ObservedPod
+E = pb.ExecutorState
 
 SCRIPT = [
     pb.StreamSnapshotsResponse(
         snapshots=[
             pb.ExecutorPodsSnapshot(
-                executor_pods={1: S(state=S.STATE_PENDING), 2: S(state=S.STATE_PENDING)},
+                executor_pods={1: S(state=E.STATE_PENDING), 2: S(state=E.STATE_PENDING)},
                 full_snapshot_ts_ms=1000,
                 full=True,
             )
@@ -19,9 +20,9 @@ SCRIPT = [
     ),
     pb.StreamSnapshotsResponse(
         snapshots=[
-            pb.ExecutorPodsSnapshot(executor_pods={1: S(state=S.STATE_RUNNING)}, full=False),
+            pb.ExecutorPodsSnapshot(executor_pods={1: S(state=E.STATE_RUNNING)}, full=False),
             pb.ExecutorPodsSnapshot(
-                executor_pods={2: S(state=S.STATE_FAILED, exit_code=1)}, full=False
+                executor_pods={2: S(state=E.STATE_FAILED, exit_code=1)}, full=False
             ),
         ],
         removed_executors=[pb.ExecutorRemoved(executor_id=2, exit_code=1, exit_caused_by_app=True)],

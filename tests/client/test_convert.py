@@ -20,19 +20,21 @@ from execpods.client.convert import (
 )
 from execpods.v1 import allocator_pb2 as pb
 
-S = pb.ExecutorPodState
+S = pb.ObservedPod
+E = pb.ExecutorState
 
 
 @pytest.mark.parametrize(
     ("wire", "state"),
     [
-        (S.STATE_PENDING, ExecutorState.PENDING),
-        (S.STATE_RUNNING, ExecutorState.RUNNING),
-        (S.STATE_SUCCEEDED, ExecutorState.SUCCEEDED),
-        (S.STATE_FAILED, ExecutorState.FAILED),
-        (S.STATE_DELETED, ExecutorState.DELETED),
-        (S.STATE_UNKNOWN, ExecutorState.UNKNOWN),
-        (S.STATE_UNSPECIFIED, ExecutorState.UNKNOWN),
+        (E.STATE_PENDING, ExecutorState.PENDING),
+        (E.STATE_RUNNING, ExecutorState.RUNNING),
+        (E.STATE_TERMINATING, ExecutorState.TERMINATING),
+        (E.STATE_SUCCEEDED, ExecutorState.SUCCEEDED),
+        (E.STATE_FAILED, ExecutorState.FAILED),
+        (E.STATE_DELETED, ExecutorState.DELETED),
+        (E.STATE_UNKNOWN, ExecutorState.UNKNOWN),
+        (E.STATE_UNSPECIFIED, ExecutorState.UNKNOWN),
         (99, ExecutorState.UNKNOWN),  # a value from a newer contract
     ],
 )
@@ -61,13 +63,13 @@ def test_every_field_of_an_executor_is_read() -> None:
     }
     # Every field of the wire message has a value here, so none can be dropped unnoticed.
     assert set(fields) | {"state"} == set(S.DESCRIPTOR.fields_by_name)
-    message = S(state=S.STATE_FAILED, **fields)
+    message = S(state=E.STATE_FAILED, **fields)
     assert executor_from_proto(message) == ExecutorView(state=ExecutorState.FAILED, **fields)
 
 
 def test_exit_code_zero_is_not_the_same_as_no_exit_code() -> None:
-    assert executor_from_proto(S(state=S.STATE_SUCCEEDED, exit_code=0)).exit_code == 0
-    assert executor_from_proto(S(state=S.STATE_RUNNING)).exit_code is None
+    assert executor_from_proto(S(state=E.STATE_SUCCEEDED, exit_code=0)).exit_code == 0
+    assert executor_from_proto(S(state=E.STATE_RUNNING)).exit_code is None
     assert not executor_to_proto(ExecutorView(state=ExecutorState.RUNNING)).HasField("exit_code")
     assert executor_to_proto(ExecutorView(state=ExecutorState.FAILED, exit_code=0)).HasField(
         "exit_code"

@@ -16,18 +16,16 @@ from hypothesis import strategies as st
 
 from tests.client.encoding import encode
 
-RUNNING = pb.ExecutorPodState.STATE_RUNNING
-PENDING = pb.ExecutorPodState.STATE_PENDING
-FAILED = pb.ExecutorPodState.STATE_FAILED
+RUNNING = pb.ExecutorState.STATE_RUNNING
+PENDING = pb.ExecutorState.STATE_PENDING
+FAILED = pb.ExecutorState.STATE_FAILED
 
 
 def wire(
-    states: dict[int, pb.ExecutorPodState.State.ValueType], *, full: bool, ts: int = 0
+    states: dict[int, pb.ExecutorState.ValueType], *, full: bool, ts: int = 0
 ) -> pb.ExecutorPodsSnapshot:
     return pb.ExecutorPodsSnapshot(
-        executor_pods={
-            i: pb.ExecutorPodState(state=s, pod_name=f"exec-{i}") for i, s in states.items()
-        },
+        executor_pods={i: pb.ObservedPod(state=s, pod_name=f"exec-{i}") for i, s in states.items()},
         full_snapshot_ts_ms=ts,
         full=full,
     )

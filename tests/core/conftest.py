@@ -9,6 +9,7 @@ import pytest
 from execpods.core import (
     CoreSettings,
     CreateRunner,
+    ExecutorFailureTracker,
     ExecutorPodsAllocator,
     ManualClock,
     ResourceProfiles,
@@ -19,6 +20,7 @@ from execpods.core.testing import (
     DeterministicSnapshotsStore,
     InMemoryPodOperations,
     RecordingDriver,
+    RecordingObserver,
     SimpleExecutorPodBuilder,
 )
 
@@ -40,6 +42,7 @@ class LifecycleRig:
     pods: InMemoryPodOperations
     driver: RecordingDriver
     clock: ManualClock
+    observer: RecordingObserver
 
 
 def make_allocator_rig(
@@ -48,6 +51,7 @@ def make_allocator_rig(
     profiles: ResourceProfiles | None = None,
     clock_start: float = 0.0,
     runner: CreateRunner | None = None,
+    failures: ExecutorFailureTracker | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
     store = DeterministicSnapshotsStore()
@@ -60,6 +64,7 @@ def make_allocator_rig(
         pod_operations=pods,
         store=store,
         clock=clock,
+        failure_tracker=failures,
         profiles=profiles,
         runner=runner,
         rng=random.Random(7),
@@ -69,15 +74,20 @@ def make_allocator_rig(
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
-    store = DeterministicSnapshotsStore()
-    pods = InMemoryPodOperations()
     clock = ManualClock()
+    store = DeterministicSnapshotsStore(clock=clock)
+    pods = InMemoryPodOperations()
     driver = RecordingDriver()
+    observer = RecordingObserver()
     manager = ExecutorPodsLifecycleManager(
-        settings=settings or CoreSettings(), pod_operations=pods, store=store, clock=clock
+        settings=settings or CoreSettings(),
+        pod_operations=pods,
+        store=store,
+        clock=clock,
+        observer=observer,
     )
     manager.start(driver)
-    return LifecycleRig(manager, store, pods, driver, clock)
+    return LifecycleRig(manager, store, pods, driver, clock, observer)
 
 
 @pytest.fixture

@@ -534,20 +534,34 @@ def test_throttling_pauses_every_create_for_retry_after() -> None:
     assert rig.allocator.stats.throttled == 1
 
 
-def test_a_create_with_unknown_outcome_is_tracked_until_the_timeout() -> None:
+def test_a_create_with_unknown_outcome_is_read_back_and_replaced_at_once() -> None:
+    """Issue 11: a 5xx on a create used to hold its slot for the whole creation timeout."""
     rig = spark_rig()
     rig.pods.fail_next_create(ApiUnavailable("connection reset"))
     rig.allocator.set_total_expected_executors(1)
     assert rig.allocator.outstanding_pods == 1
     rig.clock.advance(SPARK_SUITE.batch_delay + 1)
     rig.store.notify_subscribers()
-    assert created(rig) == [], "an ambiguous create is not repeated before the timeout"
-    assert rig.pods.deletes == []
-    rig.clock.set_time(START + rig.allocator.pod_creation_timeout + 1)
-    rig.store.notify_subscribers()
-    # It was tracked: the timeout deletes it by label in case it exists.
-    assert deleted_ids(rig) == [[1]]
+    # One read-back shows no pod 1: it is forgotten and replaced, long before the timeout.
     assert created(rig) == [2]
+    assert rig.pods.deletes == []
+    assert rig.allocator.outstanding_pods == 1  # the replacement, waiting to be seen
+
+
+def test_a_create_whose_answer_was_lost_but_took_effect_is_not_repeated() -> None:
+    rig = spark_rig()
+    name = f"{TEST_APP_ID}-exec-1"
+    rig.pods.pods[name] = pod(rig, 1, "Pending")  # the API made it, then the answer was lost
+    rig.pods.fail_next_create(ApiUnavailable("connection reset"))
+    rig.allocator.set_total_expected_executors(1)
+    for _ in range(3):
+        rig.clock.advance(SPARK_SUITE.batch_delay + 1)
+        rig.store.notify_subscribers()
+    assert created(rig) == [], "the read-back found it: it counts, nothing is created again"
+    assert rig.allocator.outstanding_pods == 1
+    rig.store.update_pod(pod(rig, 1, "running"))
+    rig.store.notify_subscribers()
+    assert rig.allocator.outstanding_pods == 0
 
 
 def test_an_unexpected_error_is_counted_and_never_ends_the_round() -> None:

@@ -78,9 +78,11 @@ class LoggingPods(InMemoryPodOperations):
         super().__init__()
         self.log = log
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         self.log.append("pods.delete_by_selector")
-        return super().delete_by_selector(selector)
+        return super().delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
 
 
 @dataclass
@@ -294,6 +296,9 @@ class RecordingObserver:
         self.heard.append(("removed", removal.executor_id, told))
         if self.fail:
             raise RuntimeError("observer broke")
+
+    def application_failed(self, message: str) -> None:
+        self.heard.append(("failed", message, [i for i, _ in self.driver.removed]))
 
 
 def test_observers_hear_each_round_before_its_decisions_and_each_removal_after_the_driver() -> None:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
     ExecutorPod,
     ExecutorPodsSnapshot,
+    ExecutorState,
     ManualClock,
-    PodState,
     SnapshotsStoreImpl,
 )
 from execpods.core.testing import (
@@ -24,6 +25,7 @@ from execpods.core.testing import (
     pending_executor,
     running_executor,
     succeeded_executor,
+    terminating_executor,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +38,7 @@ FACTORIES = {
     "failed": failed_executor,
     "succeeded": succeeded_executor,
     "deleted": deleted_executor,
+    "terminating": terminating_executor,
 }
 KINDS = sorted(FACTORIES)
 IDS = st.integers(min_value=1, max_value=8)
@@ -109,7 +112,7 @@ def test_the_2018_rule_never_exceeds_the_batch_size_or_the_target(
                 current = rig.store.current_snapshot.get(executor_id)
                 if current is None:
                     rig.store.update_pod(pending_executor(executor_id))
-                elif current.state is PodState.PENDING:
+                elif current.state is ExecutorState.PENDING:
                     rig.store.update_pod(FACTORIES[str(value)](executor_id))
             continue
         elif kind == "time":
@@ -121,53 +124,70 @@ def test_the_2018_rule_never_exceeds_the_batch_size_or_the_target(
             rig.store.notify_subscribers()
             made = len(rig.pods.created) - before
         latest = rig.store.current_snapshot
-        running = latest.count(PodState.RUNNING)
+        running = latest.count(ExecutorState.RUNNING)
         assert made <= batch
         assert made <= max(0, target - running)
         if made:
-            assert latest.count(PodState.PENDING) == 0
+            assert latest.count(ExecutorState.PENDING) == 0
 
 
-def _reference_round(
-    batch: Sequence[ExecutorPodsSnapshot],
-    known: set[int],
-    told: set[int],
-    delete_on_termination: bool = True,
-) -> tuple[set[int], Counter[str]]:
-    """SPARK-24248's lifecycle round, walking every executor of every snapshot (+ SPARK-54198)."""
-    told_now: set[int] = set()
-    deletes: Counter[str] = Counter()
-    removed_in_round: set[int] = set()
+@dataclass
+class _Reference:
+    """Newest Spark's lifecycle round, walking every executor of every snapshot: one delete per
+    finished pod and round unless the round's latest snapshot shows it going or gone
+    (SPARK-54198, SPARK-47797), and missing executors only against a new full list whose time is
+    past their registration by more than the delta (SPARK-33711; registered at time 0 here)."""
 
-    def tell(executor_id: int) -> None:
-        if executor_id not in told:
-            told.add(executor_id)
-            told_now.add(executor_id)
-            known.discard(executor_id)
+    known: set[int]
+    told: dict[int, float] = field(default_factory=dict)
+    """When each executor was reported: the cache forgets it after its timeout."""
+    last_full_ts: float = 0.0
 
-    for snapshot in batch:
-        for executor_id, state in snapshot.items():
-            if not state.is_final:
-                continue
-            final_non_deleted = state.state is not PodState.DELETED
-            if final_non_deleted and delete_on_termination and deletes[state.pod.name] == 0:
-                deletes[state.pod.name] += 1
-            tell(executor_id)
-            removed_in_round.add(executor_id)
-    if batch:
-        for executor_id in sorted(known - set(batch[-1]) - removed_in_round):
-            tell(executor_id)
-    return told_now, deletes
+    def round(
+        self, batch: Sequence[ExecutorPodsSnapshot], now: float
+    ) -> tuple[set[int], Counter[str]]:
+        told_now: set[int] = set()
+        finished: dict[int, str] = {}
+        ttl = CoreSettings().deleted_executors_cache_timeout
+
+        def tell(executor_id: int) -> None:
+            if executor_id in told_now:
+                return
+            if now - self.told.get(executor_id, -ttl) >= ttl:
+                self.told[executor_id] = now
+                told_now.add(executor_id)
+                self.known.discard(executor_id)
+
+        for snapshot in batch:
+            for executor_id, observed in snapshot.items():
+                if not observed.is_final:
+                    continue
+                if observed.state is not ExecutorState.DELETED:
+                    finished[executor_id] = observed.pod.name
+                tell(executor_id)
+        deletes: Counter[str] = Counter()
+        if batch:
+            latest = batch[-1]
+            for executor_id, name in finished.items():
+                current = latest.get(executor_id)
+                if current is not None and current.pod.deletion_timestamp is None:
+                    deletes[name] += 1
+            if latest.full_snapshot_ts != self.last_full_ts:
+                self.last_full_ts = latest.full_snapshot_ts
+                if latest.full_snapshot_ts > CoreSettings().missing_pod_detect_delta:
+                    for executor_id in sorted(self.known - set(latest)):
+                        tell(executor_id)
+        return told_now, deletes
 
 
 @settings(max_examples=300, deadline=None)
 @given(actions=ACTIONS, known=st.sets(IDS, max_size=4))
-def test_lifecycle_deltas_do_exactly_what_sparks_full_walk_does(
+def test_lifecycle_deltas_do_exactly_what_the_full_walk_does(
     actions: list[tuple[str, object]], known: set[int]
 ) -> None:
     life = make_lifecycle_rig()
     life.driver.known = set(known)
-    model_known, model_told = set(known), set[int]()
+    reference = _Reference(known=set(known))
     pending_batch: list[ExecutorPodsSnapshot] = []
     for kind, value in [*actions, ("notify", None)]:
         if kind == "update":
@@ -178,6 +198,7 @@ def test_lifecycle_deltas_do_exactly_what_sparks_full_walk_does(
                 pending_batch.append(life.store.current_snapshot)
         elif kind == "replace":
             assert isinstance(value, list)
+            life.clock.advance(20.0)  # lists come later and later: some past the delta
             life.store.replace_snapshot(value)
             pending_batch.append(life.store.current_snapshot)
         else:
@@ -186,9 +207,7 @@ def test_lifecycle_deltas_do_exactly_what_sparks_full_walk_does(
             life.store.notify_subscribers()
             told_now = {i for i, _ in life.driver.removed[removed_before:]}
             deletes_now = Counter(call.name for call in life.pods.deletes) - deletes_before
-            expected_told, expected_deletes = _reference_round(
-                pending_batch, model_known, model_told
-            )
+            expected_told, expected_deletes = reference.round(pending_batch, life.clock.time())
             assert told_now == expected_told
             assert deletes_now == expected_deletes
             pending_batch = []

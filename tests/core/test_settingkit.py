@@ -70,6 +70,13 @@ def test_values_are_parsed_validated_and_rendered_back() -> None:
         Example.from_properties({"x.ratio": "half"})
 
 
+def test_key_of_names_a_fields_property() -> None:
+    assert Example.key_of("delay") == "x.delay"
+    assert CoreSettings.key_of("batch_size") == "spark.kubernetes.allocation.batch.size"
+    with pytest.raises(AttributeError, match="no setting field 'nope'"):
+        Example.key_of("nope")
+
+
 def test_render_value() -> None:
     assert [render_value(v) for v in (None, True, 0.25, 3, "a")] == ["", "true", "0.25", "3", "a"]
     assert render_duration(0.25) == "250ms"

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
-from execpods.core import ExecutorPod, ExecutorPodsSnapshot, ExecutorPodState, PodState
+from execpods.core import (
+    EXECUTOR_CONTAINER_NAME,
+    ContainerRunning,
+    ContainerStatus,
+    ContainerTerminated,
+    ExecutorPod,
+    ExecutorPodsSnapshot,
+    ExecutorState,
+    ObservedPod,
+    PodClassifier,
+)
 from execpods.core.testing import (
     deleted_executor,
     failed_executor,
     pending_executor,
     running_executor,
     succeeded_executor,
+    terminating_executor,
     unknown_executor,
 )
 
@@ -27,12 +39,12 @@ def test_states_are_interpreted_correctly_from_pod_metadata() -> None:
     ]
     snapshot = ExecutorPodsSnapshot.from_pods(pods)
     assert snapshot.as_dict() == {
-        0: ExecutorPodState(PodState.PENDING, pods[0]),
-        1: ExecutorPodState(PodState.RUNNING, pods[1]),
-        2: ExecutorPodState(PodState.SUCCEEDED, pods[2]),
-        3: ExecutorPodState(PodState.FAILED, pods[3]),
-        4: ExecutorPodState(PodState.DELETED, pods[4]),
-        5: ExecutorPodState(PodState.UNKNOWN, pods[5]),
+        0: ObservedPod(ExecutorState.PENDING, pods[0]),
+        1: ObservedPod(ExecutorState.RUNNING, pods[1]),
+        2: ObservedPod(ExecutorState.SUCCEEDED, pods[2]),
+        3: ObservedPod(ExecutorState.FAILED, pods[3]),
+        4: ObservedPod(ExecutorState.DELETED, pods[4]),
+        5: ObservedPod(ExecutorState.UNKNOWN, pods[5]),
     }
 
 
@@ -41,17 +53,17 @@ def test_updates_add_new_pods_for_non_matching_ids_and_edit_existing_pods() -> N
     snapshot = ExecutorPodsSnapshot.from_pods(original)
     updated = snapshot.with_update(succeeded_executor(1))
     assert updated.as_dict() == {
-        0: ExecutorPodState(PodState.PENDING, original[0]),
-        1: ExecutorPodState(PodState.SUCCEEDED, succeeded_executor(1)),
+        0: ObservedPod(ExecutorState.PENDING, original[0]),
+        1: ObservedPod(ExecutorState.SUCCEEDED, succeeded_executor(1)),
     }
     with_new = updated.with_update(pending_executor(2))
     assert with_new.as_dict() == {
-        0: ExecutorPodState(PodState.PENDING, original[0]),
-        1: ExecutorPodState(PodState.SUCCEEDED, succeeded_executor(1)),
-        2: ExecutorPodState(PodState.PENDING, pending_executor(2)),
+        0: ObservedPod(ExecutorState.PENDING, original[0]),
+        1: ObservedPod(ExecutorState.SUCCEEDED, succeeded_executor(1)),
+        2: ObservedPod(ExecutorState.PENDING, pending_executor(2)),
     }
     # The parent is untouched: snapshots are immutable values shared by many readers.
-    assert snapshot.as_dict()[1].state is PodState.RUNNING
+    assert snapshot.as_dict()[1].state is ExecutorState.RUNNING
     assert 2 not in updated
 
 
@@ -88,7 +100,7 @@ def test_pods_without_a_valid_executor_id_are_skipped_with_a_warning(
     assert "Skipping pod stray" in caplog.text
 
 
-def test_phase_is_case_insensitive_and_deletion_wins_over_phase(
+def test_phase_is_case_insensitive_and_deletion_wins_over_a_stopped_phase(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     pods = [
@@ -100,14 +112,99 @@ def test_phase_is_case_insensitive_and_deletion_wins_over_phase(
     caplog.set_level(logging.WARNING)
     states = {i: s.state for i, s in ExecutorPodsSnapshot.from_pods(pods).items()}
     assert states == {
-        1: PodState.RUNNING,
-        2: PodState.FAILED,
-        3: PodState.DELETED,
-        4: PodState.UNKNOWN,
+        1: ExecutorState.RUNNING,
+        2: ExecutorState.FAILED,
+        3: ExecutorState.DELETED,
+        4: ExecutorState.UNKNOWN,
     }
     assert "unknown phase Evaporated" in caplog.text
-    assert [s for s in PodState if s.is_final] == [
-        PodState.SUCCEEDED,
-        PodState.FAILED,
-        PodState.DELETED,
+    assert [s for s in ExecutorState if s.is_final] == [
+        ExecutorState.SUCCEEDED,
+        ExecutorState.FAILED,
+        ExecutorState.DELETED,
     ]
+
+
+def _running(executor_id: int, *statuses: ContainerStatus, restart: str = "Never") -> ExecutorPod:
+    return replace(
+        running_executor(executor_id), container_statuses=statuses, restart_policy=restart
+    )
+
+
+def _exited(name: str, code: int) -> ContainerStatus:
+    return ContainerStatus(name=name, state=ContainerTerminated(exit_code=code))
+
+
+def _alive(name: str) -> ContainerStatus:
+    return ContainerStatus(name=name, state=ContainerRunning())
+
+
+def test_spark_31125_a_running_pod_being_deleted_is_terminating_not_deleted() -> None:
+    # The landed code called this pod gone while its executor still ran.
+    snapshot = ExecutorPodsSnapshot.from_pods([terminating_executor(1), deleted_executor(2)])
+    assert snapshot.executor_pods[1].state is ExecutorState.TERMINATING
+    assert not ExecutorState.TERMINATING.is_final
+    assert snapshot.executor_pods[2].state is ExecutorState.DELETED
+    gone = replace(terminating_executor(3), phase=None)
+    assert ExecutorPodsSnapshot.from_pods([gone]).executor_pods[3].state is ExecutorState.DELETED
+
+
+def test_a_running_pod_whose_executor_container_exited_is_succeeded_or_failed() -> None:
+    pods = [
+        _running(1, _exited(EXECUTOR_CONTAINER_NAME, 0), _alive("sidecar")),
+        _running(2, _exited(EXECUTOR_CONTAINER_NAME, 3), _alive("sidecar")),
+        _running(3, _alive(EXECUTOR_CONTAINER_NAME)),
+        _running(4, _exited("some-other-container", 0)),
+    ]
+    states = {i: s.state for i, s in ExecutorPodsSnapshot.from_pods(pods).items()}
+    assert states == {
+        1: ExecutorState.SUCCEEDED,
+        2: ExecutorState.FAILED,
+        3: ExecutorState.RUNNING,
+        4: ExecutorState.RUNNING,
+    }
+
+
+def test_a_terminating_pod_whose_executor_exited_is_final() -> None:
+    pod = replace(
+        _running(1, _exited(EXECUTOR_CONTAINER_NAME, 143)),
+        deletion_timestamp=terminating_executor(1).deletion_timestamp,
+    )
+    assert ExecutorPodsSnapshot.from_pods([pod]).executor_pods[1].state is ExecutorState.FAILED
+
+
+def test_spark_30821_check_all_containers_fails_the_pod_on_any_non_zero_exit() -> None:
+    sidecar_crashed = _running(1, _alive(EXECUTOR_CONTAINER_NAME), _exited("sidecar", 1))
+    sidecar_done = _running(2, _alive(EXECUTOR_CONTAINER_NAME), _exited("sidecar", 0))
+    restarting = _running(
+        3, _alive(EXECUTOR_CONTAINER_NAME), _exited("sidecar", 1), restart="OnFailure"
+    )
+    on = ExecutorPodsSnapshot.from_pods([sidecar_crashed, sidecar_done, restarting])
+    assert {i: s.state for i, s in on.items()} == {
+        1: ExecutorState.FAILED,
+        2: ExecutorState.RUNNING,
+        3: ExecutorState.RUNNING,  # the kubelet restarts it: not a failure yet
+    }
+    off = ExecutorPodsSnapshot.from_pods(
+        [sidecar_crashed], classifier=PodClassifier(check_all_containers=False)
+    )
+    assert off.executor_pods[1].state is ExecutorState.RUNNING
+
+
+def test_spark_49804_the_executor_container_is_named_by_the_template_setting() -> None:
+    pod = _running(1, _exited("main", 1), _alive(EXECUTOR_CONTAINER_NAME), restart="Always")
+    named = PodClassifier(executor_container="main")
+    observed = ExecutorPodsSnapshot.from_pods([pod], classifier=named).executor_pods[1]
+    assert observed.state is ExecutorState.FAILED
+    assert observed.exit_code() == 1
+    default = ExecutorPodsSnapshot.from_pods([pod]).executor_pods[1]
+    assert default.state is ExecutorState.RUNNING
+    assert default.exit_code() is None
+    updated = ExecutorPodsSnapshot(classifier=named).with_update(pod)
+    assert updated.executor_pods[1].state is ExecutorState.FAILED, "updates keep the classifier"
+
+
+def test_a_pod_the_api_reported_deleted_is_deleted_whatever_its_last_status() -> None:
+    # A terminating pod force-deleted: its DELETED event's object still reads Running.
+    gone = replace(terminating_executor(1), gone=True)
+    assert ExecutorPodsSnapshot().with_update(gone).executor_pods[1].state is ExecutorState.DELETED

@@ -17,6 +17,7 @@ from execpods.core import (
 )
 from execpods.k8s import (
     ApiGateway,
+    ExecutorPodTemplateBuilder,
     KubernetesApiClient,
     KubernetesPodOperations,
     KubernetesSettings,
@@ -79,6 +80,19 @@ def executor_pod(executor_id: int, app_id: str = APP_ID, **labels: str) -> dict[
             "containers": [{"name": "spark-kubernetes-executor", "image": IMAGE}],
         },
     }
+
+
+def built_executor_pod(
+    properties: dict[str, str], template: dict[str, Any] | None = None, *, executor_id: int = 1
+) -> dict[str, Any]:
+    """The builder's manifest for executor `executor_id` of app `app` under these properties."""
+    settings = KubernetesSettings.from_properties(
+        {"spark.kubernetes.container.image": IMAGE, **properties}
+    )
+    builder = ExecutorPodTemplateBuilder(
+        settings=settings, namespace="default", template=template or {}
+    )
+    return builder.build(executor_id=executor_id, app_id="app")
 
 
 def mislabelled_executor_pods() -> list[dict[str, Any]]:

@@ -154,6 +154,26 @@ def test_the_template_is_the_starting_point(
     assert made.build(executor_id=4, app_id="app") == pod  # deterministic, template untouched
 
 
+def test_the_template_container_named_by_the_setting_is_the_executor_s() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "log-shipper", "image": "side:1"},
+                {"name": "main", "image": "from-template:1"},
+            ]
+        }
+    }
+    settings = KubernetesSettings()
+    made = ExecutorPodTemplateBuilder(
+        settings=settings, namespace="spark", template=template, container_name="main"
+    )
+    shipper, main = made.build(executor_id=1, app_id="app")["spec"]["containers"]
+    assert shipper == {"name": "log-shipper", "image": "side:1"}
+    assert {e["name"] for e in main["env"]} >= {"SPARK_EXECUTOR_ID"}
+    plain = builder().build(executor_id=1, app_id="app")["spec"]["containers"]
+    assert [c["name"] for c in plain] == ["spark-kubernetes-executor"]
+
+
 def test_a_bad_template_is_a_settings_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Service\n", encoding="utf-8")

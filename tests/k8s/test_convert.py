@@ -32,7 +32,11 @@ def full_pod() -> dict[str, Any]:
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "deletionTimestamp": "2026-01-01T00:01:30.250000Z",
         },
-        "spec": {"nodeName": "node-1", "containers": [{"name": "exec", "image": "img"}]},
+        "spec": {
+            "nodeName": "node-1",
+            "restartPolicy": "Never",
+            "containers": [{"name": "exec", "image": "img"}],
+        },
         "status": {
             "phase": "Failed",
             "reason": "Evicted",
@@ -73,6 +77,8 @@ def test_every_field_is_read_from_raw_json() -> None:
     assert pod.message == "low memory"
     assert pod.node_name == "node-1"
     assert pod.pod_ip == "10.0.0.3"
+    assert pod.restart_policy == "Never"  # what lets checkAllContainers fail a Running pod
+    assert not pod.gone
     assert pod.creation_timestamp == datetime(2026, 1, 1, tzinfo=UTC)
     assert pod.deletion_timestamp == datetime(2026, 1, 1, 0, 1, 30, 250000, tzinfo=UTC)
     assert pod.is_deleted
@@ -94,6 +100,7 @@ def test_a_minimal_pod_gets_defaults() -> None:
     assert pod.phase is None
     assert dict(pod.labels) == {}
     assert pod.container_statuses == ()
+    assert pod.restart_policy is None
 
 
 @pytest.mark.parametrize(
@@ -117,6 +124,7 @@ def test_a_minimal_pod_gets_defaults() -> None:
             r"status\.containerStatuses\[4\] is not an object",
         ),
         (lambda p: p["status"].__setitem__("phase", 3), "status.phase"),
+        (lambda p: p["spec"].__setitem__("restartPolicy", ["Never"]), "spec.restartPolicy"),
     ],
 )
 def test_a_malformed_pod_is_skipped_with_a_warning(

@@ -9,14 +9,13 @@ from typing import Any
 import pytest
 from execpods.core import SettingsError
 from execpods.k8s import (
-    ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     KubernetesSettings,
     load_template,
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import IMAGE
+from tests.k8s.conftest import built_executor_pod
 
 SPARK_POD_PROPERTIES = {
     "spark.kubernetes.executor.label.team": "data",
@@ -34,13 +33,7 @@ SPARK_POD_PROPERTIES = {
 
 
 def build(properties: dict[str, str], template: dict[str, Any] | None = None) -> dict[str, Any]:
-    settings = KubernetesSettings.from_properties(
-        {"spark.kubernetes.container.image": IMAGE, **properties}
-    )
-    builder = ExecutorPodTemplateBuilder(
-        settings=settings, namespace="default", template=template or {}
-    )
-    return builder.build(executor_id=3, app_id="app")
+    return built_executor_pod(properties, template, executor_id=3)
 
 
 def test_every_property_lands_where_spark_puts_it() -> None:

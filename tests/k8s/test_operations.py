@@ -204,5 +204,13 @@ def test_creation_errors_reach_the_core_allocator_typed(
     clock.advance(allocator.pod_creation_timeout + 1)
     allocator.on_new_snapshots([store.current_snapshot])
     writes = _writes(sim)
-    assert writes[6] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (4,5,6)")
+    # Executor 4's create is confirmed lost by reading it back (one list of that id) instead of
+    # being deleted blind; 5 and 6, created but never seen, are deleted; three replacements follow.
+    confirm = [
+        r
+        for r in sim.requests()
+        if r.verb == "list" and "spark-exec-id" in r.query.get("labelSelector", "")
+    ]
+    assert [r.query["labelSelector"] for r in confirm] == [f"{APP_SELECTOR},spark-exec-id in (4)"]
+    assert writes[6] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (5,6)")
     assert writes[7:] == [("create", 201, "")] * 3

@@ -5,8 +5,15 @@ from __future__ import annotations
 import logging
 
 import pytest
-from execpods.core import CoreSettings, DeterministicScheduler, PodState
-from execpods.k8s import ApiGateway, KubernetesPodOperations, KubernetesSettings, PollSource
+from execpods.core import (
+    SPARK_LABELS,
+    CoreSettings,
+    DeterministicScheduler,
+    ExecutorPod,
+    ExecutorState,
+    PodSelector,
+)
+from execpods.k8s import ApiGateway, KubernetesPodOperations, PollSource
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod, mislabelled_executor_pods
@@ -25,14 +32,11 @@ def started(
     store: RecordingStore,
     operations: KubernetesPodOperations,
     *,
-    settings: KubernetesSettings | None = None,
     core_settings: CoreSettings | None = None,
 ) -> tuple[PollSource, DeterministicScheduler]:
     """A poll source started on a scheduler the test ticks."""
     scheduler = DeterministicScheduler()
-    source = PollSource(
-        store, operations, settings=settings, core_settings=core_settings, scheduler=scheduler
-    )
+    source = PollSource(store, operations, core_settings=core_settings, scheduler=scheduler)
     source.start(APP_ID)
     return source, scheduler
 
@@ -49,7 +53,10 @@ def test_items_returned_by_the_api_are_pushed_to_the_store(
     (listed,) = store.replacements
     assert sorted(p.name for p in listed) == [f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"]
     snapshot = store.current_snapshot
-    assert {i: s.state for i, s in snapshot.items()} == {1: PodState.RUNNING, 2: PodState.RUNNING}
+    assert {i: s.state for i, s in snapshot.items()} == {
+        1: ExecutorState.RUNNING,
+        2: ExecutorState.RUNNING,
+    }
     scheduler.tick(INTERVAL)
     assert len(store.replacements) == 2
     source.stop()
@@ -85,17 +92,82 @@ def test_a_failed_list_is_logged_and_retried(
     source.stop()
 
 
-def test_poll_from_cache_lists_at_version_zero(
+def test_spark_36334_pod_listing_with_resource_version(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
-    source, scheduler = started(
-        store, operations, settings=KubernetesSettings(poll_from_cache=True)
-    )
+    core = CoreSettings(enable_polling_with_resource_version=True)
+    source, scheduler = started(store, operations, core_settings=core)
     scheduler.tick(INTERVAL)
     (request,) = sim.requests()
     assert request.verb == "list"
     assert request.query["resourceVersion"] == "0"
     assert "spark-app-selector=spark-app-1" in request.query["labelSelector"]
+    source.stop()
+
+
+def test_without_resource_version_polling_lists_are_quorum_reads(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    source, scheduler = started(store, operations)
+    scheduler.tick(INTERVAL)
+    (request,) = sim.requests()
+    assert "resourceVersion" not in request.query
+    source.stop()
+
+
+def test_inactive_pods_are_left_out_of_the_list(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    running_executors(sim, 1, 2)
+    operations.patch_labels(f"{APP_ID}-exec-2", {"spark-exec-inactive": "true"})
+    source, scheduler = started(store, operations)
+    scheduler.tick(INTERVAL)
+    (request,) = [r for r in sim.requests() if r.verb == "list"]
+    assert "spark-exec-inactive!=true" in request.query["labelSelector"]
+    (listed,) = store.replacements
+    assert [p.name for p in listed] == [f"{APP_ID}-exec-1"]
+    source.stop()
+
+
+class _ReplayingOperations(KubernetesPodOperations):
+    """The real operations, except that the next list answers with one recorded earlier: what a
+    lagging API server cache can do with resourceVersion=0."""
+
+    replay: tuple[list[ExecutorPod], str | None] | None = None
+
+    def list_with_version(
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        resource_version: str | None = None,
+    ) -> tuple[list[ExecutorPod], str | None]:
+        if self.replay is not None:
+            replayed, self.replay = self.replay, None
+            return replayed
+        return super().list_with_version(
+            label_selector, field_selector, resource_version=resource_version
+        )
+
+
+def test_a_list_older_than_the_last_one_applied_is_ignored(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    running_executors(sim, 1)
+    replaying = _ReplayingOperations(operations.gateway)
+    selector = PodSelector.active_executors_of(SPARK_LABELS, APP_ID).label_selector()
+    old = replaying.list_with_version(selector, resource_version="0")
+    running_executors(sim, 2)
+    core = CoreSettings(enable_polling_with_resource_version=True)
+    source, scheduler = started(store, replaying, core_settings=core)
+    scheduler.tick(INTERVAL)
+    assert {p.name for p in store.replacements[-1]} == {f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"}
+    replaying.replay = old
+    scheduler.tick(INTERVAL)
+    assert len(store.replacements) == 1, "the older list must not move the snapshot back"
+    assert source.stale == 1
+    scheduler.tick(INTERVAL)
+    assert len(store.replacements) == 2
     source.stop()
 
 

@@ -32,7 +32,6 @@ def test_defaults() -> None:
     assert settings.watch_timeout == 300.0
     assert settings.request_timeout == 30.0
     assert (settings.backoff_initial, settings.backoff_max) == (0.5, 30.0)
-    assert settings.poll_from_cache is False
     assert settings.executor_memory_mib == 1024
     assert settings.memory_overhead == 384
     assert settings.pod_memory_mib == 1408
@@ -51,7 +50,6 @@ def test_properties_are_read_with_spark_names() -> None:
             "spark.kubernetes.executor.limit.cores": "4",
             "spark.executor.memory": "8g",
             "execpods.kubernetes.watchTimeout": "1min",
-            "execpods.kubernetes.pollFromCache": "true",
             "spark.executorEnv.JAVA_HOME": "/opt/java",
             "spark.unrelated": "x",
         }
@@ -64,7 +62,6 @@ def test_properties_are_read_with_spark_names() -> None:
     assert settings.executor_memory_mib == 8192
     assert settings.memory_overhead == 819  # 10% of 8 GiB, above the 384 MiB minimum
     assert settings.watch_timeout == 60.0
-    assert settings.poll_from_cache is True
     assert dict(settings.executor_env) == {"JAVA_HOME": "/opt/java"}
     assert is_known_key("spark.executorEnv.X")
     assert not is_known_key("spark.unrelated")
@@ -90,7 +87,6 @@ def test_memory_sizes(text: str, mib: int) -> None:
         ("spark.kubernetes.executor.request.cores", "two"),
         ("execpods.kubernetes.watchTimeout", "0s"),
         ("execpods.kubernetes.requestTimeout", "soon"),
-        ("execpods.kubernetes.pollFromCache", "maybe"),
         ("execpods.kubernetes.apiUrl", "localhost:6443"),
         ("execpods.kubernetes.backoffMax", "1ms"),
         ("spark.executorEnv.1BAD", "x"),

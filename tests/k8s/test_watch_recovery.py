@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from execpods.core import PodState
+from execpods.core import ExecutorState
 from execpods.k8s import (
     ApiGateway,
     KubernetesPodOperations,
@@ -91,7 +91,7 @@ def test_a_watch_answered_too_large_relists_instead_of_asking_again(
         assert store.wait_for(lambda s: len(s.replacements) >= 2)  # listed again from scratch
         assert source.stats.too_large == 1
         assert source.stats.failures == 0  # not an outage to wait out
-        assert state_of(store.current_snapshot, 1) is PodState.RUNNING
+        assert state_of(store.current_snapshot, 1) is ExecutorState.RUNNING
     finally:
         source.stop()
         client.close()

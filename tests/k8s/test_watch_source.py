@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
-from execpods.core import CoreSettings, ExecutorPod, ExecutorPodsSnapshot, PodState
+from execpods.core import CoreSettings, ExecutorPod, ExecutorPodsSnapshot, ExecutorState
 from execpods.k8s import (
     ApiGateway,
     EventWaiter,
@@ -101,9 +101,9 @@ class SignallingWaiter(EventWaiter):
         return super().wait(seconds)
 
 
-def state_of(snapshot: ExecutorPodsSnapshot, executor_id: int) -> PodState | None:
-    state = snapshot.get(executor_id)
-    return None if state is None else state.state
+def state_of(snapshot: ExecutorPodsSnapshot, executor_id: int) -> ExecutorState | None:
+    observed = snapshot.get(executor_id)
+    return None if observed is None else observed.state
 
 
 def name(executor_id: int) -> str:
@@ -151,7 +151,10 @@ def test_watch_events_are_pushed_to_the_store_as_updates(
     sim.create_pod(executor_pod(2))
     sim.run_until_idle()  # both scheduled and running: ADDED, then MODIFIED events
     assert store.wait_snapshot(
-        lambda s: {i: p.state for i, p in s.items()} == {1: PodState.RUNNING, 2: PodState.RUNNING}
+        lambda s: (
+            {i: p.state for i, p in s.items()}
+            == {1: ExecutorState.RUNNING, 2: ExecutorState.RUNNING}
+        )
     )
     assert {p.name for p in store.updates} == {name(1), name(2)}
     assert store.replacements == [[]]  # the initial list
@@ -203,7 +206,7 @@ def test_a_410_mid_stream_relists_without_losing_an_update(
     sim.expire_next(1)  # the resumed watch is refused too: the loop must re-list
     sim.expire_watches()  # ERROR 410 on the open stream
     sim.fail_pod(name(1), exit_code=3)  # an update that no watch stream carries
-    assert store.wait_snapshot(lambda s: state_of(s, 1) is PodState.FAILED)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.FAILED)
     assert sim.wait_for_watchers(1, 10)
     assert source.stats.expired >= 1
     assert source.stats.lists >= 2
@@ -355,7 +358,40 @@ def test_deleted_events_mark_the_executor_deleted(
     sim.create_pod(executor_pod(1))  # pending, unscheduled: deleted at once, no grace
     source = start_watch(sim, operations, store)
     sim.delete_pod(name(1))
-    assert store.wait_snapshot(lambda s: state_of(s, 1) is PodState.DELETED)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.DELETED)
+    source.stop()
+
+
+def test_spark_31125_a_pod_deleted_gracefully_is_terminating_then_deleted(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.run_until_idle()
+    source = start_watch(sim, operations, store)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.RUNNING)
+    sim.delete_pod(name(1))  # graceful: marked, still Running while it stops
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.TERMINATING)
+    # Force-deleted while still reading Running: the DELETED event says it is gone.
+    sim.delete_pod(name(1), grace_period=0)
+    assert store.wait_snapshot(lambda s: state_of(s, 1) is ExecutorState.DELETED)
+    source.stop()
+
+
+def test_inactive_pods_leave_the_watch(
+    sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
+) -> None:
+    sim.create_pod(executor_pod(1))
+    sim.create_pod(executor_pod(2))
+    sim.run_until_idle()
+    source = start_watch(sim, operations, store)
+    assert store.wait_snapshot(lambda s: len(s) == 2)
+    operations.patch_labels(name(2), {"spark-exec-inactive": "true"})
+    # The pod left the watch's selection: it arrives as a deletion that carries the label.
+    assert store.wait_snapshot(lambda s: state_of(s, 2) is ExecutorState.DELETED)
+    last = store.current_snapshot.executor_pods[2].pod
+    assert last.labels["spark-exec-inactive"] == "true"
+    watches = [r for r in sim.requests() if r.verb in ("list", "watch")]
+    assert all("spark-exec-inactive!=true" in r.query["labelSelector"] for r in watches)
     source.stop()
 
 
@@ -466,13 +502,13 @@ def test_a_malformed_pod_in_the_stream_is_skipped_and_the_stream_continues(
     try:
         with caplog.at_level(logging.WARNING, logger="execpods.k8s"):
             source.start(APP_ID)
-            assert store.wait_snapshot(lambda s: state_of(s, 2) is PodState.FAILED)
+            assert store.wait_snapshot(lambda s: state_of(s, 2) is ExecutorState.FAILED)
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert any(name(1) in m and "status.phase" in m for m in warnings), warnings
         assert any("metadata.name" in m for m in warnings), warnings
         assert source.stats.failures == 0  # skipped, not a broken stream
         assert source.stats.events == 1
-        assert state_of(store.current_snapshot, 1) is PodState.RUNNING  # its last good state
+        assert state_of(store.current_snapshot, 1) is ExecutorState.RUNNING  # its last good state
         assert server.watches[0] == "10"
         assert source.resource_version == "12"  # the version of the last good event
     finally:

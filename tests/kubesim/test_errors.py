@@ -88,7 +88,7 @@ MALFORMED: list[tuple[str, tuple[str, bytes], int]] = [
     ("json patch not a list", req("PATCH", POD, b'{"op":"add"}', JSONP), 400),
     ("unknown patch type", req("PATCH", POD, b"{}", "application/xml"), 415),
     ("missing pod", req("GET", f"{PODS}/missing"), 404),
-    ("unknown path", req("GET", "/api/v1/services"), 404),
+    ("unknown path", req("GET", "/api/v1/replicationcontrollers"), 404),
     ("write to discovery", req("POST", "/api/v1"), 405),
     ("unknown method", req("OPTIONS", PODS), 405),
     ("malformed request line", ("NONSENSE", b""), 400),

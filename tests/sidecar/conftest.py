@@ -60,13 +60,20 @@ def sim() -> Iterator[KubeSim]:
         yield simulator
 
 
+SidecarOnFactory = Callable[..., EmbeddedSidecar]
+
+
 @pytest.fixture
-def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
-    """Start sidecars on `sim`: `make_sidecar(app_id, conf={...})`; all stopped at the end."""
+def make_sidecar_on() -> Iterator[SidecarOnFactory]:
+    """Start sidecars on a given simulator: `make_sidecar_on(sim, app_id, conf={...})`."""
     started: list[EmbeddedSidecar] = []
 
     def make(
-        app_id: str = "test-app", *, clock: Any = None, conf: dict[str, str] | None = None
+        sim: KubeSim,
+        app_id: str = "test-app",
+        *,
+        clock: Any = None,
+        conf: dict[str, str] | None = None,
     ) -> EmbeddedSidecar:
         props = simulator_properties(
             sim.url,
@@ -86,6 +93,18 @@ def make_sidecar(sim: KubeSim) -> Iterator[SidecarFactory]:
     yield make
     for sidecar in reversed(started):
         sidecar.stop()
+
+
+@pytest.fixture
+def make_sidecar(sim: KubeSim, make_sidecar_on: SidecarOnFactory) -> SidecarFactory:
+    """Start sidecars on `sim`: `make_sidecar(app_id, conf={...})`; all stopped at the end."""
+
+    def make(
+        app_id: str = "test-app", *, clock: Any = None, conf: dict[str, str] | None = None
+    ) -> EmbeddedSidecar:
+        return make_sidecar_on(sim, app_id, clock=clock, conf=conf)
+
+    return make
 
 
 def app_pods(sim: KubeSim, app_id: str) -> list[Pod]:

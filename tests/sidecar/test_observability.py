@@ -241,4 +241,4 @@ def test_json_logs_carry_the_app_id_executor_id_and_reason(sim: KubeSim, tmp_pat
     removals = [line for line in lines if line.get("executor_id") == 1]
     assert removals, lines
     assert removals[0]["reason"]
-    assert "removed" in removals[0]["message"]
+    assert "Removing executor 1" in removals[0]["message"]

@@ -46,11 +46,23 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
         ("registry-a", "registry-b"),
     )
     assert k8s.service_account == "spark"  # the driver's, as the executors have none of their own
+    assert dict(k8s.secrets) == {"etl-credentials": "/etc/etl"}
+    assert dict(k8s.secret_key_refs) == {"DB_PASSWORD": "etl-credentials:password"}
+    assert dict(k8s.volumes) == {
+        "emptyDir.spark-local-dir-1.mount.path": "/data",
+        "emptyDir.spark-local-dir-1.options.medium": "Memory",
+    }
     assert core.initial_executors == 4
     assert (core.batch_size, core.batch_delay) == (10, 1.0)
     assert (core.api_polling_interval, core.event_processing_interval) == (30.0, 1.0)
     assert core.delete_on_termination
     assert (core.enable_api_watcher, core.enable_api_polling) == (True, True)
+    assert core.executor_container_name == "spark-kubernetes-executor"
+    assert core.check_all_containers
+    assert not core.enable_polling_with_resource_version
+    assert (core.missing_pod_detect_delta, core.deleted_executors_cache_timeout) == (30.0, 180.0)
+    assert core.delete_grace_period == 5.0
+    assert (core.max_executor_failures, core.failures_validity_interval) == (10, 3600.0)
 
     records = [r for r in caplog.records if r.name == REVIEW_LOGGER]
     info = [r.getMessage() for r in records if r.levelno == logging.INFO]
@@ -59,10 +71,10 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
     for key in ("spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions"):
         assert key in info[0]
     assert "spark.kubernetes.allocation.batch.size" not in info[0], "read keys are not listed"
+    assert "spark.executor.maxNumFailures" not in info[0]
     assert warnings == [
         "Spark properties execpods does not implement (accepted, ignored): "
-        "spark.kubernetes.executor.rollInterval, "
-        "spark.kubernetes.executor.volumes.emptyDir.spark-local-dir-1.mount.path"
+        "spark.kubernetes.executor.rollInterval"
     ]
 
 

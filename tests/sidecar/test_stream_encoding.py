@@ -12,9 +12,17 @@ from dataclasses import replace
 
 from execpods.client import SnapshotRebuilder
 from execpods.client.convert import executor_from_proto
-from execpods.core import ContainerStatus, ContainerTerminated, ExecutorPod, ExecutorPodsSnapshot
+from execpods.core import (
+    ContainerStatus,
+    ContainerTerminated,
+    ExecutorPod,
+    ExecutorPodsSnapshot,
+    ObservedPod,
+)
+from execpods.core import ExecutorState as CoreExecutorState
 from execpods.core.testing import executor_pod
 from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, encode_state
+from execpods.v1 import allocator_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,3 +100,11 @@ def test_streams_rebuild_the_chain_and_deltas_carry_only_changes(
                     assert before.executors.get(executor_id) != expected[executor_id], (
                         f"executor {executor_id} is unchanged but was sent in a delta"
                     )
+
+
+def test_every_executor_state_has_one_name_in_core_contract_and_client() -> None:
+    # Issue 8 §5: the state is ExecutorState everywhere, TERMINATING included (SPARK-31125).
+    for state in CoreExecutorState:
+        message = encode_state(ObservedPod(state, executor_pod(1)))
+        assert pb.ExecutorState.Name(message.state) == f"STATE_{state.name}"
+        assert executor_from_proto(message).state.name == state.name

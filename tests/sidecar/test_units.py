@@ -37,10 +37,10 @@ def test_first_and_listed_snapshots_are_full_others_carry_only_changes() -> None
     assert [m.full for m in messages] == [True, False, False, True]
     assert sorted(messages[0].executor_pods) == [1, 2]
     assert list(messages[1].executor_pods) == [1]
-    assert messages[1].executor_pods[1].state == pb.ExecutorPodState.STATE_RUNNING
+    assert messages[1].executor_pods[1].state == pb.ExecutorState.STATE_RUNNING
     failed = messages[2].executor_pods[2]
     assert (failed.state, failed.exit_code, failed.message) == (
-        pb.ExecutorPodState.STATE_FAILED,
+        pb.ExecutorState.STATE_FAILED,
         7,
         "Executor failed.",
     )

@@ -7,7 +7,7 @@ server's own, as in the blocking client: `grpc.aio.AioRpcError`, a `grpc.RpcErro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -111,9 +111,17 @@ class AsyncAllocatorClient(Connection):
         registered: Iterable[int] = (),
         released: Iterable[int] = (),
         explicit: bool = False,
+        registered_at_ms: Mapping[int, int] | None = None,
     ) -> frozenset[int]:
-        """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
-        request = update_request(registered, released, explicit=explicit)
+        """Tells the sidecar which executors the driver knows; returns the ones it now knows.
+
+        `registered_at_ms` says when the driver registered executors (ms since the epoch): an
+        executor is reported missing only when a list taken more than
+        `spark.kubernetes.executor.missingPodDetectDelta` later lacks its pod.
+        """
+        request = update_request(
+            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+        )
         response = await self._stub.UpdateDriverExecutors(
             request, timeout=self._timeout, metadata=self._metadata
         )

@@ -17,13 +17,14 @@ from execpods.client.model import (
 )
 from execpods.v1 import allocator_pb2 as pb
 
-_TO_WIRE: Mapping[ExecutorState, pb.ExecutorPodState.State.ValueType] = {
-    ExecutorState.PENDING: pb.ExecutorPodState.STATE_PENDING,
-    ExecutorState.RUNNING: pb.ExecutorPodState.STATE_RUNNING,
-    ExecutorState.SUCCEEDED: pb.ExecutorPodState.STATE_SUCCEEDED,
-    ExecutorState.FAILED: pb.ExecutorPodState.STATE_FAILED,
-    ExecutorState.DELETED: pb.ExecutorPodState.STATE_DELETED,
-    ExecutorState.UNKNOWN: pb.ExecutorPodState.STATE_UNKNOWN,
+_TO_WIRE: Mapping[ExecutorState, pb.ExecutorState.ValueType] = {
+    ExecutorState.PENDING: pb.ExecutorState.STATE_PENDING,
+    ExecutorState.RUNNING: pb.ExecutorState.STATE_RUNNING,
+    ExecutorState.TERMINATING: pb.ExecutorState.STATE_TERMINATING,
+    ExecutorState.SUCCEEDED: pb.ExecutorState.STATE_SUCCEEDED,
+    ExecutorState.FAILED: pb.ExecutorState.STATE_FAILED,
+    ExecutorState.DELETED: pb.ExecutorState.STATE_DELETED,
+    ExecutorState.UNKNOWN: pb.ExecutorState.STATE_UNKNOWN,
 }
 _FROM_WIRE: Mapping[int, ExecutorState] = {wire: state for state, wire in _TO_WIRE.items()}
 
@@ -33,11 +34,11 @@ def state_from_proto(state: int) -> ExecutorState:
     return _FROM_WIRE.get(state, ExecutorState.UNKNOWN)
 
 
-def state_to_proto(state: ExecutorState) -> pb.ExecutorPodState.State.ValueType:
+def state_to_proto(state: ExecutorState) -> pb.ExecutorState.ValueType:
     return _TO_WIRE[state]
 
 
-def executor_from_proto(message: pb.ExecutorPodState) -> ExecutorView:
+def executor_from_proto(message: pb.ObservedPod) -> ExecutorView:
     return ExecutorView(
         state=state_from_proto(message.state),
         pod_name=message.pod_name,
@@ -52,9 +53,9 @@ def executor_from_proto(message: pb.ExecutorPodState) -> ExecutorView:
     )
 
 
-def executor_to_proto(view: ExecutorView) -> pb.ExecutorPodState:
+def executor_to_proto(view: ExecutorView) -> pb.ObservedPod:
     """The wire form of `view`, for servers and test servicers that speak the contract."""
-    message = pb.ExecutorPodState(
+    message = pb.ObservedPod(
         state=state_to_proto(view.state),
         pod_name=view.pod_name,
         phase=view.phase,
@@ -87,6 +88,7 @@ def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:
         exit_code=message.exit_code,
         exit_caused_by_app=message.exit_caused_by_app,
         message=message.message,
+        killed_by_driver=message.killed_by_driver,
     )
 
 
@@ -96,6 +98,7 @@ def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
         exit_code=removal.exit_code,
         exit_caused_by_app=removal.exit_caused_by_app,
         message=removal.message,
+        killed_by_driver=removal.killed_by_driver,
     )
 
 
@@ -116,10 +119,17 @@ def kill_request(executor_ids: Iterable[int | str]) -> pb.KillExecutorsRequest:
 
 
 def update_request(
-    registered: Iterable[int], released: Iterable[int], *, explicit: bool
+    registered: Iterable[int],
+    released: Iterable[int],
+    *,
+    explicit: bool,
+    registered_at_ms: Mapping[int, int] | None = None,
 ) -> pb.UpdateDriverExecutorsRequest:
     return pb.UpdateDriverExecutorsRequest(
-        registered=list(registered), released=list(released), explicit=explicit
+        registered=list(registered),
+        released=list(released),
+        explicit=explicit,
+        registered_at_ms=dict(registered_at_ms or {}),
     )
 
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 
 class ExecutorState(enum.Enum):
-    """An executor pod's state, as the sidecar classified it (the wire's `ExecutorPodState.State`).
+    """An executor pod's state, as the sidecar classified it (`ExecutorState` on the wire too).
 
     `UNKNOWN` also stands for a state this client does not know (an unspecified or newer value), so
     that a newer server never breaks an older driver.
@@ -23,6 +23,8 @@ class ExecutorState(enum.Enum):
 
     PENDING = "pending"
     RUNNING = "running"
+    TERMINATING = "terminating"
+    """Being deleted while it still runs: shutting down gracefully, not gone yet (SPARK-31125)."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DELETED = "deleted"
@@ -95,6 +97,8 @@ class ExecutorRemoval:
     exit_code: int
     exit_caused_by_app: bool
     message: str
+    killed_by_driver: bool = False
+    """The driver asked for it to go (`kill_executors`): expected, never a failure."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +110,9 @@ class StreamUpdate:
 
     snapshots: tuple[Snapshot, ...] = ()
     removed: tuple[ExecutorRemoval, ...] = ()
+    application_failure: str = ""
+    """Set once, when too many executors failed (`spark.executor.maxNumFailures`): the sidecar
+    stopped allocating, and the application should fail; says why."""
 
     @property
     def latest(self) -> Snapshot | None:

@@ -58,4 +58,5 @@ class SnapshotRebuilder:
         return StreamUpdate(
             snapshots=tuple(self.apply_snapshot(s) for s in message.snapshots),
             removed=tuple(removal_from_proto(r) for r in message.removed_executors),
+            application_failure=message.application_failure,
         )

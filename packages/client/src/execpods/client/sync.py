@@ -8,7 +8,7 @@ contract says the sidecar decided.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -112,9 +112,17 @@ class AllocatorClient(Connection):
         registered: Iterable[int] = (),
         released: Iterable[int] = (),
         explicit: bool = False,
+        registered_at_ms: Mapping[int, int] | None = None,
     ) -> frozenset[int]:
-        """Tells the sidecar which executors the driver knows; returns the ones it now knows."""
-        request = update_request(registered, released, explicit=explicit)
+        """Tells the sidecar which executors the driver knows; returns the ones it now knows.
+
+        `registered_at_ms` says when the driver registered executors (ms since the epoch): an
+        executor is reported missing only when a list taken more than
+        `spark.kubernetes.executor.missingPodDetectDelta` later lacks its pod.
+        """
+        request = update_request(
+            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+        )
         response = self._stub.UpdateDriverExecutors(
             request, timeout=self._timeout, metadata=self._metadata
         )

@@ -26,6 +26,56 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ExecutorState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExecutorStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecutorState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    STATE_UNSPECIFIED: _ExecutorState.ValueType  # 0
+    STATE_PENDING: _ExecutorState.ValueType  # 1
+    """Not yet running (scheduling, pulling the image, starting containers)."""
+    STATE_RUNNING: _ExecutorState.ValueType  # 2
+    STATE_SUCCEEDED: _ExecutorState.ValueType  # 3
+    """The pod phase Succeeded, or the executor container exited 0 while the pod still runs."""
+    STATE_FAILED: _ExecutorState.ValueType  # 4
+    """The pod phase Failed, or the executor container (with
+    spark.kubernetes.executor.checkAllContainers and restartPolicy Never, any container) exited
+    non-zero while the pod still runs.
+    """
+    STATE_DELETED: _ExecutorState.ValueType  # 5
+    """The pod is gone (a DELETED event), or has a deletion timestamp and no longer runs."""
+    STATE_UNKNOWN: _ExecutorState.ValueType  # 6
+    """The API reported a phase execpods does not know."""
+    STATE_TERMINATING: _ExecutorState.ValueType  # 7
+    """The pod has a deletion timestamp but still runs: its executor is shutting down gracefully
+    (SPARK-31125). Not final: it becomes DELETED (or FAILED/SUCCEEDED) when it stops.
+    """
+
+class ExecutorState(_ExecutorState, metaclass=_ExecutorStateEnumTypeWrapper):
+    """An executor's state, as the sidecar classified its pod (the cases of Spark's ExecutorPodState)."""
+
+STATE_UNSPECIFIED: ExecutorState.ValueType  # 0
+STATE_PENDING: ExecutorState.ValueType  # 1
+"""Not yet running (scheduling, pulling the image, starting containers)."""
+STATE_RUNNING: ExecutorState.ValueType  # 2
+STATE_SUCCEEDED: ExecutorState.ValueType  # 3
+"""The pod phase Succeeded, or the executor container exited 0 while the pod still runs."""
+STATE_FAILED: ExecutorState.ValueType  # 4
+"""The pod phase Failed, or the executor container (with
+spark.kubernetes.executor.checkAllContainers and restartPolicy Never, any container) exited
+non-zero while the pod still runs.
+"""
+STATE_DELETED: ExecutorState.ValueType  # 5
+"""The pod is gone (a DELETED event), or has a deletion timestamp and no longer runs."""
+STATE_UNKNOWN: ExecutorState.ValueType  # 6
+"""The API reported a phase execpods does not know."""
+STATE_TERMINATING: ExecutorState.ValueType  # 7
+"""The pod has a deletion timestamp but still runs: its executor is shutting down gracefully
+(SPARK-31125). Not final: it becomes DELETED (or FAILED/SUCCEEDED) when it stops.
+"""
+Global___ExecutorState: _TypeAlias = ExecutorState  # noqa: Y015
+
 @_typing.final
 class RequestTotalRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -279,6 +329,12 @@ class StreamSnapshotsResponse(_message.Message):
     SNAPSHOTS_FIELD_NUMBER: _builtins.int
     REMOVED_EXECUTORS_FIELD_NUMBER: _builtins.int
     ALLOCATOR_NOTICES_FIELD_NUMBER: _builtins.int
+    APPLICATION_FAILURE_FIELD_NUMBER: _builtins.int
+    application_failure: _builtins.str
+    """Set once, when more than spark.executor.maxNumFailures executors failed within
+    spark.executor.failuresValidityInterval: the sidecar stopped allocating executors, and the
+    application should fail. Says how many failed and the limit.
+    """
     @_builtins.property
     def snapshots(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutorPodsSnapshot]:
         """The snapshots produced since the previous message, oldest first. The first message of a
@@ -301,10 +357,11 @@ class StreamSnapshotsResponse(_message.Message):
         snapshots: _abc.Iterable[Global___ExecutorPodsSnapshot] | None = ...,
         removed_executors: _abc.Iterable[Global___ExecutorRemoved] | None = ...,
         allocator_notices: _abc.Iterable[Global___AllocatorNotice] | None = ...,
+        application_failure: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocator_notices", b"allocator_notices", "removed_executors", b"removed_executors", "snapshots", b"snapshots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocator_notices", b"allocator_notices", "application_failure", b"application_failure", "removed_executors", b"removed_executors", "snapshots", b"snapshots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -391,12 +448,12 @@ class ExecutorPodsSnapshot(_message.Message):
         VALUE_FIELD_NUMBER: _builtins.int
         key: _builtins.int
         @_builtins.property
-        def value(self) -> Global___ExecutorPodState: ...
+        def value(self) -> Global___ObservedPod: ...
         def __init__(
             self,
             *,
             key: _builtins.int = ...,
-            value: Global___ExecutorPodState | None = ...,
+            value: Global___ObservedPod | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -414,7 +471,7 @@ class ExecutorPodsSnapshot(_message.Message):
     from a full list of the pods.
     """
     @_builtins.property
-    def executor_pods(self) -> _containers.MessageMap[_builtins.int, Global___ExecutorPodState]:
+    def executor_pods(self) -> _containers.MessageMap[_builtins.int, Global___ObservedPod]:
         """Executor id to state. When `full` is true this is every executor of the snapshot; otherwise
         it holds only the executors whose state changed since the previous snapshot of this stream,
         and every other executor keeps its previous state (a delta never removes executors).
@@ -423,7 +480,7 @@ class ExecutorPodsSnapshot(_message.Message):
     def __init__(
         self,
         *,
-        executor_pods: _abc.Mapping[_builtins.int, Global___ExecutorPodState] | None = ...,
+        executor_pods: _abc.Mapping[_builtins.int, Global___ObservedPod] | None = ...,
         full_snapshot_ts_ms: _builtins.int = ...,
         full: _builtins.bool = ...,
     ) -> None: ...
@@ -436,35 +493,10 @@ class ExecutorPodsSnapshot(_message.Message):
 Global___ExecutorPodsSnapshot: _TypeAlias = ExecutorPodsSnapshot  # noqa: Y015
 
 @_typing.final
-class ExecutorPodState(_message.Message):
+class ObservedPod(_message.Message):
+    """One executor's pod as of one snapshot: its state and the pod fields a driver reads."""
+
     DESCRIPTOR: _descriptor.Descriptor
-
-    class _State:
-        ValueType = _typing.NewType("ValueType", _builtins.int)
-        V: _TypeAlias = ValueType  # noqa: Y015
-
-    class _StateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ExecutorPodState._State.ValueType], _builtins.type):
-        DESCRIPTOR: _descriptor.EnumDescriptor
-        STATE_UNSPECIFIED: ExecutorPodState._State.ValueType  # 0
-        STATE_PENDING: ExecutorPodState._State.ValueType  # 1
-        STATE_RUNNING: ExecutorPodState._State.ValueType  # 2
-        STATE_SUCCEEDED: ExecutorPodState._State.ValueType  # 3
-        STATE_FAILED: ExecutorPodState._State.ValueType  # 4
-        STATE_DELETED: ExecutorPodState._State.ValueType  # 5
-        """The pod is being deleted or is gone (it had a deletion timestamp, or a DELETED event)."""
-        STATE_UNKNOWN: ExecutorPodState._State.ValueType  # 6
-        """The API reported a phase execpods does not know."""
-
-    class State(_State, metaclass=_StateEnumTypeWrapper): ...
-    STATE_UNSPECIFIED: ExecutorPodState.State.ValueType  # 0
-    STATE_PENDING: ExecutorPodState.State.ValueType  # 1
-    STATE_RUNNING: ExecutorPodState.State.ValueType  # 2
-    STATE_SUCCEEDED: ExecutorPodState.State.ValueType  # 3
-    STATE_FAILED: ExecutorPodState.State.ValueType  # 4
-    STATE_DELETED: ExecutorPodState.State.ValueType  # 5
-    """The pod is being deleted or is gone (it had a deletion timestamp, or a DELETED event)."""
-    STATE_UNKNOWN: ExecutorPodState.State.ValueType  # 6
-    """The API reported a phase execpods does not know."""
 
     STATE_FIELD_NUMBER: _builtins.int
     POD_NAME_FIELD_NUMBER: _builtins.int
@@ -475,7 +507,7 @@ class ExecutorPodState(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     POD_IP_FIELD_NUMBER: _builtins.int
     CONTAINER_REASON_FIELD_NUMBER: _builtins.int
-    state: Global___ExecutorPodState.State.ValueType
+    state: Global___ExecutorState.ValueType
     pod_name: _builtins.str
     """The executor's pod name."""
     phase: _builtins.str
@@ -495,7 +527,7 @@ class ExecutorPodState(_message.Message):
     def __init__(
         self,
         *,
-        state: Global___ExecutorPodState.State.ValueType = ...,
+        state: Global___ExecutorState.ValueType = ...,
         pod_name: _builtins.str = ...,
         phase: _builtins.str = ...,
         exit_code: _builtins.int | None = ...,
@@ -513,7 +545,7 @@ class ExecutorPodState(_message.Message):
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_code) -> _WhichOneofReturnType__exit_code | None: ...
 
-Global___ExecutorPodState: _TypeAlias = ExecutorPodState  # noqa: Y015
+Global___ObservedPod: _TypeAlias = ObservedPod  # noqa: Y015
 
 @_typing.final
 class ExecutorRemoved(_message.Message):
@@ -523,6 +555,7 @@ class ExecutorRemoved(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     EXIT_CAUSED_BY_APP_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    KILLED_BY_DRIVER_FIELD_NUMBER: _builtins.int
     executor_id: _builtins.int
     exit_code: _builtins.int
     """The executor container's exit code; -1 when unknown (for example a pod that vanished)."""
@@ -532,6 +565,10 @@ class ExecutorRemoved(_message.Message):
     """
     message: _builtins.str
     """A human-readable explanation, with the API's reason, message and container statuses."""
+    killed_by_driver: _builtins.bool
+    """True when the driver asked for this executor to go (KillExecutors): an expected exit, never
+    counted as a failure. The driver hears of each killed executor once.
+    """
     def __init__(
         self,
         *,
@@ -539,10 +576,11 @@ class ExecutorRemoved(_message.Message):
         exit_code: _builtins.int = ...,
         exit_caused_by_app: _builtins.bool = ...,
         message: _builtins.str = ...,
+        killed_by_driver: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_id", b"executor_id", "exit_caused_by_app", b"exit_caused_by_app", "exit_code", b"exit_code", "message", b"message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_id", b"executor_id", "exit_caused_by_app", b"exit_caused_by_app", "exit_code", b"exit_code", "killed_by_driver", b"killed_by_driver", "message", b"message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -552,9 +590,30 @@ Global___ExecutorRemoved: _TypeAlias = ExecutorRemoved  # noqa: Y015
 class UpdateDriverExecutorsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class RegisteredAtMsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REGISTERED_FIELD_NUMBER: _builtins.int
     RELEASED_FIELD_NUMBER: _builtins.int
     EXPLICIT_FIELD_NUMBER: _builtins.int
+    REGISTERED_AT_MS_FIELD_NUMBER: _builtins.int
     explicit: _builtins.bool
     """When true, the known executors are exactly those the driver registered (and did not see
     removed), and the sidecar stops inferring them from running pods.
@@ -569,16 +628,25 @@ class UpdateDriverExecutorsRequest(_message.Message):
         "active", so their exit is expected rather than surprising.
         """
 
+    @_builtins.property
+    def registered_at_ms(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """When the driver registered each executor (ms since the epoch), for executors in `registered`
+        or registered earlier. A missing executor is reported only when a full list taken more than
+        spark.kubernetes.executor.missingPodDetectDelta after its registration lacks its pod; an
+        executor without a time here counts as registered when the sidecar first learnt of it.
+        """
+
     def __init__(
         self,
         *,
         registered: _abc.Iterable[_builtins.int] | None = ...,
         released: _abc.Iterable[_builtins.int] | None = ...,
         explicit: _builtins.bool = ...,
+        registered_at_ms: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["explicit", b"explicit", "registered", b"registered", "released", b"released"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["explicit", b"explicit", "registered", b"registered", "registered_at_ms", b"registered_at_ms", "released", b"released"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -29,8 +29,9 @@ from execpods.core.errors import (
     PodOperationError,
     SettingsError,
 )
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager, exit_reason
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager, describe_exit_code, exit_reason
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
@@ -65,10 +66,20 @@ from execpods.core.scheduling import (
 from execpods.core.settingkit import SettingsBase, SettingSpec, parse_duration, unknown_keys
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import ExecutorPodState, PodState, classify
+from execpods.core.states import (
+    DEFAULT_CLASSIFIER,
+    ExecutorState,
+    ObservedPod,
+    PodClassifier,
+    classify,
+)
 from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
 
 __all__ = [
+    "DEFAULT_CLASSIFIER",
+    "ExecutorFailureTracker",
+    "PodClassifier",
+    "describe_exit_code",
     "AllocatorNotice",
     "AllocatorStats",
     "CreateRunner",
@@ -102,7 +113,7 @@ __all__ = [
     "ExecutorLabels",
     "ExecutorPod",
     "ExecutorPodBuilder",
-    "ExecutorPodState",
+    "ObservedPod",
     "ExecutorPodsAllocator",
     "ExecutorPodsBackend",
     "ExecutorPodsLifecycleManager",
@@ -120,7 +131,7 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
-    "PodState",
+    "ExecutorState",
     "Scheduler",
     "SettingSpec",
     "SettingsBase",

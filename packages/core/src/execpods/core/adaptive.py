@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from execpods.core.pods import ContainerWaiting
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import ExecutorPodState, PodState
+from execpods.core.states import ExecutorState, ObservedPod
 
 ROUND_SECONDS = 5
 """A round may hold up to this many batch delays' worth of rate-limited creates."""
@@ -95,11 +95,11 @@ class AdaptiveBatch:
             self._step = max(1, self._step // 2)
 
 
-def start_failed(state: ExecutorPodState) -> bool:
+def start_failed(observed: ObservedPod) -> bool:
     """Whether a pod shows that its executor could not start (not a failure after running)."""
-    if state.state is PodState.FAILED:
+    if observed.state is ExecutorState.FAILED:
         return True
-    container = state.pod.executor_container()
+    container = observed.executor_container()
     if container is None or not isinstance(container.state, ContainerWaiting):
         return False
     return container.state.reason in START_FAILURE_REASONS
@@ -125,13 +125,13 @@ class StartTracker:
         """
         failures = 0
         for executor_id in list(self._waiting):
-            state = snapshot.get(executor_id)
-            if state is None:
+            observed = snapshot.get(executor_id)
+            if observed is None:
                 continue
-            if start_failed(state):
+            if start_failed(observed):
                 self._waiting.discard(executor_id)
                 failures += 1
-            elif state.state is not PodState.PENDING:
+            elif observed.state is not ExecutorState.PENDING:
                 self._waiting.discard(executor_id)
         return failures
 

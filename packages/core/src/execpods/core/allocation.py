@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 
 T = TypeVar("T")
 
@@ -40,11 +40,11 @@ class ExecutorCounts:
     @classmethod
     def of(cls, snapshot: ExecutorPodsSnapshot) -> ExecutorCounts:
         running = pending = 0
-        for state in snapshot.executor_pods.values():
-            kind = state.state
-            if kind is PodState.RUNNING:
+        for observed in snapshot.executor_pods.values():
+            kind = observed.state
+            if kind is ExecutorState.RUNNING:
                 running += 1
-            elif kind is PodState.PENDING:
+            elif kind is ExecutorState.PENDING:
                 pending += 1
         return cls(running=running, pending=pending)
 

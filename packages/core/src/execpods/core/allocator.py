@@ -19,7 +19,6 @@ batches on (the default) a round grows by slow start while creates and starts go
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import threading
@@ -47,6 +46,7 @@ from execpods.core.creation import (
     classify_create_error,
 )
 from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -58,9 +58,10 @@ from execpods.core.ports import (
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
+from execpods.core.recovery import ExecutorIds, LostCreates, create_skipping_taken_ids, recover
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -106,8 +107,12 @@ class ExecutorPodsAllocator:
         profiles: ResourceProfiles | None = None,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._failures = failure_tracker
+        """Shared with the lifecycle manager: refused and failed creates count as executor
+        failures, and once too many executors failed no more are created."""
         self._labels: ExecutorLabels = settings.labels
         self._builder = pod_builder
         self._pods = pod_operations
@@ -115,8 +120,9 @@ class ExecutorPodsAllocator:
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
         self._runner: CreateRunner = runner if runner is not None else SerialRunner()
-        self._ids = itertools.count(1)
-        self._ids_issued = 0
+        self._ids = ExecutorIds()
+        self._recovered = False
+        self._lost = LostCreates()
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
         self._unseen: dict[int, _Request] = {}
@@ -215,7 +221,7 @@ class ExecutorPodsAllocator:
             throttled=counts["throttled"],
             failed=counts["failed"],
             start_failures=counts["starts"],
-            ids_issued=self._ids_issued,
+            ids_issued=self._ids.issued,
         )
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
@@ -234,7 +240,13 @@ class ExecutorPodsAllocator:
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         if self._app_id is None:
             raise RuntimeError("the allocator was not started")
+        if not self._recovered and not self._recover():
+            return  # nothing is created before the pods already in the cluster are known
         self._forget_seen(snapshots)
+        lost = self._lost.read_back(self._pods, self._labels, self._app_or_fail(), self._unseen)
+        for executor_id in lost:  # their creates failed without an answer and made no pod
+            del self._unseen[executor_id]
+        self._starts.forget(lost)
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         for executor_id in [i for i in self._unseen if i in known]:
             self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
@@ -249,6 +261,16 @@ class ExecutorPodsAllocator:
         pending_unknown = sum(len(s.pending_unknown) for s in states)
         with self._lock:
             self._outstanding = pending_unknown + len(self._unseen)
+
+    def _recover(self) -> bool:
+        """Before the first create, adopt the pods in the cluster (`recovery.py`)."""
+        adoption = recover(self._pods, self._labels, self._app_or_fail())
+        if adoption is not None:
+            now = self._clock.monotonic()
+            self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
+            self._ids.continue_above(adoption.highest_id)
+            self._recovered = True
+        return adoption is not None
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Drop the requests any snapshot of the batch shows.
@@ -306,16 +328,16 @@ class ExecutorPodsAllocator:
         pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
         pending_known: dict[int, int] = dict.fromkeys(targets, 0)
         deleted = self._deleted
-        for executor_id, state in self._last_snapshot.executor_pods.items():
-            kind = state.state
-            if (kind is not PodState.RUNNING and kind is not PodState.PENDING) or (
+        for executor_id, observed in self._last_snapshot.executor_pods.items():
+            kind = observed.state
+            if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
                 executor_id in deleted
             ):
                 continue
-            profile_id = profile_id_of(state.pod, self._labels)
+            profile_id = profile_id_of(observed.pod, self._labels)
             if profile_id not in targets:
                 continue
-            if kind is PodState.RUNNING:
+            if kind is ExecutorState.RUNNING:
                 running[profile_id] += 1
             elif executor_id in known:
                 pending_known[profile_id] += 1
@@ -411,6 +433,8 @@ class ExecutorPodsAllocator:
         return batch
 
     def _scale_up(self, states: list[ProfileState]) -> None:
+        if self._failures is not None and self._failures.application_failure is not None:
+            return  # too many executors failed (spark.executor.maxNumFailures): stopped for good
         settings = self._settings
         now = self._clock.monotonic()
         held = {s.profile_id for s in states if self._backoff.wait_for(s.profile_id, now) > 0}
@@ -455,7 +479,7 @@ class ExecutorPodsAllocator:
 
     def _ids_left(self) -> int:
         """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
-        return max(0, self._settings.allocation_maximum - 1 - self._ids_issued)
+        return max(0, self._settings.allocation_maximum - 1 - self._ids.issued)
 
     def _report_maximum(self, profile_id: int, short: int) -> None:
         if self._maximum_reported:
@@ -464,7 +488,7 @@ class ExecutorPodsAllocator:
         maximum = self._settings.allocation_maximum
         message = (
             f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
-            f"{self._ids_issued} executor ids were issued in this application's lifetime and no "
+            f"{self._ids.issued} executor ids were issued in this application's lifetime and no "
             f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
@@ -483,8 +507,7 @@ class ExecutorPodsAllocator:
         for step in batch.steps(count):
             if self._backoff.wait_for(profile_id, self._clock.monotonic()) > 0:
                 return
-            ids = [next(self._ids) for _ in range(step)]
-            self._ids_issued += step
+            ids = [self._ids.next() for _ in range(step)]
             started = self._clock.monotonic()
             outcomes = self._runner.run(
                 [partial(self._create_one, i, profile_id) for i in ids],
@@ -498,16 +521,20 @@ class ExecutorPodsAllocator:
 
     def _create_one(self, executor_id: int, profile_id: int) -> _Outcome:
         """One create (on a runner thread): never raises, the outcome says what happened."""
+        used = [executor_id]
+
+        def fresh_id() -> int:  # after a 409: the id is taken, skip past it at once
+            used.append(self._ids.next())
+            return used[-1]
+
+        build = partial(
+            self._builder.build, app_id=self._app_or_fail(), resource_profile_id=profile_id
+        )
         try:
-            manifest = self._builder.build(
-                executor_id=executor_id,
-                app_id=self._app_or_fail(),
-                resource_profile_id=profile_id,
-            )
-            self._pods.create(manifest)
+            executor_id = create_skipping_taken_ids(self._pods, build, executor_id, fresh_id)
         except PodOperationError as error:
             result = CreateResult.UNKNOWN if error.outcome_unknown else None
-            return _Outcome(executor_id, result or classify_create_error(error), error)
+            return _Outcome(used[-1], result or classify_create_error(error), error)
         except Exception as error:  # a builder bug or a client surprise must not end the round
             logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
             return _Outcome(executor_id, CreateResult.FAILED, error)
@@ -519,6 +546,7 @@ class ExecutorPodsAllocator:
         unknown = [o for o in outcomes if o.result is CreateResult.UNKNOWN]
         for executor_id in created + [o.executor_id for o in unknown]:
             self._unseen[executor_id] = _Request(started, profile_id)
+        self._lost.add(o.executor_id for o in unknown)
         self._starts.created(created)
         self._counts["created"] += len(created)
         if created:
@@ -555,6 +583,10 @@ class ExecutorPodsAllocator:
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"
+        if self._failures is not None and result is not CreateResult.THROTTLED:
+            # Refused or failed creates are executors that will not serve the application;
+            # throttling only paces us, and is not counted.
+            self._failures.register_failures(len(group))
         ids = ",".join(str(o.executor_id) for o in group)
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
         message += f"(executors {ids}; first error {detail})"

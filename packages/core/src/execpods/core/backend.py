@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from execpods.core.allocator import AllocatorStats, ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.creation import NoticeListener
+from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RemovalCallback = Callable[[ExecutorRemoval], None]
+FailureCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,11 +63,17 @@ class AllocationCounts:
 class _Subscriber:
     """One `subscribe` call: its store subscription and its removal callback, cancelled as one."""
 
-    __slots__ = ("_fanout", "on_removal", "store_subscription")
+    __slots__ = ("_fanout", "on_application_failure", "on_removal", "store_subscription")
 
-    def __init__(self, fanout: LifecycleFanout, on_removal: RemovalCallback | None) -> None:
+    def __init__(
+        self,
+        fanout: LifecycleFanout,
+        on_removal: RemovalCallback | None,
+        on_application_failure: FailureCallback | None = None,
+    ) -> None:
         self._fanout = fanout
         self.on_removal = on_removal
+        self.on_application_failure = on_application_failure
         self.store_subscription: Subscription | None = None
 
     def cancel(self) -> None:
@@ -86,10 +94,14 @@ class LifecycleFanout:
         self._observers = tuple(observers)
         self._lock = threading.Lock()
         self._subscribers: tuple[_Subscriber, ...] = ()
+        self._failure: str | None = None
 
     def add(self, subscriber: _Subscriber) -> None:
         with self._lock:
             self._subscribers = (*self._subscribers, subscriber)
+            failure = self._failure
+        if failure is not None and subscriber.on_application_failure is not None:
+            subscriber.on_application_failure(failure)  # a stream opened after the failure
 
     def remove(self, subscriber: _Subscriber) -> None:
         with self._lock:
@@ -119,6 +131,25 @@ class LifecycleFanout:
                 subscriber.on_removal(removal)
             except Exception:
                 logger.exception("A removal subscriber failed on executor %d", removal.executor_id)
+
+    def application_failed(self, message: str) -> None:
+        for observer in self._observers:
+            try:
+                observer.application_failed(message)
+            except Exception:
+                logger.exception(
+                    "Lifecycle observer %r failed on the application's failure", observer
+                )
+        with self._lock:
+            self._failure = message
+            subscribers = self._subscribers
+        for subscriber in subscribers:
+            if subscriber.on_application_failure is None:
+                continue
+            try:
+                subscriber.on_application_failure(message)
+            except Exception:
+                logger.exception("A subscriber failed on the application's failure")
 
 
 class ExecutorPodsBackend:
@@ -151,6 +182,12 @@ class ExecutorPodsBackend:
         self._close = close
         self._fanout = fanout
         self._counted: tuple[ExecutorPodsSnapshot, ExecutorCounts] | None = None
+        self._killer = GracefulKiller(
+            settings=settings,
+            pod_operations=pod_operations,
+            scheduler=request_scheduler,
+            on_killed=lifecycle.executors_killed,
+        )
 
     # Start and stop.
 
@@ -248,14 +285,13 @@ class ExecutorPodsBackend:
         return total
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
-        """Delete these executors' pods with one request; the events drive the rest."""
+        """Delete these executors' pods gracefully (`GracefulKiller`); the events drive the rest."""
         ids = frozenset(executor_ids)
         if not ids:
             done: Future[int] = Future()
             done.set_result(0)
             return done
-        selector = PodSelector.executors_of(self.settings.labels, self.app_id, ids)
-        return self._run_async(lambda: self._pods.delete_by_selector(selector))
+        return self._run_async(lambda: self._killer.kill(self.app_id, ids))
 
     def _run_async(self, action: Callable[[], T]) -> Future[T]:
         """Run `action` on the request scheduler; `RuntimeError` if it is shut down."""
@@ -299,14 +335,17 @@ class ExecutorPodsBackend:
         on_snapshots: SnapshotsCallback,
         *,
         on_removal: RemovalCallback | None = None,
+        on_application_failure: FailureCallback | None = None,
     ) -> Subscription:
         """`on_snapshots` gets the current snapshot, then every `interval` s the ones since;
-        `on_removal` gets every later removal the lifecycle manager decides.
+        `on_removal` gets every later removal the lifecycle manager decides;
+        `on_application_failure` gets the reason once too many executors failed (at once, when
+        that happened before this call).
 
         Both stop when the returned subscription is cancelled. Raises `RuntimeError` once the
         backend has stopped.
         """
-        subscriber = _Subscriber(self._fanout, on_removal)
+        subscriber = _Subscriber(self._fanout, on_removal, on_application_failure)
         self._fanout.add(subscriber)
         try:
             subscriber.store_subscription = self._store.add_subscriber(interval, on_snapshots)

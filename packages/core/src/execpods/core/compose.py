@@ -6,7 +6,8 @@ started. What is built here, and only here:
 
 - the snapshot store, delivering on `store_scheduler`;
 - the sources (watch, poll), made by `sources` over the store's write side;
-- the allocator and the lifecycle manager over the store's read side;
+- the allocator and the lifecycle manager over the store's read side, sharing one
+  `ExecutorFailureTracker` (refused creations and failed pods both count);
 - the lifecycle manager's observer: the given `observers`, then the backend's subscribers;
 - the backend, which owns the start and stop order.
 """
@@ -19,6 +20,7 @@ from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
 from execpods.core.clock import SystemClock
 from execpods.core.creation import ThreadPoolRunner
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     Clock,
@@ -34,6 +36,7 @@ from execpods.core.ports import (
 from execpods.core.profiles import ResourceProfiles
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
+from execpods.core.states import PodClassifier
 from execpods.core.store import SnapshotsStoreImpl
 
 SourcesFactory = Callable[[SnapshotsWriter], Sequence[SnapshotSource]]
@@ -78,19 +81,30 @@ def compose_backend(
             else ThreadScheduler(workers=2, name="execpods-subscribers"),
             clock=clock,
             labels=settings.labels,
+            classifier=PodClassifier(
+                executor_container=settings.executor_container_name,
+                check_all_containers=settings.check_all_containers,
+            ),
         )
     fanout = LifecycleFanout(observers)
+    failures = ExecutorFailureTracker.from_settings(settings, clock)
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=pod_builder,
         pod_operations=pod_operations,
         store=store,
         clock=clock,
+        failure_tracker=failures,
         profiles=profiles,
         runner=ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None,
     )
     lifecycle = ExecutorPodsLifecycleManager(
-        settings=settings, pod_operations=pod_operations, store=store, clock=clock, observer=fanout
+        settings=settings,
+        pod_operations=pod_operations,
+        store=store,
+        clock=clock,
+        observer=fanout,
+        failure_tracker=failures,
     )
     return ExecutorPodsBackend(
         app_id=app_id,

@@ -22,6 +22,12 @@ class ExecutorLabels:
     executor_role: str = "executor"
     executor_id: str = "spark-exec-id"
     resource_profile_id: str = "spark-exec-resourceprofile-id"
+    inactive: str = "spark-exec-inactive"
+    """Set to "true" on a finished pod kept by `deleteOnTermination=false`: the sources leave
+    such pods out, so the driver hears of the executor once however long the pod stays."""
+
+    def is_inactive(self, labels: Mapping[str, str]) -> bool:
+        return labels.get(self.inactive) == "true"
 
     def for_app(self, app_id: str) -> dict[str, str]:
         """The equality labels every executor pod of `app_id` carries."""

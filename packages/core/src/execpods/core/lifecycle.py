@@ -1,25 +1,40 @@
-"""The lifecycle manager: turns executors in final states into driver notices and pod deletions.
+"""The lifecycle manager: turns executors in final states into driver notices and pod clean-up.
 
-Spark's rules (SPARK-24248), with newer Spark's fix that a terminated pod is deleted at most once
-per round (SPARK-54198): a deleted pod is reported to the driver as not caused by the app; a failed
-or succeeded pod is deleted (when `deleteOnTermination` is on) and reported with its exit code and
-the API's explanation. A cache of removed executors keeps the driver from hearing twice while a
-deletion is retried in later rounds. An executor the driver knows but the latest snapshot lacks
-(and that was not handled otherwise) is reported with exit code -1: its deletion event was missed.
+Newest Spark's `ExecutorPodsLifecycleManager`, round by round (every
+`spark.kubernetes.executor.eventProcessingInterval`):
+
+- an executor whose pod is Deleted is reported as not caused by the app; a Failed or Succeeded one
+  is reported with its executor container's exit code (SPARK-49804) and the API's explanation;
+- a finished pod is deleted (`deleteOnTermination`), at most once per round (SPARK-54198) and not
+  when the round's latest snapshot shows it already terminating or gone (SPARK-47797); with
+  `deleteOnTermination=false` it is labelled `spark-exec-inactive=true` once instead, and the
+  sources leave inactive pods out, so the driver hears of it once however long the pod stays;
+- an executor the driver registered that a *full* list lacks is reported missing, but only when
+  the list was taken more than `spark.kubernetes.executor.missingPodDetectDelta` after the
+  registration (SPARK-33711): a pod can register before any list shows it;
+- executors the driver killed (KillExecutors) are reported as such, never as failures; other
+  failures are counted by the `ExecutorFailureTracker`, and too many fail the application;
+- a cache of removed executors (`spark.kubernetes.executor.deletedExecutorsCacheTimeout`) keeps
+  the driver from hearing twice while a clean-up is retried in later rounds.
 
 A round works on what changed: the first snapshot of a round (and any full snapshot) is examined
 for every executor in a final state; later snapshots only for the executors they changed. That is
 the same set of actions as walking every executor of every snapshot, since repeats within a round
 are no-ops, at a cost proportional to the changes instead of executors x snapshots.
+
+Every decision that changes the cluster or the driver's view is logged at INFO, one line each.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from datetime import UTC, datetime
 
 from execpods.core.errors import PodOperationError
 from execpods.core.expiring import ExpiringSet
+from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     Clock,
@@ -32,62 +47,100 @@ from execpods.core.ports import (
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import ExecutorPodState, PodState
+from execpods.core.states import ExecutorState, ObservedPod
 
 logger = logging.getLogger(__name__)
 
 _EXIT_CODE_MEANINGS = {
-    0: "exited normally",
-    1: "a generic error, usually a failure in the application",
-    42: "the executor exited on purpose because of an error",
+    0: "success",
+    1: "a generic error: the executor's log says more",
+    10: "an uncaught exception in the executor",
     50: "an uncaught exception in the executor",
-    52: "an out-of-memory error in the JVM",
-    53: "the executor could not create its local directories",
-    134: "SIGABRT: the process aborted",
-    137: "SIGKILL: killed, possibly the container ran out of memory (OOMKilled)",
-    143: "SIGTERM: asked to stop",
+    42: "no meaning defined by Spark (its 'douglas adams' code): the executor's log says more",
+    52: "the executor's JVM ran out of memory",
+    53: "the executor could not create its local (DiskStore) directories",
+    126: "the command is not executable: check permissions or the image's architecture",
+    137: "SIGKILL: killed, possibly because the container ran out of memory (OOMKilled)",
+    139: "SIGSEGV: a segmentation fault, which is unexpected",
+    143: "SIGTERM: the executor was asked to stop (a pod deletion or eviction)",
+    255: "exit status -1: no specific meaning, the executor's log says more",
 }
 
 
 def describe_exit_code(code: int) -> str:
-    return _EXIT_CODE_MEANINGS.get(code, "no known meaning")
+    """What an exit code usually means, for every code Spark describes; "unexpected" otherwise."""
+    return _EXIT_CODE_MEANINGS.get(code, "unexpected")
 
 
-def exit_code_of(state: ExecutorPodState) -> int:
-    """The executor container's exit code, else the first terminated container's, else -1."""
-    code = state.pod.executor_exit_code()
+def exit_code_of(observed: ObservedPod) -> int:
+    """The executor container's exit code, else -1 (a sidecar container never speaks for it)."""
+    code = observed.exit_code()
     return UNKNOWN_EXIT_CODE if code is None else code
 
 
-def exit_reason(state: ExecutorPodState, executor_id: int) -> ExecutorExited:
+def exit_reason(
+    observed: ObservedPod, executor_id: int, *, killed_by_driver: bool = False
+) -> ExecutorExited:
     """What the driver is told about an executor in a final state."""
-    code = exit_code_of(state)
-    if state.state is PodState.DELETED:
+    code = exit_code_of(observed)
+    if killed_by_driver:
+        return ExecutorExited(
+            exit_code=code,
+            exit_caused_by_app=False,
+            killed_by_driver=True,
+            message=(
+                f"The executor with id {executor_id} was killed by the driver (KillExecutors) "
+                "and has stopped"
+                + (
+                    "."
+                    if code == UNKNOWN_EXIT_CODE
+                    else f": exit code {code} ({describe_exit_code(code)})."
+                )
+            ),
+        )
+    if observed.state is ExecutorState.DELETED:
         return ExecutorExited(
             exit_code=code,
             exit_caused_by_app=False,
             message=f"The executor with id {executor_id} was deleted by a user or the framework.",
         )
-    pod = state.pod
+    pod = observed.pod
     statuses = "\n===\n".join(status.describe() for status in pod.container_statuses)
     message = (
         f"The executor with id {executor_id} exited with exit code {code}"
         f" ({describe_exit_code(code)}).\n"
-        f"The API gave the following brief reason: {pod.reason}\n"
-        f"The API gave the following message: {pod.message}\n"
+        f"The API gave the following brief reason: {pod.reason or 'N/A'}\n"
+        f"The API gave the following message: {pod.message or 'N/A'}\n"
         f"The API gave the following container statuses:\n\n{statuses}\n"
     )
     return ExecutorExited(exit_code=code, exit_caused_by_app=True, message=message)
 
 
-def missing_executor_reason(executor_id: int) -> ExecutorExited:
+def _instant(seconds: float) -> str:
+    when = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    return f"{when} ({round(seconds * 1000)} ms)"
+
+
+def missing_executor_reason(
+    executor_id: int,
+    *,
+    registered_at: float,
+    listed_at: float,
+    delta: float,
+    killed_by_driver: bool = False,
+) -> ExecutorExited:
+    """Why an executor whose pod a full list lacks is removed (SPARK-33711's facts)."""
     return ExecutorExited(
         exit_code=UNKNOWN_EXIT_CODE,
         exit_caused_by_app=False,
+        killed_by_driver=killed_by_driver,
         message=(
-            f"The executor with ID {executor_id} was not found in the cluster but we didn't get "
-            "a reason why. Marking the executor as failed. The executor may have been deleted "
-            "but the driver missed the deletion event."
+            f"The executor with id {executor_id}, registered at {_instant(registered_at)}, "
+            f"is not in the full list of executor pods taken at {_instant(listed_at)}, "
+            f"{listed_at - registered_at:.3f}s later, which is more than "
+            f"spark.kubernetes.executor.missingPodDetectDelta ({delta:g}s) allows. Its pod is "
+            "gone but its deletion was not seen (the event may have been missed); the executor "
+            "is removed as lost."
         ),
     )
 
@@ -95,11 +148,12 @@ def missing_executor_reason(executor_id: int) -> ExecutorExited:
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
-    __slots__ = ("deciding_on", "deleted_pods", "removed", "visited")
+    __slots__ = ("deciding_on", "finished", "removed", "visited")
 
     def __init__(self) -> None:
         self.removed: set[int] = set()
-        self.deleted_pods: set[str] = set()
+        self.finished: dict[int, ObservedPod] = {}
+        """Executors whose pods ended Failed or Succeeded: cleaned up once, at the round's end."""
         self.visited = False
         self.deciding_on = 0
         """Serial of the snapshot the round is making decisions on (for `ExecutorRemoval`)."""
@@ -116,20 +170,44 @@ class ExecutorPodsLifecycleManager:
         store: SnapshotsReader,
         clock: Clock,
         observer: LifecycleObserver | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
     ) -> None:
         self._settings = settings
+        self._observer = observer
+        self._labels = settings.labels
         self._pods = pod_operations
         self._store = store
-        self._observer = observer
-        self._removed = ExpiringSet(ttl=settings.removed_executors_cache_ttl, clock=clock)
+        self._clock = clock
+        self._removed = ExpiringSet(ttl=settings.deleted_executors_cache_timeout, clock=clock)
+        self.failures = (
+            failure_tracker
+            if failure_tracker is not None
+            else ExecutorFailureTracker.from_settings(settings, clock)
+        )
         self._last_seen: ExecutorPodsSnapshot | None = None
+        self._last_full_snapshot_ts = 0.0
         self._final_ids: set[int] = set()
+        self._inactivated: set[int] = set()
+        """Executors whose kept pods were labelled inactive: never labelled twice, even when a
+        list taken before the label arrives late (ints: small, and ids are never reused)."""
+        self._killed: set[int] = set()
+        self._killed_lock = threading.Lock()
+        self._application_failed = False
         self._driver: DriverView | None = None
 
     def start(self, driver: DriverView) -> None:
         """Subscribe; rounds run every `spark.kubernetes.executor.eventProcessingInterval`."""
         self._driver = driver
         self._store.add_subscriber(self._settings.event_processing_interval, self.on_new_snapshots)
+
+    def executors_killed(self, executor_ids: Collection[int]) -> None:
+        """The driver asked for these executors to go: their ends are reported as its doing."""
+        with self._killed_lock:
+            self._killed.update(executor_ids)
+
+    def _was_killed(self, executor_id: int) -> bool:
+        with self._killed_lock:
+            return executor_id in self._killed
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         driver = self._driver
@@ -140,19 +218,20 @@ class ExecutorPodsLifecycleManager:
         for snapshot in snapshots:
             work.deciding_on = snapshot.serial
             for executor_id in self._ids_to_visit(snapshot, work):
-                state = snapshot.executor_pods.get(executor_id)
-                if state is not None and state.is_final:
-                    self._on_final_state(driver, executor_id, state, work)
+                observed = snapshot.executor_pods.get(executor_id)
+                if observed is None:
+                    continue
+                if self._labels.is_inactive(observed.pod.labels):
+                    continue  # done with: reported, and labelled so that the sources leave it
+                if observed.is_final:
+                    self._on_final_state(driver, executor_id, observed, work)
             self._last_seen = snapshot
             work.visited = True
         if snapshots:
-            self._remove_missing(driver, snapshots[-1], work)
-        if work.removed:
-            logger.debug(
-                "Removed executors with ids %s from the driver that were either found to be "
-                "deleted or non-existent in the cluster.",
-                ",".join(str(i) for i in sorted(work.removed)),
-            )
+            latest = snapshots[-1]
+            self._clean_up(work, latest)
+            self._remove_missing(driver, latest, work)
+        self._check_failures()
 
     def _observe_round(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         if self._observer is None:
@@ -170,42 +249,38 @@ class ExecutorPodsLifecycleManager:
             self._final_ids = {i for i, s in snapshot.executor_pods.items() if s.is_final}
             return sorted(self._final_ids)
         for executor_id in changed:
-            state = snapshot.executor_pods.get(executor_id)
-            if state is not None and state.is_final:
+            observed = snapshot.executor_pods.get(executor_id)
+            if observed is not None and observed.is_final:
                 self._final_ids.add(executor_id)
             else:
                 self._final_ids.discard(executor_id)
-        # The first snapshot of a round revisits every final executor (deletions are retried
+        # The first snapshot of a round revisits every final executor (clean-ups are retried
         # each round while the pod exists); later ones only what they changed.
         return sorted(changed) if work.visited else sorted(self._final_ids)
 
     def _on_final_state(
-        self, driver: DriverView, executor_id: int, state: ExecutorPodState, work: _Round
+        self, driver: DriverView, executor_id: int, observed: ObservedPod, work: _Round
     ) -> None:
-        name = state.pod.name
-        if state.state is PodState.DELETED:
-            logger.debug(
-                "Snapshot reported deleted executor with id %d, pod name %s", executor_id, name
+        if observed.state is not ExecutorState.DELETED:
+            work.finished[executor_id] = observed
+        if executor_id in work.removed or executor_id in self._removed:
+            return
+        killed = self._was_killed(executor_id)
+        if (
+            observed.state is ExecutorState.SUCCEEDED
+            and not killed
+            and self._is_active(driver, executor_id)
+        ):
+            logger.info(
+                "Executor %d succeeded although the application did not ask for it to exit.",
+                executor_id,
             )
-        else:
-            if state.state is PodState.SUCCEEDED and self._is_active(driver, executor_id):
-                logger.info(
-                    "Snapshot reported succeeded executor with id %d, even though the "
-                    "application has not requested for it to be removed.",
-                    executor_id,
-                )
-            else:
-                logger.debug(
-                    "Snapshot reported %s executor with id %d, pod name %s",
-                    state.state.value,
-                    executor_id,
-                    name,
-                )
-            if self._settings.delete_on_termination and name not in work.deleted_pods:
-                work.deleted_pods.add(name)
-                self._delete_pod(name)
-        self._tell_driver(driver, executor_id, state, work)
-        work.removed.add(executor_id)
+        if observed.state is ExecutorState.FAILED and not killed:
+            # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
+            # start-up) is exactly what the limit is for.
+            self.failures.register_failure()
+        reason = exit_reason(observed, executor_id, killed_by_driver=killed)
+        self._report(driver, executor_id, reason, work)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:
         try:
@@ -214,24 +289,68 @@ class ExecutorPodsLifecycleManager:
             logger.exception("The driver could not say whether executor %d is active", executor_id)
             return False
 
-    def _delete_pod(self, name: str) -> None:
+    def _clean_up(self, work: _Round, latest: ExecutorPodsSnapshot) -> None:
+        """Delete (or label inactive) each finished pod once, unless it is already going."""
+        for executor_id, observed in sorted(work.finished.items()):
+            now = latest.executor_pods.get(executor_id)
+            if now is None or now.pod.deletion_timestamp is not None:
+                continue  # gone, or already being deleted (SPARK-47797)
+            if self._labels.is_inactive(now.pod.labels):
+                continue
+            name = observed.pod.name
+            if self._settings.delete_on_termination:
+                self._delete_pod(executor_id, name, observed.state)
+            elif executor_id not in self._inactivated:
+                self._inactivate_pod(executor_id, name)
+
+    def _delete_pod(self, executor_id: int, name: str, state: ExecutorState) -> None:
         # Best effort: if it fails, a later round sees the pod again and retries.
         try:
             self._pods.delete(name)
         except PodOperationError as error:
-            logger.warning("Could not delete terminated executor pod %s: %s", name, error)
-
-    def _tell_driver(
-        self, driver: DriverView, executor_id: int, state: ExecutorPodState, work: _Round
-    ) -> None:
-        if executor_id in self._removed:
+            logger.warning(
+                "Could not delete the pod %s of executor %d: %s", name, executor_id, error
+            )
             return
-        self._removed.add(executor_id)
-        self._remove(driver, executor_id, exit_reason(state, executor_id), work)
+        logger.info("Deleted the pod %s of executor %d, which %s.", name, executor_id, state.value)
 
-    def _remove(
+    def _inactivate_pod(self, executor_id: int, name: str) -> None:
+        try:
+            self._pods.patch_labels(name, {self._labels.inactive: "true"})
+        except PodOperationError as error:
+            logger.warning(
+                "Could not label the pod %s of executor %d inactive: %s", name, executor_id, error
+            )
+            return
+        self._inactivated.add(executor_id)
+        logger.info(
+            "Labelled the pod %s of executor %d %s=true: it is kept "
+            "(spark.kubernetes.executor.deleteOnTermination=false) and no longer followed.",
+            name,
+            executor_id,
+            self._labels.inactive,
+        )
+
+    def _report(
         self, driver: DriverView, executor_id: int, reason: ExecutorExited, work: _Round
     ) -> None:
+        self._removed.add(executor_id)
+        work.removed.add(executor_id)
+        with self._killed_lock:
+            self._killed.discard(executor_id)
+        logger.info(
+            "Removing executor %d (exit code %d, %s): %s",
+            executor_id,
+            reason.exit_code,
+            "killed by the driver"
+            if reason.killed_by_driver
+            else "caused by the app"
+            if reason.exit_caused_by_app
+            else "not caused by the app",
+            reason.message.strip().splitlines()[0],
+            # Fields for structured logs (the sidecar's --log-format json).
+            extra={"executor_id": executor_id, "reason": reason.message},
+        )
         try:
             driver.remove_executor(executor_id, reason)
         except Exception:
@@ -249,17 +368,43 @@ class ExecutorPodsLifecycleManager:
     def _remove_missing(
         self, driver: DriverView, latest: ExecutorPodsSnapshot, work: _Round
     ) -> None:
+        """Report registered executors that a new full list lacks (SPARK-33711)."""
+        listed_at = latest.full_snapshot_ts
+        if listed_at == self._last_full_snapshot_ts:
+            return  # no full list since the last check: a missing pod may just not be seen yet
+        self._last_full_snapshot_ts = listed_at
         try:
-            known = list(driver.executor_ids())
+            registered = dict(driver.registration_times())
         except Exception:
             logger.exception("The driver could not list its executors")
             return
+        delta = self._settings.missing_pod_detect_delta
         pods = latest.executor_pods
-        for executor_id in sorted(known):
+        for executor_id, registered_at in sorted(registered.items()):
             if executor_id in pods or executor_id in work.removed or executor_id in self._removed:
                 continue
-            reason = missing_executor_reason(executor_id)
-            logger.info("%s", reason.message)
-            self._removed.add(executor_id)
-            self._remove(driver, executor_id, reason, work)
-            work.removed.add(executor_id)
+            if listed_at - registered_at <= delta:
+                continue
+            reason = missing_executor_reason(
+                executor_id,
+                registered_at=registered_at,
+                listed_at=listed_at,
+                delta=delta,
+                killed_by_driver=self._was_killed(executor_id),
+            )
+            self._report(driver, executor_id, reason, work)
+
+    def _check_failures(self) -> None:
+        if self._application_failed:
+            return
+        message = self.failures.application_failure
+        if message is None:
+            return
+        self._application_failed = True
+        logger.error("%s", message)
+        if self._observer is None:
+            return
+        try:
+            self._observer.application_failed(message)
+        except Exception:
+            logger.exception("The lifecycle observer failed on the application's failure")

@@ -102,6 +102,12 @@ class ExecutorPod:
     node_name: str | None = None
     pod_ip: str | None = None
     resource_version: str | None = None
+    restart_policy: str | None = None
+    gone: bool = False
+    """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
+    its last status said (a force-deleted pod's last status can still read Running)."""
+    """`spec.restartPolicy` ("Never" for Spark's executors): with Never, a container that exited
+    stays exited, which is what lets `checkAllContainers` fail the pod on any container."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.labels, MappingProxyType):
@@ -112,17 +118,20 @@ class ExecutorPod:
         """A pod with a deletion timestamp is on its way out, whatever its phase says."""
         return self.deletion_timestamp is not None
 
-    def executor_container(self) -> ContainerStatus | None:
-        """The executor container's status, else the first container's (a custom template)."""
+    def executor_container(self, name: str = EXECUTOR_CONTAINER_NAME) -> ContainerStatus | None:
+        """The status of the container named `name` (the executor's), if the pod reports it."""
         for status in self.container_statuses:
-            if status.name == EXECUTOR_CONTAINER_NAME:
+            if status.name == name:
                 return status
-        return self.container_statuses[0] if self.container_statuses else None
+        return None
 
-    def executor_exit_code(self) -> int | None:
-        """The executor container's exit code, else the first terminated container's."""
-        code = self.terminated_exit_code(EXECUTOR_CONTAINER_NAME)
-        return self.terminated_exit_code() if code is None else code
+    def executor_exit_code(self, name: str = EXECUTOR_CONTAINER_NAME) -> int | None:
+        """The exit code of the executor container `name`, once it terminated (SPARK-49804).
+
+        Only that container speaks for the executor: a sidecar container listed first that exited
+        differently must not be reported as the executor's exit code.
+        """
+        return self.terminated_exit_code(name)
 
     def terminated_exit_code(self, container_name: str | None = None) -> int | None:
         """The exit code of the named container, or of the first terminated one when unnamed."""

@@ -34,6 +34,8 @@ class PodSelector:
 
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     label_in: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    label_not: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """`key!=value` clauses (a pod without the label matches, as in the API)."""
     phase: str | None = None
 
     @classmethod
@@ -46,10 +48,22 @@ class PodSelector:
         ids = frozenset(str(i) for i in executor_ids)
         return cls(labels=labels.for_app(app_id), label_in={labels.executor_id: ids})
 
+    @classmethod
+    def active_executors_of(cls, labels: ExecutorLabels, app_id: str) -> PodSelector:
+        """The executor pods of `app_id` not labelled inactive: what the watch and poll follow."""
+        return cls(labels=labels.for_app(app_id), label_not={labels.inactive: "true"})
+
+    def running(self) -> PodSelector:
+        """The same pods, only those in phase Running."""
+        return PodSelector(
+            labels=self.labels, label_in=self.label_in, label_not=self.label_not, phase="Running"
+        )
+
     def label_selector(self) -> str:
         parts = [f"{key}={value}" for key, value in self.labels.items()]
         for key, values in self.label_in.items():
             parts.append(f"{key} in ({','.join(sorted(values))})")
+        parts.extend(f"{key}!={value}" for key, value in self.label_not.items())
         return ",".join(parts)
 
     def field_selector(self) -> str | None:
@@ -59,6 +73,8 @@ class PodSelector:
         if any(pod.labels.get(key) != value for key, value in self.labels.items()):
             return False
         if any(pod.labels.get(key) not in values for key, values in self.label_in.items()):
+            return False
+        if any(pod.labels.get(key) == value for key, value in self.label_not.items()):
             return False
         return self.phase is None or pod.phase == self.phase
 
@@ -72,8 +88,16 @@ class PodOperations(Protocol):
     def delete(self, name: str) -> None:
         """Delete one pod by name; a pod that is already gone is not an error."""
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
-        """Delete every matching pod; returns how many the API said it deleted."""
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
+        """Delete every matching pod; returns how many the API said it deleted.
+
+        Without `grace_period_seconds` each pod gets its own grace period; 0 deletes at once.
+        """
+
+    def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        """Set labels on one pod (a merge: other labels stay)."""
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         """The matching pods (malformed ones are skipped with a warning)."""
@@ -99,6 +123,8 @@ class ExecutorExited:
     exit_code: int
     exit_caused_by_app: bool
     message: str
+    killed_by_driver: bool = False
+    """The driver asked for this executor to go (KillExecutors): expected, never a failure."""
 
 
 class DriverView(Protocol):
@@ -112,6 +138,9 @@ class DriverView(Protocol):
 
     def is_executor_active(self, executor_id: int) -> bool:
         """Whether the driver still counts on this executor (it did not ask for it to go)."""
+
+    def registration_times(self) -> Mapping[int, float]:
+        """When each known executor registered with the driver (wall-clock seconds)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +167,10 @@ class LifecycleObserver(Protocol):
 
     def executor_removed(self, removal: ExecutorRemoval) -> None:
         """The manager decided this executor is gone and has told the driver."""
+
+    def application_failed(self, message: str) -> None:
+        """Too many executors failed (`ExecutorFailureTracker`): allocation stopped, and the
+        application should fail; called once, with why."""
 
 
 # Time and threads.

@@ -280,6 +280,14 @@ class SettingsBase:
         return {spec.key: spec for spec in cls._declared("setting")}
 
     @classmethod
+    def key_of(cls, field_name: str) -> str:
+        """The property key of a field, for messages that name it (never written twice)."""
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name == field_name and "setting" in f.metadata:
+                return str(f.metadata["setting"].key)
+        raise AttributeError(f"{cls.__name__} has no setting field {field_name!r}")
+
+    @classmethod
     def families(cls) -> dict[str, FamilySpec]:
         """Every family of properties this class reads, by prefix."""
         return {family.prefix: family for family in cls._declared("family")}

@@ -163,11 +163,6 @@ class CoreSettings(SettingsBase):
         "Poll the executor pods (the source that repairs missed events).",
         parse=parse_bool,
     )
-    removed_executors_cache_ttl: float = duration_setting(
-        "execpods.lifecycle.removedExecutorsCacheTtl",
-        "3min",
-        "How long the lifecycle manager remembers it told the driver about an executor.",
-    )
     label_app_id: str = setting(
         "execpods.labels.appId",
         "spark-app-selector",
@@ -196,6 +191,87 @@ class CoreSettings(SettingsBase):
         parse=parse_str,
         rule=label_key,
     )
+
+    # Lifecycle (issue 10): pod states, removals, failures, graceful kill, snapshot sources.
+    executor_container_name: str = setting(
+        "spark.kubernetes.executor.podTemplateContainerName",
+        "spark-kubernetes-executor",
+        "The executor's container: its exit code is the executor's (SPARK-49804).",
+        parse=parse_str,
+        rule=label_value,
+    )
+    check_all_containers: bool = setting(
+        "spark.kubernetes.executor.checkAllContainers",
+        True,
+        "With restartPolicy Never, a Running pod any of whose containers exited non-zero failed.",
+        parse=parse_bool,
+    )
+    missing_pod_detect_delta: float = duration_setting(
+        "spark.kubernetes.executor.missingPodDetectDelta",
+        "30s",
+        "An executor the driver registered is reported missing only when a full list taken more "
+        "than this after its registration lacks its pod (SPARK-33711).",
+    )
+    deleted_executors_cache_timeout: float = duration_setting(
+        "spark.kubernetes.executor.deletedExecutorsCacheTimeout",
+        "3min",
+        "How long the lifecycle manager remembers an executor it reported removed.",
+    )
+    max_num_failures: int | None = setting(
+        "spark.executor.maxNumFailures",
+        None,
+        "Executor failures (creation failures included) after which the application fails; "
+        "unset: max(2 x executors, 3), executors being spark.dynamicAllocation.maxExecutors "
+        "with dynamic allocation, else spark.executor.instances.",
+        parse=parse_int,
+        rule=if_set(positive),
+    )
+    failures_validity_interval: float | None = setting(
+        "spark.executor.failuresValidityInterval",
+        None,
+        "Failures older than this no longer count towards spark.executor.maxNumFailures; unset: "
+        "they always count.",
+        parse=parse_duration,
+        rule=if_set(positive),
+    )
+    dynamic_allocation_enabled: bool = setting(
+        "spark.dynamicAllocation.enabled",
+        False,
+        "Whether the driver scales executors itself (read for the failure limit's default).",
+        parse=parse_bool,
+    )
+    dynamic_allocation_max_executors: int = setting(
+        "spark.dynamicAllocation.maxExecutors",
+        2**31 - 1,
+        "Most executors under dynamic allocation (read for the failure limit's default).",
+        parse=parse_int,
+        rule=non_negative,
+    )
+    delete_grace_period: float = duration_setting(
+        "spark.kubernetes.dynamicAllocation.deleteGracePeriod",
+        "5s",
+        "After KillExecutors deleted pods with their own grace period, executors still Running "
+        "this much later are deleted with grace period 0.",
+    )
+    enable_polling_with_resource_version: bool = setting(
+        "spark.kubernetes.executor.enablePollingWithResourceVersion",
+        False,
+        "Poll with resourceVersion=0: the API server answers from its cache, not from etcd; a "
+        "list older than the last one applied is ignored.",
+        parse=parse_bool,
+    )
+
+    @property
+    def max_executor_failures(self) -> int:
+        """`spark.executor.maxNumFailures`, or Spark's default for it."""
+        if self.max_num_failures is not None:
+            return self.max_num_failures
+        executors = (
+            self.dynamic_allocation_max_executors
+            if self.dynamic_allocation_enabled
+            else self.initial_executors
+        )
+        return max(3, min(2 * executors, 2**31 - 1))
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import immutables
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.pods import ExecutorPod
-from execpods.core.states import ExecutorPodState, PodState, classify
+from execpods.core.states import DEFAULT_CLASSIFIER, ExecutorState, ObservedPod, PodClassifier
 
 _serials = itertools.count(1)
 
@@ -38,9 +38,10 @@ class ExecutorPodsSnapshot:
     descends from (0 when there has been none), as in newer Spark.
     """
 
-    executor_pods: immutables.Map[int, ExecutorPodState] = field(default_factory=immutables.Map)
+    executor_pods: immutables.Map[int, ObservedPod] = field(default_factory=immutables.Map)
     full_snapshot_ts: float = 0.0
     labels: ExecutorLabels = field(default=SPARK_LABELS, compare=False, repr=False)
+    classifier: PodClassifier = field(default=DEFAULT_CLASSIFIER, compare=False, repr=False)
     serial: int = field(default_factory=_next_serial, compare=False, repr=False)
     parent_serial: int | None = field(default=None, compare=False, repr=False)
     changed_ids: frozenset[int] | None = field(default=None, compare=False, repr=False)
@@ -52,17 +53,19 @@ class ExecutorPodsSnapshot:
         *,
         full_snapshot_ts: float = 0.0,
         labels: ExecutorLabels = SPARK_LABELS,
+        classifier: PodClassifier = DEFAULT_CLASSIFIER,
     ) -> ExecutorPodsSnapshot:
         """A full snapshot; pods without a valid executor id label are skipped with a warning."""
-        states: dict[int, ExecutorPodState] = {}
+        states: dict[int, ObservedPod] = {}
         for pod in pods:
             executor_id = labels.executor_id_of(pod.name, pod.labels)
             if executor_id is not None:
-                states[executor_id] = classify(pod)
+                states[executor_id] = classifier.classify(pod)
         return cls(
             executor_pods=immutables.Map(states),
             full_snapshot_ts=full_snapshot_ts,
             labels=labels,
+            classifier=classifier,
         )
 
     @property
@@ -76,9 +79,10 @@ class ExecutorPodsSnapshot:
         if executor_id is None:
             return self
         return ExecutorPodsSnapshot(
-            executor_pods=self.executor_pods.set(executor_id, classify(pod)),
+            executor_pods=self.executor_pods.set(executor_id, self.classifier.classify(pod)),
             full_snapshot_ts=self.full_snapshot_ts,
             labels=self.labels,
+            classifier=self.classifier,
             parent_serial=self.serial,
             changed_ids=frozenset((executor_id,)),
         )
@@ -101,16 +105,16 @@ class ExecutorPodsSnapshot:
     def __contains__(self, executor_id: object) -> bool:
         return executor_id in self.executor_pods
 
-    def get(self, executor_id: int) -> ExecutorPodState | None:
+    def get(self, executor_id: int) -> ObservedPod | None:
         return self.executor_pods.get(executor_id)
 
-    def items(self) -> Iterable[tuple[int, ExecutorPodState]]:
+    def items(self) -> Iterable[tuple[int, ObservedPod]]:
         return self.executor_pods.items()
 
-    def count(self, state: PodState) -> int:
+    def count(self, state: ExecutorState) -> int:
         """How many executors are in `state` (a walk: O(n))."""
         return sum(1 for s in self.executor_pods.values() if s.state is state)
 
-    def as_dict(self) -> Mapping[int, ExecutorPodState]:
+    def as_dict(self) -> Mapping[int, ObservedPod]:
         """A plain dict copy, handy in assertions."""
         return dict(self.executor_pods.items())

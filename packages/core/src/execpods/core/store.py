@@ -28,6 +28,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import DEFAULT_CLASSIFIER, PodClassifier
 
 __all__ = [
     "SnapshotsCallback",
@@ -73,12 +74,14 @@ class SnapshotsStoreImpl:
         *,
         clock: Clock | None = None,
         labels: ExecutorLabels = SPARK_LABELS,
+        classifier: PodClassifier = DEFAULT_CLASSIFIER,
     ) -> None:
         self._scheduler = scheduler
         self._clock = clock if clock is not None else SystemClock()
         self._labels = labels
+        self._classifier = classifier
         self._lock = threading.Lock()
-        self._current = ExecutorPodsSnapshot(labels=labels)
+        self._current = ExecutorPodsSnapshot(labels=labels, classifier=classifier)
         self._subscribers: list[_Subscriber] = []
         self._stopped = False
 
@@ -120,7 +123,10 @@ class SnapshotsStoreImpl:
 
     def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
         snapshot = ExecutorPodsSnapshot.from_pods(
-            pods, full_snapshot_ts=self._clock.time(), labels=self._labels
+            pods,
+            full_snapshot_ts=self._clock.time(),
+            labels=self._labels,
+            classifier=self._classifier,
         )
         with self._lock:
             self._publish(snapshot)

@@ -9,15 +9,28 @@ the test calls `notify_subscribers()`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from execpods.core.errors import PodConflict, PodOperationError
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
-from execpods.core.pods import ContainerStatus, ContainerTerminated, ExecutorPod, PodManifest
-from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, ExecutorExited, PodSelector
+from execpods.core.pods import (
+    EXECUTOR_CONTAINER_NAME,
+    ContainerStatus,
+    ContainerTerminated,
+    ExecutorPod,
+    PodManifest,
+)
+from execpods.core.ports import (
+    DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
+    ExecutorExited,
+    ExecutorRemoval,
+    PodSelector,
+)
 from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import DEFAULT_CLASSIFIER, PodClassifier
 from execpods.core.store import SnapshotsCallback, Subscription
 
 TEST_APP_ID = "spark-app-id"
@@ -36,11 +49,20 @@ class DeterministicSnapshotsStore:
     """Spark's `DeterministicExecutorPodsSnapshotsStore` (SPARK-24248): one shared buffer,
     delivered on `notify_subscribers()`."""
 
-    def __init__(self, *, labels: ExecutorLabels = SPARK_LABELS, clock_time: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        labels: ExecutorLabels = SPARK_LABELS,
+        clock_time: float = 0.0,
+        classifier: PodClassifier = DEFAULT_CLASSIFIER,
+        clock: Clock | None = None,
+    ) -> None:
         self._labels = labels
+        self._clock = clock
+        self._classifier = classifier
         self._subscribers: list[SnapshotsCallback] = []
         self._buffer: list[ExecutorPodsSnapshot] = []
-        self._current = ExecutorPodsSnapshot(labels=labels)
+        self._current = ExecutorPodsSnapshot(labels=labels, classifier=classifier)
         self.full_snapshot_time = clock_time
         self.stopped = False
 
@@ -60,7 +82,12 @@ class DeterministicSnapshotsStore:
 
     def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
         self._current = ExecutorPodsSnapshot.from_pods(
-            pods, full_snapshot_ts=self.full_snapshot_time, labels=self._labels
+            pods,
+            full_snapshot_ts=(
+                self.full_snapshot_time if self._clock is None else self._clock.time()
+            ),
+            labels=self._labels,
+            classifier=self._classifier,
         )
         self._buffer.append(self._current)
 
@@ -77,6 +104,7 @@ class DeterministicSnapshotsStore:
 class DeleteCall:
     name: str | None = None
     selector: PodSelector | None = None
+    grace_period_seconds: int | None = None
 
 
 class InMemoryPodOperations:
@@ -90,6 +118,7 @@ class InMemoryPodOperations:
         self.pods: dict[str, ExecutorPod] = {}
         self.created: list[PodManifest] = []
         self.deletes: list[DeleteCall] = []
+        self.patches: list[tuple[str, dict[str, str]]] = []
         self.create_errors: list[PodOperationError] = []
         self._lock = threading.Lock()
 
@@ -117,13 +146,27 @@ class InMemoryPodOperations:
             self.deletes.append(DeleteCall(name=name))
             self.pods.pop(name, None)
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         with self._lock:
-            self.deletes.append(DeleteCall(selector=selector))
+            self.deletes.append(
+                DeleteCall(selector=selector, grace_period_seconds=grace_period_seconds)
+            )
             doomed = [name for name, pod in self.pods.items() if selector.matches(pod)]
             for name in doomed:
                 del self.pods[name]
             return len(doomed)
+
+    def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        with self._lock:
+            self.patches.append((name, dict(labels)))
+            pod = self.pods.get(name)
+            if pod is not None:
+                self.pods[name] = replace(pod, labels={**pod.labels, **labels})
+
+    def patches_of(self, name: str) -> int:
+        return sum(1 for patched, _ in self.patches if patched == name)
 
     def deletes_of(self, name: str) -> int:
         return sum(1 for call in self.deletes if call.name == name)
@@ -175,9 +218,14 @@ class RecordingDriver:
     known: set[int] = field(default_factory=set)
     active: set[int] = field(default_factory=set)
     removed: list[tuple[int, ExecutorExited]] = field(default_factory=list)
+    registered_at: dict[int, float] = field(default_factory=dict)
+    """Registration times of known executors; an executor not listed registered at time 0."""
 
     def executor_ids(self) -> Collection[int]:
         return set(self.known)
+
+    def registration_times(self) -> Mapping[int, float]:
+        return {i: self.registered_at.get(i, 0.0) for i in self.known}
 
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         self.removed.append((executor_id, reason))
@@ -189,6 +237,24 @@ class RecordingDriver:
 
     def removals_of(self, executor_id: int) -> list[ExecutorExited]:
         return [reason for i, reason in self.removed if i == executor_id]
+
+
+@dataclass
+class RecordingObserver:
+    """A `LifecycleObserver` that remembers every report, in order."""
+
+    rounds: int = 0
+    removals: list[ExecutorRemoval] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        self.rounds += 1
+
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        self.removals.append(removal)
+
+    def application_failed(self, message: str) -> None:
+        self.failures.append(message)
 
 
 # Pod factories, as Spark's ExecutorLifecycleTestUtils (SPARK-24248).
@@ -226,6 +292,16 @@ def unknown_executor(executor_id: int) -> ExecutorPod:
 
 
 def deleted_executor(executor_id: int) -> ExecutorPod:
+    """Being deleted and no longer running (a pod whose containers stopped): Deleted."""
+    return _with(
+        executor_pod(executor_id),
+        phase="failed",
+        deletion_timestamp=datetime(1986, 7, 28, tzinfo=UTC),
+    )
+
+
+def terminating_executor(executor_id: int) -> ExecutorPod:
+    """Being deleted while it still runs: Terminating (SPARK-31125), not gone yet."""
     return _with(
         executor_pod(executor_id),
         phase="running",
@@ -234,17 +310,23 @@ def deleted_executor(executor_id: int) -> ExecutorPod:
 
 
 def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
-    """A failed pod with two terminated containers, as Spark's failedExecutorWithoutDeletion."""
-    terminated = ContainerTerminated(exit_code=exit_code, message="Failed")
+    """A failed pod as Spark's fixture since SPARK-49804: a sidecar container listed first exited 2,
+    the executor container exited `exit_code`, and only the latter speaks for the executor."""
     return _with(
         executor_pod(executor_id),
         phase="failed",
         message="Executor failed.",
         reason="Executor failed because of a thrown error.",
         container_statuses=(
-            ContainerStatus(name="spark-executor", image="k8s-spark", state=terminated),
             ContainerStatus(
-                name="spark-executor-sidecar", image="k8s-spark-sidecar", state=terminated
+                name="spark-executor-sidecar",
+                image="k8s-spark-sidecar",
+                state=ContainerTerminated(exit_code=2, message="Failed"),
+            ),
+            ContainerStatus(
+                name=EXECUTOR_CONTAINER_NAME,
+                image="k8s-spark",
+                state=ContainerTerminated(exit_code=exit_code, message="Failed"),
             ),
         ),
     )

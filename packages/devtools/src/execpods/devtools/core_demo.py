@@ -19,7 +19,7 @@ from execpods.core.pods import ContainerStatus, ContainerTerminated
 from execpods.core.ports import SnapshotsWriter
 from execpods.core.scheduling import DeterministicScheduler
 from execpods.core.settings import CoreSettings
-from execpods.core.states import PodState
+from execpods.core.states import ExecutorState
 from execpods.core.testing import InMemoryPodOperations, RecordingDriver, SimpleExecutorPodBuilder
 
 APP_ID = "demo-app"
@@ -90,7 +90,7 @@ def main() -> None:
 
     def show(event: str) -> None:
         snapshot = backend.current_snapshot
-        running = snapshot.count(PodState.RUNNING)
+        running = snapshot.count(ExecutorState.RUNNING)
         pending = len(pods.pods) - running
         print(
             f"t={clock.monotonic():4.0f}s  {event:<34} created={len(pods.created):3d} "
@@ -101,7 +101,7 @@ def main() -> None:
     backend.request_total(args.executors)
     scheduler.run_until_idle()
     show("target set")
-    while backend.current_snapshot.count(PodState.RUNNING) < args.executors:
+    while backend.current_snapshot.count(ExecutorState.RUNNING) < args.executors:
         scheduler.tick(settings.batch_delay)
         cluster.step()
         show("allocation round")
@@ -118,7 +118,7 @@ def main() -> None:
     cluster.step()
     scheduler.tick(settings.batch_delay)
     show("replacement running")
-    running = backend.current_snapshot.count(PodState.RUNNING)
+    running = backend.current_snapshot.count(ExecutorState.RUNNING)
     backend.stop()
     print(f"\nDone: {running} executors running, {len(driver.removed)} removal reported.")
 

@@ -92,10 +92,9 @@ def progress_line(snapshot: Snapshot | None, target: int) -> str:
     running = counts[ExecutorState.RUNNING]
     filled = 0 if target == 0 else min(_BAR, round(_BAR * running / target))
     bar = "#" * filled + "." * (_BAR - filled)
-    gone = counts[ExecutorState.FAILED] + counts[ExecutorState.DELETED]
     return (
         f"target {target:>4} | pending {counts[ExecutorState.PENDING]:>4} | running {running:>4}"
-        f" | terminating {gone:>3} [{bar}]"
+        f" | terminating {counts[ExecutorState.TERMINATING]:>3} [{bar}]"
     )
 
 
@@ -185,10 +184,15 @@ def _describe(removal: ExecutorRemoval) -> str:
         and not line.endswith("None")
     ]
     first_lines = [lines[0], *(_shorten(line) for line in details)]
-    cause = "the app" if removal.exit_caused_by_app else "a user or the framework"
+    if removal.killed_by_driver:
+        cause = "killed by the driver"
+    elif removal.exit_caused_by_app:
+        cause = "caused by the app"
+    else:
+        cause = "caused by a user or the framework"
     return (
-        f"  executor {removal.executor_id} removed: exit code {removal.exit_code}, caused by "
-        f"{cause}\n      " + "\n      ".join(first_lines)
+        f"  executor {removal.executor_id} removed: exit code {removal.exit_code}, {cause}\n      "
+        + "\n      ".join(first_lines)
     )
 
 

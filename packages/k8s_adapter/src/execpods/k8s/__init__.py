@@ -7,7 +7,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 (`SnapshotsWriter`).
 """
 
-from execpods.k8s.backoff import Backoff, EventWaiter, Waiter
+from execpods.k8s.backoff import ApiBackoffGate, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
     executor_pod_name,
@@ -45,6 +45,7 @@ __all__ = [
     "TokenBucket",
     "ApiGateway",
     "ApiObserver",
+    "ApiBackoffGate",
     "Backoff",
     "ClientConfiguration",
     "DriverPodNotFound",

@@ -29,6 +29,7 @@ from execpods.core import (
     SettingsError,
 )
 from execpods.k8s.errors import DriverPodNotFound
+from execpods.k8s.mounts import with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
     MEMORY_OVERHEAD_FACTOR,
@@ -155,6 +156,10 @@ class ExecutorPodTemplateBuilder:
     template: PodManifest = field(default_factory=dict)
     owner: Mapping[str, object] | None = None
     extra_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    container_name: str = EXECUTOR_CONTAINER_NAME
+    """`spark.kubernetes.executor.podTemplateContainerName`: the template's container of that
+    name is the executor's (else the first one, which gets the name); its exit code is the
+    executor's."""
     profiles: ResourceProfiles | None = None
     """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
     _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
@@ -169,6 +174,14 @@ class ExecutorPodTemplateBuilder:
                 f"spark.kubernetes.executor.label.{clashes[0]} is invalid: execpods selects its "
                 f"executor pods by that label (as Spark, custom labels cannot set {clashes})"
             )
+        settings = self.settings
+        mounted = with_mounts(
+            self.template,
+            secrets=settings.secrets,
+            secret_key_refs=settings.secret_key_refs,
+            volumes=settings.volumes,
+        )
+        object.__setattr__(self, "template", mounted)  # once: the same for every executor
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
@@ -183,6 +196,7 @@ class ExecutorPodTemplateBuilder:
         *,
         labels: ExecutorLabels = SPARK_LABELS,
         extra_env: Mapping[str, str] | None = None,
+        container_name: str = EXECUTOR_CONTAINER_NAME,
         profiles: ResourceProfiles | None = None,
     ) -> ExecutorPodTemplateBuilder:
         """A builder with the template loaded and the driver pod (if configured) looked up."""
@@ -201,6 +215,7 @@ class ExecutorPodTemplateBuilder:
             template=template,
             owner=owner,
             extra_env=MappingProxyType(dict(extra_env or {})),
+            container_name=container_name,
             profiles=profiles,
         )
 
@@ -265,10 +280,11 @@ class ExecutorPodTemplateBuilder:
         self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
-            containers = [{"name": EXECUTOR_CONTAINER_NAME}]
+            containers = [{"name": self.container_name}]
             spec["containers"] = containers
-        container = containers[0]
-        container.setdefault("name", EXECUTOR_CONTAINER_NAME)
+        named = [c for c in containers if c.get("name") == self.container_name]
+        container = named[0] if named else containers[0]
+        container.setdefault("name", self.container_name)
         container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image

@@ -166,6 +166,7 @@ def pod_from_dict_strict(obj: object) -> ExecutorPod:
         node_name=_opt_str(spec.get("nodeName"), "spec.nodeName"),
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
+        restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
     )
 
 

@@ -3,7 +3,8 @@
 Every call is made with `_preload_content=False`, so the client never builds its (slow) models: the
 caller gets the urllib3 response and parses the bytes with orjson. Every call gets a timeout, and
 every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`). With a
-`rate_limiter`, every call first takes a token from it (`ratelimit.py`).
+`rate_limiter`, every call first takes a token from it (`ratelimit.py`). With a `backoff` gate,
+no call is sent while the server's last 429 Retry-After or a 5xx back-off runs (`backoff.py`).
 
 The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
 `watch_pods`, ...), each naming its query parameters, so no caller passes a client method's name
@@ -19,7 +20,8 @@ from functools import partial
 from typing import cast
 
 import orjson
-from execpods.core import ApiUnavailable
+from execpods.core import ApiUnavailable, PodOperationError
+from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
 from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
@@ -60,6 +62,7 @@ class ApiGateway:
         request_timeout: float = 30.0,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         rate_limiter: TokenBucket | None = None,
+        backoff: ApiBackoffGate | None = None,
         observer: ApiObserver | None = None,
     ) -> None:
         self._api_client = api_client
@@ -78,6 +81,7 @@ class ApiGateway:
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.rate_limiter = rate_limiter
+        self.backoff = backoff
 
     @property
     def api_client(self) -> KubernetesApiClient:
@@ -138,9 +142,15 @@ class ApiGateway:
         )
 
     def delete_pods(
-        self, label_selector: str, field_selector: str | None = None, *, dry_run: bool = False
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+        dry_run: bool = False,
     ) -> object:
-        """DELETE the matching pods (deletecollection); the JSON answer."""
+        """DELETE the matching pods (deletecollection), with the pods' own grace period unless
+        one is given; the JSON answer."""
         return self._json(
             f"delete pods {_selected(label_selector, field_selector)}",
             partial(
@@ -148,6 +158,7 @@ class ApiGateway:
                 self.namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                grace_period_seconds=grace_period_seconds,
                 dry_run=_dry(dry_run),
             ),
         )
@@ -223,8 +234,11 @@ class ApiGateway:
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
         """Make the call for its raw response (the caller must release it); the observer, if
-        any, hears of it (verb, outcome, time to the response headers, the rate limiter's wait
-        not included)."""
+        any, hears of every call that went out (verb, outcome, time to the response headers;
+        the back-off gate's and the rate limiter's waits not included)."""
+        gate = self.backoff
+        if gate is not None:
+            gate.check(what)  # unsent while the server asked us to wait
         if self.rate_limiter is not None:
             self.rate_limiter.acquire()  # every call, watches included, takes a token first
         started = time.perf_counter()
@@ -235,6 +249,11 @@ class ApiGateway:
                     _preload_content=False,
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 )
+        except PodOperationError as error:
+            outcome = type(error).__name__
+            if gate is not None:
+                gate.failed(error)
+            raise
         except Exception as error:
             outcome = type(error).__name__
             raise
@@ -247,6 +266,8 @@ class ApiGateway:
                         seconds=time.perf_counter() - started,
                     )
                 )
+        if gate is not None:
+            gate.succeeded()
         return cast(BaseHTTPResponse, response)
 
     def _bytes(self, what: str, call: Callable[..., object]) -> bytes:

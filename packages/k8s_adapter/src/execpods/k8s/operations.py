@@ -48,9 +48,13 @@ class KubernetesPodOperations:
         except PodNotFound:
             logger.debug("Pod %s was already gone when deleted.", name)
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
         label_selector = selector.label_selector()
-        body = self._gateway.delete_pods(label_selector, selector.field_selector())
+        body = self._gateway.delete_pods(
+            label_selector, selector.field_selector(), grace_period_seconds=grace_period_seconds
+        )
         # A real server answers with the list of deleted pods, although the client types a Status.
         items = body.get("items") if isinstance(body, dict) else None
         count = len(items) if isinstance(items, list) else 0

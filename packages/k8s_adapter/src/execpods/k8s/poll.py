@@ -3,9 +3,14 @@
 This is what makes the system level-triggered: whatever the watch missed, the next full list
 repairs. It runs on a core `Scheduler`, so tests drive it with a `DeterministicScheduler` (as
 SPARK-24248's `ExecutorPodsPollingSnapshotSourceSuite` does); by default it owns a one-thread
-`ThreadScheduler` named after the app. With
-`execpods.kubernetes.pollFromCache` it lists with `resourceVersion=0`, which the API server answers
-from its watch cache instead of a quorum read from etcd: cheaper, possibly a little stale.
+`ThreadScheduler` named after the app.
+
+With `spark.kubernetes.executor.enablePollingWithResourceVersion` it lists with
+`resourceVersion=0`, which the API server answers from its watch cache instead of a quorum read
+from etcd: cheaper, but possibly stale, and a cache behind another API server can even be older
+than the previous answer. A list older than the last one applied is therefore ignored (it would
+move the snapshot back in time). Pods labelled `spark-exec-inactive=true` are left out, as Spark
+does: they are finished and reported, and kept only for inspection.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from execpods.core import (
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
-from execpods.k8s.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)
 
@@ -36,18 +40,17 @@ class PollSource:
         store: SnapshotsWriter,
         operations: KubernetesPodOperations,
         *,
-        settings: KubernetesSettings | None = None,
         core_settings: CoreSettings | None = None,
         scheduler: Scheduler | None = None,
     ) -> None:
         self._store = store
         self._operations = operations
-        k8s = settings if settings is not None else KubernetesSettings()
         core = core_settings if core_settings is not None else CoreSettings()
         self._enabled = core.enable_api_polling
         self._interval = core.api_polling_interval
         self._labels = core.labels
-        self._from_cache = k8s.poll_from_cache
+        self._from_cache = core.enable_polling_with_resource_version
+        self._last_version: int | None = None
         self._scheduler = scheduler
         self._owns_scheduler = scheduler is None
         self._lock = threading.Lock()
@@ -55,6 +58,7 @@ class PollSource:
         self._started = False
         self.polls = 0
         self.failures = 0
+        self.stale = 0
 
     def start(self, app_id: str) -> None:
         with self._lock:
@@ -67,7 +71,7 @@ class PollSource:
             if self._scheduler is None:
                 self._scheduler = ThreadScheduler(workers=1, name=f"execpods-poll-{app_id}")
             logger.debug("Starting to check for executor pod state every %.3fs.", self._interval)
-            selector = PodSelector.executors_of(self._labels, app_id).label_selector()
+            selector = PodSelector.active_executors_of(self._labels, app_id).label_selector()
             self._task = self._scheduler.schedule_with_fixed_delay(
                 self._interval, self._interval, lambda: self.poll_once(selector)
             )
@@ -76,7 +80,7 @@ class PollSource:
         """One resynchronisation; a failure is logged with its cause and the next poll retries."""
         logger.debug("Resynchronizing full executor pod state from Kubernetes.")
         try:
-            pods, _ = self._operations.list_with_version(
+            pods, version = self._operations.list_with_version(
                 selector, resource_version="0" if self._from_cache else None
             )
         except PodOperationError as error:
@@ -88,7 +92,29 @@ class PollSource:
             logger.exception("Polling executor pods failed; retrying next interval.")
             return
         self.polls += 1
+        if self._is_stale(version):
+            self.stale += 1
+            logger.info(
+                "Ignored a list of executor pods at resourceVersion %s, older than the last one "
+                "applied (%s).",
+                version,
+                self._last_version,
+            )
+            return
         self._store.replace_snapshot(pods)
+
+    def _is_stale(self, version: str | None) -> bool:
+        """True for a list older than the last one applied; remembers a newer one's version."""
+        try:
+            number = int(version) if version else None
+        except ValueError:
+            return False  # an opaque version: nothing to compare, as the API allows
+        if number is None:
+            return False
+        if self._last_version is not None and number < self._last_version:
+            return True
+        self._last_version = number
+        return False
 
     def stop(self) -> None:
         with self._lock:

@@ -19,13 +19,18 @@ from execpods.core.settingkit import (
     if_set,
     label_key,
     non_negative,
-    parse_bool,
     parse_float,
     parse_int,
     parse_optional_str,
     positive,
     setting,
     setting_family,
+)
+from execpods.k8s.mounts import (
+    SECRET_KEY_REF_PREFIX,
+    SECRETS_PREFIX,
+    VOLUMES_PREFIX,
+    volume_key_problem,
 )
 
 ENV_PREFIX = "spark.executorEnv."
@@ -51,6 +56,7 @@ _MEMORY_UNITS = {
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def parse_memory_mib(text: str) -> int:
@@ -87,6 +93,12 @@ def _http_url(value: str) -> str | None:
 
 def _env_name(name: str) -> str | None:
     return None if _ENV_NAME.match(name) else "is not an environment variable name"
+
+
+def _dns_subdomain(name: str) -> str | None:
+    if len(name) <= 253 and _DNS_SUBDOMAIN.match(name):
+        return None
+    return "is not a secret name (a DNS-1123 subdomain)"
 
 
 def _fraction(value: float) -> str | None:
@@ -270,6 +282,24 @@ class KubernetesSettings(SettingsBase):
         "Node selector of the executor pods, on top of spark.kubernetes.node.selector.*.",
         name_rule=label_key,
     )
+    secrets: Mapping[str, str] = setting_family(
+        SECRETS_PREFIX,
+        "Secrets mounted into the executor container: NAME is the secret, the value the path.",
+        name_rule=_dns_subdomain,
+    )
+    secret_key_refs: Mapping[str, str] = setting_family(
+        SECRET_KEY_REF_PREFIX,
+        "Environment variables of the executor container from secrets: NAME is the variable, "
+        "the value secret:key.",
+        name_rule=_env_name,
+    )
+    volumes: Mapping[str, str] = setting_family(
+        VOLUMES_PREFIX,
+        "Volumes mounted into the executor container: TYPE.NAME.mount.path (required), "
+        "mount.readOnly, mount.subPath, mount.subPathExpr and options.* of hostPath, emptyDir, "
+        "nfs or persistentVolumeClaim.",
+        name_rule=volume_key_problem,
+    )
     executor_scheduler_name: str | None = setting(
         "spark.kubernetes.executor.scheduler.name",
         None,
@@ -331,12 +361,6 @@ class KubernetesSettings(SettingsBase):
         "30s",
         "Longest retry delay of the watch.",
     )
-    poll_from_cache: bool = setting(
-        "execpods.kubernetes.pollFromCache",
-        False,
-        "Poll with resourceVersion=0: served from the API server's cache, possibly stale.",
-        parse=parse_bool,
-    )
     executor_env: Mapping[str, str] = setting_family(
         ENV_PREFIX,
         "Environment variables of the executor container (spark.executorEnv.NAME=value).",
@@ -347,8 +371,8 @@ class KubernetesSettings(SettingsBase):
         SettingsBase.__post_init__(self)
         if self.backoff_max < self.backoff_initial:
             raise SettingsError(
-                f"execpods.kubernetes.backoffMax={self.backoff_max!r} is invalid: it must not be "
-                f"below execpods.kubernetes.backoffInitial={self.backoff_initial!r}"
+                f"{self.key_of('backoff_max')}={self.backoff_max!r} is invalid: it must not be "
+                f"below {self.key_of('backoff_initial')}={self.backoff_initial!r}"
             )
 
     @property

@@ -159,7 +159,7 @@ class WatchSource:
         if not self._enabled:
             logger.info("The executor pod watch is disabled (enableApiWatcher=false).")
             return
-        selector = PodSelector.executors_of(self._labels, app_id).label_selector()
+        selector = PodSelector.active_executors_of(self._labels, app_id).label_selector()
         logger.debug("Starting watch for pods with labels %s.", selector)
         self._thread = threading.Thread(
             target=self._run, args=(selector,), name=f"execpods-watch-{app_id}", daemon=True
@@ -301,8 +301,7 @@ class WatchSource:
             self._resource_version = version
 
     def _as_deleted(self, pod: ExecutorPod) -> ExecutorPod:
-        """A DELETED pod always reads as deleted, even when it was removed without grace."""
-        if pod.deletion_timestamp is not None:
-            return pod
-        now = datetime.fromtimestamp(self._clock.time(), UTC)
-        return dataclasses.replace(pod, deletion_timestamp=now)
+        """A DELETED pod is gone, even when its last status still read Running (a force delete
+        of a terminating pod) or it was removed without grace (no deletion timestamp)."""
+        deleted_at = pod.deletion_timestamp or datetime.fromtimestamp(self._clock.time(), UTC)
+        return dataclasses.replace(pod, deletion_timestamp=deleted_at, gone=True)

@@ -23,6 +23,7 @@ from execpods.kubesim.control import make_control
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -50,6 +51,7 @@ class KubeSim:
         event_window: int = 10_000,
         bookmark_interval: float = 30.0,
         kubeconfig_path: str | Path | None = None,
+        websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
     ) -> None:
@@ -71,6 +73,16 @@ class KubeSim:
             create_limit=self.create_limit,
         )
         self.api.fresh_timeout = fresh_timeout
+        self.object_apis = {
+            k.plural: ObjectApi(
+                kind=k, cluster=self.cluster, log=self.log, event_window=event_window
+            )
+            for k in KINDS
+        }
+        self._gc = GarbageCollector(
+            pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
+        )
+        self._websocket_watch = websocket_watch
         if rbac is not None:
             self.enable_rbac(rbac)
         self._host = host
@@ -102,7 +114,11 @@ class KubeSim:
 
     def _serve(self, port: int) -> ApiServer:
         context = ServerContext(
-            api=self.api, control=make_control(self), bookmark_interval=self._bookmark_interval
+            api=self.api,
+            control=make_control(self),
+            bookmark_interval=self._bookmark_interval,
+            objects=self.object_apis,
+            websocket_watch=self._websocket_watch,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -244,6 +260,14 @@ class KubeSim:
     def pod(self, name: str, namespace: str = "default") -> Pod | None:
         obj = self.store.find(namespace, name)
         return None if obj is None else as_pod(copy_obj(obj))
+
+    def objects(self, plural: str, namespace: str | None = None) -> list[Obj]:
+        """Copies of the stored ConfigMaps, Services, PersistentVolumeClaims or Secrets."""
+        api = self.object_apis.get(plural)
+        if api is None:
+            raise ValueError(f"kubesim serves no {plural!r}; it serves {sorted(self.object_apis)}")
+        items, _ = api.store.list(namespace)
+        return [copy_obj(o) for o in items]
 
     def create_pod(self, body: JsonObject, namespace: str = "default") -> Pod:
         """Create a pod in process, with the same admission as a POST (test set-up: it is not an

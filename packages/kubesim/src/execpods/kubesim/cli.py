@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -114,6 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--deterministic", action="store_true", help="virtual clock, moved via /_kubesim/advance"
     )
     p.add_argument(
+        "--expect-clean",
+        action="store_true",
+        help="with a COMMAND: exit 3 if it leaves pods, ConfigMaps or Services behind",
+    )
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="run COMMAND against the simulator ({url} and {master} in it are replaced; "
+        "KUBESIM_URL, KUBESIM_MASTER and KUBECONFIG are set), then exit with its code",
+    )
+    p.add_argument(
+        "--no-websocket-watch",
+        action="store_true",
+        help="answer WebSocket watch upgrades with 503 (clients fall back to HTTP watches)",
+    )
+    p.add_argument(
         "--log-level", default="WARNING", help="logging level (DEBUG logs every request)"
     )
     return p
@@ -197,17 +216,68 @@ def main(argv: list[str] | None = None) -> int:
             bookmark_interval=args.bookmark_interval,
             kubeconfig_path=args.kubeconfig_out,
             rbac=manifests if args.rbac else None,
+            websocket_watch=not args.no_websocket_watch,
         )
     except ValueError as exc:  # a manifest RBAC cannot use
         parser.error(str(exc))
     for namespace, name, token in tokens:
         sim.token_for(name, namespace, token=token)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     with sim:
         print(sim.url, flush=True)
         print(sim.kubeconfig_path, flush=True)
+        if command:
+            return run_command(sim, command, stop, expect_clean=args.expect_clean)
         while not stop.wait(3600):
             pass
     return 0
+
+
+def run_command(
+    sim: KubeSim, command: list[str], stop: threading.Event, *, expect_clean: bool = False
+) -> int:
+    """Run ``command`` against ``sim`` (a driver, a test, ``spark-submit``) and return its exit
+    code; a summary of what it left and the requests it made goes to stderr as one JSON line.
+
+    SIGINT/SIGTERM to kubesim is passed on as SIGTERM; with ``expect_clean`` a command that
+    succeeded but left pods, ConfigMaps or Services behind makes the exit code 3.
+    """
+    master = f"k8s://{sim.url}"
+    argv = [a.replace("{url}", sim.url).replace("{master}", master) for a in command]
+    env = {
+        **os.environ,
+        "KUBESIM_URL": sim.url,
+        "KUBESIM_MASTER": master,
+        "KUBECONFIG": str(sim.kubeconfig_path),
+    }
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        print(f"kubesim: cannot run {argv[0]!r}: {exc}", file=sys.stderr, flush=True)
+        return 127
+    while True:
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if stop.is_set():
+                proc.terminate()
+    left = {
+        "pods": [p["metadata"]["name"] for p in sim.pods()],
+        "configmaps": [c["metadata"]["name"] for c in sim.objects("configmaps")],
+        "services": [c["metadata"]["name"] for c in sim.objects("services")],
+    }
+    watches = [r.status for r in sim.requests() if r.verb == "watch"]
+    summary = {
+        "exitCode": code,
+        "left": left,
+        "requests": sim.request_counts(),
+        "watchStatuses": sorted(set(watches)),
+    }
+    print(orjson.dumps(summary).decode(), file=sys.stderr, flush=True)
+    if code == 0 and expect_clean and any(left.values()):
+        return 3
+    return code
 
 
 if __name__ == "__main__":

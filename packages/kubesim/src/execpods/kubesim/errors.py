@@ -50,8 +50,8 @@ class ApiError(Exception):
         return status_body(self.code, self.reason, self.message, details)
 
     @classmethod
-    def not_found(cls, name: str) -> ApiError:
-        return cls(404, "NotFound", f'pods "{name}" not found', name=name)
+    def not_found(cls, name: str, kind: str = "pods") -> ApiError:
+        return cls(404, "NotFound", f'{kind} "{name}" not found', name=name, kind=kind)
 
     @classmethod
     def gone(cls, message: str = "too old resource version") -> ApiError:

@@ -16,18 +16,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
-from execpods.kubesim.bodies import Status
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
+from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.params import TRUE, parse_bool
-from execpods.kubesim.store import Watcher, watch_line
+from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
@@ -35,6 +35,8 @@ _log = logging.getLogger(__name__)
 
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
+_OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
+_OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
@@ -48,18 +50,28 @@ def _http_date(second: int) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerContext:
-    """What the request handlers need: the API implementation and the control endpoint."""
+    """What the request handlers need: the API implementations and the control endpoint.
+
+    ``objects`` serves the resources other than pods, by plural name; ``websocket_watch``
+    False answers WebSocket watch upgrades with 503, the refusal that makes fabric8 fall back
+    to an HTTP watch (as against a proxy that cannot pass WebSockets).
+    """
 
     api: resources.PodApi
     control: ControlHandler
     bookmark_interval: float
+    objects: dict[str, ObjectApi] = field(default_factory=dict)
+    websocket_watch: bool = True
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
     """The Kubernetes verb of a request, for the request log's counters."""
     if path in resources.DISCOVERY_PATHS:
         return "discovery"
-    collection = path == "/api/v1/pods" or path.endswith("/pods")
+    parts = path.rstrip("/").split("/")
+    collection = (len(parts) == 4 and parts[:3] == ["", "api", "v1"]) or (
+        len(parts) == 6 and parts[3] == "namespaces"
+    )
     if method == "GET":
         if "/watch/" in path or query.get("watch", "") in TRUE:
             return "watch"
@@ -281,8 +293,22 @@ class _Handler(BaseHTTPRequestHandler):
         if discovery is not None:
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+            if path == "/api/v1":
+                discovery["resources"].extend(o.kind.discovery() for o in ctx.objects.values())
             self._send(200, orjson.dumps(discovery))
             return 200
+        objects = self._object_route(path, ctx)
+        if objects is not None:
+            api_, namespace_, name_, watch_path_ = objects
+            return self._objects(
+                method,
+                query,
+                body,
+                api=api_,
+                namespace=namespace_,
+                name=name_,
+                watch_path=watch_path_,
+            )
         if m := _NAMESPACE.match(path):
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
@@ -310,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
                         sel = query.get("fieldSelector")
                         extra = f"metadata.name={name}"
                         query["fieldSelector"] = f"{sel},{extra}" if sel else extra
-                    self._watch(namespace, query, api, ctx.bookmark_interval)
+                    self._watch(namespace, query, api)
                     return 200
                 return self._reply(200, self._maybe_table(api.list(namespace, query), api))
             if namespace is None:
@@ -339,6 +365,85 @@ class _Handler(BaseHTTPRequestHandler):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
 
     @staticmethod
+    def _object_route(
+        path: str, ctx: ServerContext
+    ) -> tuple[ObjectApi, str | None, str | None, bool] | None:
+        """(api, namespace, name, legacy watch path) for a ConfigMap, Service... path."""
+        if path.startswith("/api/v1/watch/"):
+            m = _OBJECT_WATCH.match(path)
+            watch_path = True
+        else:
+            m = _OBJECT.match(path)
+            watch_path = False
+            if m is None and path.count("/") == 3:  # /api/v1/{plural}: across namespaces
+                plural = path.rsplit("/", 1)[1]
+                api = ctx.objects.get(plural)
+                return None if api is None else (api, None, None, False)
+        if m is None:
+            return None
+        api = ctx.objects.get(m.group(2))
+        return None if api is None else (api, m.group(1), m.group(3), watch_path)
+
+    def _objects(
+        self,
+        method: str,
+        query: dict[str, str],
+        body: bytes,
+        *,
+        api: ObjectApi,
+        namespace: str | None,
+        name: str | None,
+        watch_path: bool,
+    ) -> int:
+        """The verbs on ConfigMaps, Services, PersistentVolumeClaims and Secrets."""
+        if name is None or watch_path:
+            if method == "GET":
+                if watch_path or parse_bool(query.get("watch"), "watch"):
+                    if name is not None:
+                        sel = query.get("fieldSelector")
+                        extra = f"metadata.name={name}"
+                        query["fieldSelector"] = f"{sel},{extra}" if sel else extra
+                    self._watch(namespace, query, api)
+                    return 200
+                return self._reply(200, api.list(namespace, query))
+            if namespace is None:
+                raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
+            if method == "POST":
+                return self._reply(201, api.create(namespace, self._json(body)))
+            if method == "DELETE":
+                return self._reply(200, api.delete_collection(namespace, query))
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
+        assert namespace is not None
+        if method == "GET":
+            return self._reply(200, api.get(namespace, name))
+        if method == "PUT":
+            return self._reply(200, api.replace(namespace, name, self._json(body)))
+        if method == "PATCH":
+            ctype = self.header("Content-Type")
+            return self._reply(200, api.patch(namespace, name, ctype, self._json(body)))
+        if method == "DELETE":
+            options = self._json(body) if body.strip() else {}
+            return self._reply(200, api.delete(namespace, name, options))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+    def _watch(self, namespace: str | None, query: dict[str, str], api: WatchSource) -> None:
+        ctx = self.server.context
+        serve_watch(
+            self,
+            namespace,
+            query,
+            api,
+            bookmark_interval=ctx.bookmark_interval,
+            websocket_watch=ctx.websocket_watch,
+        )
+
+    def log_once(self, status: int) -> None:
+        self._log_once(status)
+
+    def http_date(self) -> str:
+        return self._date()
+
+    @staticmethod
     def _json(body: bytes) -> Any:
         try:
             return orjson.loads(body)
@@ -354,86 +459,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, code: int, obj: Any) -> int:
         self._send(code, orjson.dumps(obj))
         return code
-
-    # -- watch ---------------------------------------------------------------------------------
-
-    def _chunk(self, data: bytes) -> bytes:
-        return b"%x\r\n%s\r\n" % (len(data), data)
-
-    def _watch(
-        self,
-        namespace: str | None,
-        query: dict[str, str],
-        api: resources.PodApi,
-        bookmark_interval: float,
-    ) -> None:
-        bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
-        timeout_text = query.get("timeoutSeconds")
-        try:
-            timeout = float(timeout_text) if timeout_text else 1800.0
-        except ValueError:
-            raise ApiError.bad_request(f"invalid timeoutSeconds {timeout_text!r}") from None
-        head = (
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            f"Transfer-Encoding: chunked\r\nDate: {self._date()}\r\n\r\n"
-        ).encode("latin-1")
-        watcher, initial, error = api.open_watch(namespace, query)
-        wfile = self.wfile
-        self._log_once(200)  # a watch is in the log from its start, not only once it ends
-        try:
-            first = [head] + [self._chunk(line) for line in initial]
-            wfile.write(b"".join(first))
-            if watcher is not None:
-                error = self._stream(watcher, timeout, bookmarks, bookmark_interval, api)
-                if watcher.abrupt:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-            tail = []
-            if error is not None:
-                tail.append(self._chunk(watch_line("ERROR", error)))
-            tail.append(b"0\r\n\r\n")
-            wfile.write(b"".join(tail))
-        except OSError:
-            self.close_connection = True
-        finally:
-            if watcher is not None:
-                api.store.unwatch(watcher)
-
-    def _stream(
-        self,
-        watcher: Watcher,
-        timeout: float,
-        bookmarks: bool,
-        interval: float,
-        api: resources.PodApi,
-    ) -> Status | None:
-        deadline = time.monotonic() + timeout
-        next_bookmark = time.monotonic() + interval
-        wfile = self.wfile
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            wait = deadline - now
-            if bookmarks:
-                wait = min(wait, max(0.0, next_bookmark - now))
-            batch = watcher.wait(wait)
-            out = []
-            for ev in batch:
-                kind = watcher.translate(ev)
-                if kind is not None:
-                    out.append(self._chunk(ev.encode(kind)))
-            if out:
-                wfile.write(b"".join(out))
-            if watcher.closed:
-                return watcher.error
-            if bookmarks and time.monotonic() >= next_bookmark:
-                wfile.write(self._chunk(api.bookmark(watcher.last_rv)))
-                next_bookmark = time.monotonic() + interval
-        if bookmarks:
-            wfile.write(self._chunk(api.bookmark(watcher.last_rv)))
-        return None
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -500,6 +525,8 @@ class ApiServer(ThreadingHTTPServer):
             self._serve_thread = None
         self.server_close()
         self.context.api.store.close_watchers()
+        for api in self.context.objects.values():
+            api.store.close_watchers()
         with self._conn_lock:
             conns = list(self._conns.items())
         for _, sock in conns:

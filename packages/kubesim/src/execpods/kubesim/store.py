@@ -147,9 +147,15 @@ def _in_key_order(matches: list[tuple[Key, Obj]]) -> list[Obj]:
 
 
 class PodStore:
-    """Pods keyed by (namespace, name) with a global, monotonically increasing resourceVersion."""
+    """Pods keyed by (namespace, name) with a global, monotonically increasing resourceVersion.
 
-    def __init__(self, *, event_window: int = 10_000) -> None:
+    Other namespaced resources (ConfigMaps, Services...) use a store of their own, named by
+    ``plural`` in its errors, with its own resourceVersion sequence (versions are opaque and
+    only ever compared within one resource type).
+    """
+
+    def __init__(self, *, event_window: int = 10_000, plural: str = "pods") -> None:
+        self.plural = plural
         self._lock = threading.Condition(threading.Lock())
         self._objects: dict[Key, Obj] = {}
         self._by_namespace: dict[str, dict[Key, Obj]] = {}
@@ -174,7 +180,7 @@ class PodStore:
     def get(self, namespace: str, name: str) -> Obj:
         obj = self._objects.get((namespace, name))
         if obj is None:
-            raise ApiError.not_found(name)
+            raise ApiError.not_found(name, self.plural)
         return obj
 
     def find(self, namespace: str, name: str) -> Obj | None:
@@ -277,7 +283,13 @@ class PodStore:
         with self._lock:
             if key_of(obj) in self._objects:
                 name = obj["metadata"]["name"]
-                raise ApiError(409, "AlreadyExists", f'pods "{name}" already exists', name=name)
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{self.plural} "{name}" already exists',
+                    name=name,
+                    kind=self.plural,
+                )
             event = self._commit("ADDED", None, obj)
         self._notify(event)
         return obj
@@ -294,7 +306,7 @@ class PodStore:
         with self._lock:
             old = self._objects.get((namespace, name))
             if old is None:
-                raise ApiError.not_found(name)
+                raise ApiError.not_found(name, self.plural)
             new = mutate(copy_obj(old))
             if new is None:
                 return old

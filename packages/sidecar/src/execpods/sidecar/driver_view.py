@@ -11,6 +11,10 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   Explicit mode is sticky: a later update without it does not switch inference back on.
 - **Active executors.** Known executors the driver has not released
   (`UpdateDriverExecutors.released`): a released executor's exit is expected.
+- **Registration times.** When the driver registered each known executor, as it says
+  (`UpdateDriverExecutors.registered_at_ms`), else when the sidecar first learnt of it (saw it
+  running, or was told it registered). The lifecycle manager reports an executor missing only when
+  a full list taken more than `spark.kubernetes.executor.missingPodDetectDelta` later lacks it.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
   it reported twice. The streams hear of removals from the backend
@@ -26,9 +30,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval, PodState
+from execpods.core import (
+    Clock,
+    ExecutorExited,
+    ExecutorPodsSnapshot,
+    ExecutorRemoval,
+    ExecutorState,
+    SystemClock,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +48,9 @@ class InferredDriverView:
     """A thread-safe `DriverView` that infers the driver's executors unless told them; and the
     `LifecycleObserver` that feeds it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._registered_at: dict[int, float] = {}
         self._lock = threading.Lock()
         self._seen_running: set[int] = set()
         self._registered: set[int] = set()
@@ -59,9 +72,14 @@ class InferredDriverView:
             inferred = not self._explicit and executor_id in self._seen_running
             return inferred or executor_id in self._registered
 
+    def registration_times(self) -> Mapping[int, float]:
+        with self._lock:
+            return {i: self._registered_at.get(i, 0.0) for i in self._known_locked()}
+
     def remove_executor(self, executor_id: int, reason: ExecutorExited) -> None:
         with self._lock:
             self._removed.add(executor_id)
+            self._registered_at.pop(executor_id, None)
             self._seen_running.discard(executor_id)
             self._registered.discard(executor_id)
             self._released.discard(executor_id)
@@ -69,13 +87,30 @@ class InferredDriverView:
     # The driver's side (UpdateDriverExecutors).
 
     def update(
-        self, *, registered: Iterable[int], released: Iterable[int], explicit: bool
+        self,
+        *,
+        registered: Iterable[int],
+        released: Iterable[int],
+        explicit: bool,
+        registered_at: Mapping[int, float] | None = None,
     ) -> list[int]:
-        """Apply one update from the driver; returns the executors now known, sorted."""
+        """Apply one update from the driver; returns the executors now known, sorted.
+
+        `registered_at` gives registration times (wall-clock seconds) the driver knows; an executor
+        registered without one counts as registered now.
+        """
+        now = self._clock.time()
+        times = dict(registered_at or {})
         with self._lock:
             if explicit:
                 self._explicit = True
-            self._registered.update(i for i in registered if i not in self._removed)
+            fresh = [i for i in registered if i not in self._removed]
+            self._registered.update(fresh)
+            for executor_id in fresh:
+                self._registered_at.setdefault(executor_id, now)
+            for executor_id, at in times.items():
+                if executor_id not in self._removed:
+                    self._registered_at[executor_id] = at
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
@@ -83,7 +118,7 @@ class InferredDriverView:
 
     def executor_removed(self, removal: ExecutorRemoval) -> None:
         reason = removal.reason
-        logger.info(
+        logger.debug(
             "Executor %d removed (exit code %d, caused by the app: %s).",
             removal.executor_id,
             reason.exit_code,
@@ -100,12 +135,20 @@ class InferredDriverView:
             newly_running.update(
                 i
                 for i in (pods.keys() if changed is None else changed)
-                if (state := pods.get(i)) is not None and state.state is PodState.RUNNING
+                if (observed := pods.get(i)) is not None and observed.state is ExecutorState.RUNNING
             )
             self._last = snapshot
         if newly_running:
+            now = self._clock.time()
             with self._lock:
-                self._seen_running.update(newly_running - self._removed)
+                fresh = newly_running - self._removed
+                self._seen_running.update(fresh)
+                for executor_id in fresh:
+                    self._registered_at.setdefault(executor_id, now)
+
+    def application_failed(self, message: str) -> None:
+        """Nothing to note here: the lifecycle manager logs it, and the streams hear of it from
+        the backend (`ExecutorPodsBackend.subscribe`)."""
 
     def _known_locked(self) -> set[int]:
         known = set(self._registered)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, PodState
+from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, ExecutorState
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -87,7 +87,7 @@ class _ExecutorsCollector(Collector):
             profile = state.pod.labels.get(self._profile_label, "0")
             key = (state.state.value, profile)
             counts[key] = counts.get(key, 0) + 1
-        for pod_state in PodState:  # every state, so a dashboard sees zeros too
+        for pod_state in ExecutorState:  # every state, so a dashboard sees zeros too
             counts.setdefault((pod_state.value, "0"), 0)
         for (state_name, profile), count in sorted(counts.items()):
             executors.add_metric((state_name, profile), count)
@@ -213,7 +213,7 @@ class SidecarMetrics(Listener):
             return
         total, since = pending
         latest = snapshots[-1] if snapshots else self.snapshot()
-        if latest.count(PodState.RUNNING) != total:
+        if latest.count(ExecutorState.RUNNING) != total:
             return
         with self._lock:
             if self._pending_target == pending:

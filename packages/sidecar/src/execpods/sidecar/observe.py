@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from execpods.core import (
     ApiThrottled,
@@ -195,11 +195,16 @@ class ObservedPodOperations:
         self._inner.delete(name)
         self._observers.pods_deleted(1)
 
-    def delete_by_selector(self, selector: PodSelector) -> int:
-        count = self._inner.delete_by_selector(selector)
+    def delete_by_selector(
+        self, selector: PodSelector, *, grace_period_seconds: int | None = None
+    ) -> int:
+        count = self._inner.delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
         if count:
             self._observers.pods_deleted(count)
         return count
+
+    def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        self._inner.patch_labels(name, labels)
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)

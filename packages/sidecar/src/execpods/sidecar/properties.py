@@ -37,17 +37,12 @@ SPARK_ONLY_KEYS = frozenset(
         "spark.kubernetes.allocation.executor.timeout",
         "spark.kubernetes.allocation.maxPendingPods",
         "spark.kubernetes.allocation.pods.allocator",
-        "spark.kubernetes.executor.checkAllContainers",
         "spark.kubernetes.executor.decommissionLabel",
         "spark.kubernetes.executor.decommissionLabelValue",
-        "spark.kubernetes.executor.deletedExecutorsCacheTimeout",
         "spark.kubernetes.executor.disableConfigMap",
-        "spark.kubernetes.executor.enablePollingWithResourceVersion",
         "spark.kubernetes.executor.lostCheck.maxAttempts",
         "spark.kubernetes.executor.minTasksPerExecutorBeforeRolling",
-        "spark.kubernetes.executor.missingPodDetectDelta",
         "spark.kubernetes.executor.pod.featureSteps",
-        "spark.kubernetes.executor.podTemplateContainerName",
         "spark.kubernetes.executor.rollInterval",
         "spark.kubernetes.executor.rollPolicy",
         "spark.kubernetes.executor.useDriverPodIP",
@@ -55,11 +50,9 @@ SPARK_ONLY_KEYS = frozenset(
 )
 """Spark's own keys in the owned namespaces (a key a settings class reads counts as read first)."""
 
-SPARK_ONLY_FAMILIES = tuple(
-    f"spark.kubernetes.executor.{family}." for family in ("secrets", "secretKeyRef", "volumes")
-)
+SPARK_ONLY_FAMILIES: tuple[str, ...] = ()
 """Spark's open-ended key families in `spark.kubernetes.executor.*` execpods does not implement
-(secrets and volumes: a pod template can carry them)."""
+(none today: labels, annotations, node selectors, secrets and volumes are all read)."""
 
 logger = logging.getLogger(__name__)
 

@@ -161,10 +161,15 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             registered = check_driver_ids("registered", request.registered)
             released = check_driver_ids("released", request.released)
+            registered_at_ms = dict(request.registered_at_ms)
+            check_driver_ids("registered_at_ms", registered_at_ms)
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         known = self._runtime.driver_view.update(
-            registered=registered, released=released, explicit=request.explicit
+            registered=registered,
+            released=released,
+            explicit=request.explicit,
+            registered_at={i: at_ms / 1000 for i, at_ms in registered_at_ms.items()},
         )
         return pb.UpdateDriverExecutorsResponse(known=known)
 
@@ -194,7 +199,10 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         observed = self._runtime.observers.stream()
         try:
             subscription = self._runtime.backend.subscribe(
-                interval, observed.arrived(feed.on_snapshots), on_removal=feed.on_removal
+                interval,
+                observed.arrived(feed.on_snapshots),
+                on_removal=feed.on_removal,
+                on_application_failure=feed.on_application_failed,
             )
             unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
         except RuntimeError:
@@ -221,7 +229,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         while True:
             await feed.wait()
             pending = feed.take()
-            if pending.snapshots or pending.removals or pending.notices:
+            if pending:
                 for response in build_response(encoder, pending, first=first):
                     yield response
                 first = False

@@ -39,7 +39,7 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 def _app_id_rule(value: str) -> str | None:
     if not value:
-        return "must be set (--app-id, EXECPODS_APP_ID or --conf spark.app.id=...)"
+        return "must be set"  # the CLI adds the flag and variable that set it
     return label_value(value)
 
 

@@ -35,28 +35,29 @@ from execpods.core import (
     ContainerWaiting,
     ExecutorPodsSnapshot,
     ExecutorRemoval,
-    PodState,
+    ExecutorState,
+    ObservedPod,
 )
-from execpods.core import ExecutorPodState as CorePodState
 from execpods.sidecar.profiles import encode_notice
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 _STATES = {
-    PodState.PENDING: pb.ExecutorPodState.STATE_PENDING,
-    PodState.RUNNING: pb.ExecutorPodState.STATE_RUNNING,
-    PodState.SUCCEEDED: pb.ExecutorPodState.STATE_SUCCEEDED,
-    PodState.FAILED: pb.ExecutorPodState.STATE_FAILED,
-    PodState.DELETED: pb.ExecutorPodState.STATE_DELETED,
-    PodState.UNKNOWN: pb.ExecutorPodState.STATE_UNKNOWN,
+    ExecutorState.PENDING: pb.ExecutorState.STATE_PENDING,
+    ExecutorState.RUNNING: pb.ExecutorState.STATE_RUNNING,
+    ExecutorState.TERMINATING: pb.ExecutorState.STATE_TERMINATING,
+    ExecutorState.SUCCEEDED: pb.ExecutorState.STATE_SUCCEEDED,
+    ExecutorState.FAILED: pb.ExecutorState.STATE_FAILED,
+    ExecutorState.DELETED: pb.ExecutorState.STATE_DELETED,
+    ExecutorState.UNKNOWN: pb.ExecutorState.STATE_UNKNOWN,
 }
 
 
 class _Visible(NamedTuple):
-    """What the contract shows of one executor's state: the fields of `pb.ExecutorPodState`."""
+    """What the contract shows of one executor's state: the fields of `pb.ObservedPod`."""
 
-    state: pb.ExecutorPodState.State.ValueType
+    state: pb.ExecutorState.ValueType
     pod_name: str
     phase: str
     reason: str
@@ -67,9 +68,9 @@ class _Visible(NamedTuple):
     container_reason: str
 
 
-def _visible(state: CorePodState) -> _Visible:
-    pod = state.pod
-    chosen = pod.executor_container()
+def _visible(observed: ObservedPod) -> _Visible:
+    pod = observed.pod
+    chosen = observed.executor_container()
     container = None if chosen is None else chosen.state
     container_reason = (
         container.reason
@@ -77,19 +78,19 @@ def _visible(state: CorePodState) -> _Visible:
         else ""
     )
     return _Visible(
-        state=_STATES[state.state],
+        state=_STATES[observed.state],
         pod_name=pod.name,
         phase=pod.phase or "",
         reason=pod.reason or "",
         message=pod.message or "",
         node_name=pod.node_name or "",
         pod_ip=pod.pod_ip or "",
-        exit_code=pod.executor_exit_code(),
+        exit_code=observed.exit_code(),
         container_reason=container_reason,
     )
 
 
-def _fill(message: pb.ExecutorPodState, visible: _Visible) -> None:
+def _fill(message: pb.ObservedPod, visible: _Visible) -> None:
     message.state = visible.state
     message.pod_name = visible.pod_name
     message.phase = visible.phase
@@ -102,10 +103,10 @@ def _fill(message: pb.ExecutorPodState, visible: _Visible) -> None:
     message.container_reason = visible.container_reason
 
 
-def encode_state(state: CorePodState) -> pb.ExecutorPodState:
-    """One executor's state as the contract spells it."""
-    message = pb.ExecutorPodState()
-    _fill(message, _visible(state))
+def encode_state(observed: ObservedPod) -> pb.ObservedPod:
+    """One executor's observed pod as the contract spells it."""
+    message = pb.ObservedPod()
+    _fill(message, _visible(observed))
     return message
 
 
@@ -116,6 +117,7 @@ def encode_removal(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
         exit_code=reason.exit_code,
         exit_caused_by_app=reason.exit_caused_by_app,
         message=reason.message,
+        killed_by_driver=reason.killed_by_driver,
     )
 
 
@@ -220,6 +222,10 @@ class Pending:
     removals: list[ExecutorRemoval] = field(default_factory=list)
     notices: list[AllocatorNotice] = field(default_factory=list)
     dropped: int = 0
+    application_failure: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.snapshots or self.removals or self.notices or self.application_failure)
 
 
 class StreamFeed:
@@ -268,6 +274,12 @@ class StreamFeed:
                 self._held.append(removal)
                 return
             self._pending.removals.append(removal)
+        self._wake()
+
+    def on_application_failed(self, message: str) -> None:
+        """The backend's failure callback (the lifecycle manager's thread): sent once."""
+        with self._lock:
+            self._pending.application_failure = message
         self._wake()
 
     def on_notice(self, notice: AllocatorNotice) -> None:
@@ -323,11 +335,13 @@ def build_response(
             "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
         )
         encoder.reset()
+    failure = pending.application_failure
     if first and len(snapshots) > 1:
         head = pb.StreamSnapshotsResponse(snapshots=[encoder.encode(snapshots[0])])
         rest = pb.StreamSnapshotsResponse(
             snapshots=[encoder.encode(s) for s in snapshots[1:]],
             removed_executors=removed,
+            application_failure=failure,
             allocator_notices=notices,
         )
         return [head, rest]
@@ -335,6 +349,7 @@ def build_response(
         pb.StreamSnapshotsResponse(
             snapshots=[encoder.encode(s) for s in snapshots],
             removed_executors=removed,
+            application_failure=failure,
             allocator_notices=notices,
         )
     ]

@@ -27,6 +27,7 @@ from execpods.core import (
     compose_backend,
 )
 from execpods.k8s import (
+    ApiBackoffGate,
     ApiGateway,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
@@ -80,7 +81,7 @@ def assemble(
 
     The driver view is both the backend's `DriverView` and its lifecycle observer.
     """
-    view = InferredDriverView()
+    view = InferredDriverView(clock=clock)
     observers = observers if observers is not None else Observers()
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
@@ -130,6 +131,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             namespace=namespace,
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
+            backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
             observer=observers.api_call,
         )
         selector = PodSelector.executors_of(
@@ -140,7 +142,11 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         operations = KubernetesPodOperations(gateway)
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
-            k8s, operations, labels=settings.core.labels, profiles=profiles
+            k8s,
+            operations,
+            labels=settings.core.labels,
+            profiles=profiles,
+            container_name=settings.core.executor_container_name,
         )
     except BaseException:
         api_client.close()
@@ -152,7 +158,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         core = settings.core
         return [
             WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, settings=k8s, core_settings=core),
+            PollSource(store, operations, core_settings=core),
         ]
 
     runtime = assemble(

@@ -94,8 +94,10 @@ def lifecycle_batch(executors: int = 10_000, snapshots: int = 1_000) -> float:
     def run() -> float:
         store = DeterministicSnapshotsStore()
         pods = InMemoryPodOperations()
+        # The measured round fails many executors on purpose: not an application to fail.
+        settings = CoreSettings(max_num_failures=executors * 10)
         manager = ExecutorPodsLifecycleManager(
-            settings=CoreSettings(), pod_operations=pods, store=store, clock=ManualClock()
+            settings=settings, pod_operations=pods, store=store, clock=ManualClock()
         )
         driver = RecordingDriver(known=set(range(executors)))
         manager.start(driver)

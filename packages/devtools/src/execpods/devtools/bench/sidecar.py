@@ -21,13 +21,13 @@ from collections.abc import Sequence
 
 import grpc
 from execpods.client import AllocatorClient
-from execpods.core import ExecutorPodsSnapshot, PodState
+from execpods.core import ExecutorPodsSnapshot, ExecutorState
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
-RUNNING = pb.ExecutorPodState.STATE_RUNNING
+RUNNING = pb.ExecutorState.STATE_RUNNING
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -70,8 +70,8 @@ class RunningTimes:
             changed = snapshot.changes_since(self._last)
             ids = snapshot.executor_pods.keys() if changed is None else changed
             for executor_id in ids:
-                state = snapshot.executor_pods.get(executor_id)
-                if state is not None and state.state is PodState.RUNNING:
+                observed = snapshot.executor_pods.get(executor_id)
+                if observed is not None and observed.state is ExecutorState.RUNNING:
                     with self.lock:
                         self.first_running.setdefault(executor_id, now)
             self._last = snapshot
@@ -89,8 +89,8 @@ async def _follow(
         subscribed.set()
         now = time.monotonic()
         for snapshot in message.snapshots:
-            for executor_id, state in snapshot.executor_pods.items():
-                if state.state == RUNNING and executor_id not in seen:
+            for executor_id, observed in snapshot.executor_pods.items():
+                if observed.state == RUNNING and executor_id not in seen:
                     seen[executor_id] = now
         if len(seen) >= total:
             call.cancel()
@@ -161,7 +161,7 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
             target = executors
 
             def check(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-                if snapshots and snapshots[-1].count(PodState.RUNNING) >= target:
+                if snapshots and snapshots[-1].count(ExecutorState.RUNNING) >= target:
                     done.set()
 
             sidecar.runtime.backend.subscribe(0.05, check)

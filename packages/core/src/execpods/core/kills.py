@@ -1,0 +1,77 @@
+"""Graceful kills: what `KillExecutors` does, as Spark's `KubernetesClusterSchedulerBackend`.
+
+The executors' pods are deleted with their own grace period, so each executor gets SIGTERM and
+time to finish (its pod shows as Terminating meanwhile). After
+`spark.kubernetes.dynamicAllocation.deleteGracePeriod`, those of them still Running are deleted
+with grace period 0: a stuck executor must not hold its slot forever. The lifecycle manager is told
+first which executors the driver killed, so that it reports each of their ends to the driver once,
+as the driver's doing rather than a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+from execpods.core.errors import PodOperationError
+from execpods.core.ports import PodOperations, PodSelector
+from execpods.core.scheduling import Scheduler
+from execpods.core.settings import CoreSettings
+
+logger = logging.getLogger(__name__)
+
+
+class GracefulKiller:
+    """Deletes executors' pods gracefully, then force-deletes the ones still running."""
+
+    def __init__(
+        self,
+        *,
+        settings: CoreSettings,
+        pod_operations: PodOperations,
+        scheduler: Scheduler,
+        on_killed: Callable[[Collection[int]], None],
+    ) -> None:
+        self._settings = settings
+        self._pods = pod_operations
+        self._scheduler = scheduler
+        self._on_killed = on_killed
+
+    def kill(self, app_id: str, executor_ids: Collection[int]) -> int:
+        """Delete these executors' pods; returns how many the API deleted."""
+        ids = sorted(set(executor_ids))
+        if not ids:
+            return 0
+        self._on_killed(ids)
+        selector = PodSelector.executors_of(self._settings.labels, app_id, ids)
+        deleted = self._pods.delete_by_selector(selector)
+        # The sidecar logs the kill itself at INFO (one line per decision); this adds the plan.
+        logger.debug(
+            "Deleted %d pods of executors %s killed by the driver; those still running in %gs "
+            "will be deleted without grace.",
+            deleted,
+            ",".join(map(str, ids)),
+            self._settings.delete_grace_period,
+        )
+        self._scheduler.schedule(
+            self._settings.delete_grace_period, lambda: self._force(selector.running(), len(ids))
+        )
+        return deleted
+
+    def _force(self, running: PodSelector, killed: int) -> None:
+        try:
+            still = self._pods.list(running)
+            if not still:
+                return
+            self._pods.delete_by_selector(running, grace_period_seconds=0)
+        except PodOperationError as error:
+            logger.warning("Could not force-delete killed executors' pods: %s", error)
+            return
+        logger.info(
+            "Force-deleted %d pods (of %d killed) still running after "
+            "spark.kubernetes.dynamicAllocation.deleteGracePeriod (%gs): %s",
+            len(still),
+            killed,
+            self._settings.delete_grace_period,
+            ",".join(sorted(pod.name for pod in still)),
+        )

@@ -1,0 +1,174 @@
+"""Restart safety and lost answers: what the allocator learns by reading the cluster back.
+
+A sidecar restarted beside a running driver (same application id) finds the executor pods its
+previous life created. Before its first create it lists them all, the inactive ones included
+(`spark-exec-inactive=true`, kept by `deleteOnTermination=false`): new ids continue above the
+highest found, so no id is used twice, and the live pods count as requested until the snapshots
+show them, so none is duplicated and none is left without an owner. Finished pods are left to
+the lifecycle manager, which reports each once when the snapshots show it. KubeRay and Flink
+adopt their pods the same way; Spark's allocator lives and dies with its driver and never needs to.
+
+A create whose answer was lost (a 5xx, a broken connection) may or may not have made its pod.
+Spark waits for the pod creation timeout to find out; one list of those executors tells at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+from execpods.core.errors import PodConflict, PodOperationError
+from execpods.core.labels import ExecutorLabels
+from execpods.core.pods import ExecutorPod, PodManifest
+from execpods.core.ports import PodOperations, PodSelector
+from execpods.core.profiles import profile_id_of
+
+logger = logging.getLogger(__name__)
+
+INACTIVE_LABEL = "spark-exec-inactive"
+"""Spark's label on a finished pod kept by deleteOnTermination=false: its id is taken, but the
+pod is no live executor."""
+
+LIVE_PHASES = frozenset({None, "Pending", "Running"})
+
+MAX_CONFLICT_SKIPS = 8
+"""Ids skipped within one create when each is taken (409) before it counts as failed."""
+
+
+class ExecutorIds:
+    """The executor id counter: from 1, never back, continued above any id found in the cluster.
+
+    `issued` counts toward `spark.kubernetes.allocation.maximum` as Spark's counter does: every
+    id below the next one is spent, whether this process or an earlier one issued it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = itertools.count(1)
+        self.issued = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self.issued += 1
+            return next(self._next)
+
+    def continue_above(self, highest: int) -> None:
+        """Issue only ids above `highest` from now on (ids held by pods are never reused)."""
+        with self._lock:
+            start = max(next(self._next), highest + 1)
+            self._next = itertools.count(start)
+            self.issued = max(self.issued, start - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Adoption:
+    """What a restarted allocator found: the highest id in use, and the live pods' profiles."""
+
+    highest_id: int = 0
+    live: dict[int, int] = field(default_factory=dict)
+    """Executor id -> resource profile id of each pod still Pending or Running."""
+    found: int = 0
+
+
+def adoption_of(pods: Iterable[ExecutorPod], labels: ExecutorLabels) -> Adoption:
+    highest = 0
+    found = 0
+    live: dict[int, int] = {}
+    for pod in pods:
+        executor_id = labels.executor_id_of(pod.name, pod.labels)
+        if executor_id is None:
+            continue
+        found += 1
+        highest = max(highest, executor_id)
+        if (
+            pod.phase in LIVE_PHASES
+            and pod.deletion_timestamp is None
+            and pod.labels.get(INACTIVE_LABEL) != "true"
+        ):
+            live[executor_id] = profile_id_of(pod, labels)
+    return Adoption(highest_id=highest, live=live, found=found)
+
+
+def recover(pods: PodOperations, labels: ExecutorLabels, app_id: str) -> Adoption | None:
+    """List every executor pod of the app (inactive ones included); None when the list fails."""
+    try:
+        listed = pods.list(PodSelector.executors_of(labels, app_id))
+    except PodOperationError as error:
+        logger.warning("Could not list existing executor pods (%s); retrying.", error)
+        return None
+    adoption = adoption_of(listed, labels)
+    if adoption.found:
+        logger.info(
+            "Found %d executor pods of application %s; adopted %d live ones, new ids continue "
+            "above %d.",
+            adoption.found,
+            app_id,
+            len(adoption.live),
+            adoption.highest_id,
+        )
+    return adoption
+
+
+class LostCreates:
+    """Creates whose answer was lost (a 5xx, a broken connection), until one list reads them
+    back: instead of holding their slots for the pod creation timeout, as Spark does."""
+
+    def __init__(self) -> None:
+        self._waiting: set[int] = set()
+
+    def add(self, executor_ids: Iterable[int]) -> None:
+        self._waiting.update(executor_ids)
+
+    def read_back(
+        self, pods: PodOperations, labels: ExecutorLabels, app_id: str, unseen: Collection[int]
+    ) -> list[int]:
+        """Those still unseen whose pods do not exist: forget and replace them. A pod that does
+        exist will show in the snapshots; a failed read-back is asked again next round."""
+        waiting = sorted(i for i in self._waiting if i in unseen)
+        self._waiting.intersection_update(waiting)
+        if not waiting:
+            return []
+        selector = PodSelector.executors_of(labels, app_id, waiting)
+        try:
+            found = {labels.executor_id_of(pod.name, pod.labels) for pod in pods.list(selector)}
+        except PodOperationError as error:
+            logger.debug("Could not read back executors %s yet (%s).", waiting, error)
+            return []
+        self._waiting.clear()
+        missing = [i for i in waiting if i not in found]
+        if missing:
+            logger.warning(
+                "The creates of executors %s failed without an answer and their pods do not "
+                "exist: requesting replacements.",
+                ",".join(map(str, missing)),
+            )
+        return missing
+
+
+def create_skipping_taken_ids(
+    pods: PodOperations,
+    build: Callable[..., PodManifest],
+    executor_id: int,
+    fresh_id: Callable[[], int],
+) -> int:
+    """Create the pod of `executor_id`; the id whose pod was created.
+
+    409 AlreadyExists means a pod holds this id (one the adoption could not see: a race with
+    another sidecar, a pod made by hand): skip past it at once with a fresh id rather than lose a
+    round on it. Any other failure, or too many taken ids, raises.
+    """
+    for attempt in range(MAX_CONFLICT_SKIPS + 1):
+        try:
+            pods.create(build(executor_id=executor_id))
+            return executor_id
+        except PodConflict:
+            if attempt == MAX_CONFLICT_SKIPS:
+                raise
+            taken, executor_id = executor_id, fresh_id()
+            logger.warning(
+                "A pod already holds executor id %d; using id %d instead.", taken, executor_id
+            )
+    raise AssertionError("unreachable")

@@ -1,0 +1,184 @@
+"""The lifecycle's newest-Spark behaviour end to end: real gRPC to a sidecar, kubesim over HTTP.
+
+Terminating executors and graceful kills (SPARK-31125, deleteGracePeriod), kept pods labelled
+inactive and reported once (deleteOnTermination=false), the failure limit on the stream
+(spark.executor.maxNumFailures), and the driver's registration times crossing the wire
+(SPARK-33711).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, StreamUpdate
+from execpods.kubesim import ClusterConfig, KubeSim
+
+from tests.sidecar.conftest import (
+    SidecarFactory,
+    SidecarOnFactory,
+    app_pods,
+    creates,
+    running_ids,
+    wait_for,
+)
+
+SLOW_STOP = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=30.0)
+"""Executors that take their whole grace period (30 s) to stop after SIGTERM."""
+
+
+@pytest.fixture
+def slow_stop_sim() -> Iterator[KubeSim]:
+    with KubeSim(cluster=SLOW_STOP) as simulator:
+        yield simulator
+
+
+def _collect(
+    stream: Iterator[StreamUpdate], into: list[StreamUpdate], until: Callable[[], bool]
+) -> None:
+    """Read the stream into `into` until `until()` holds (the sidecars here poll every 100 ms,
+    so messages keep coming; the test's timeout bounds the wait)."""
+    for update in stream:
+        into.append(update)
+        if until():
+            return
+
+
+def _removals(updates: list[StreamUpdate]) -> list[ExecutorRemoval]:
+    return [r for u in updates for r in u.removed]
+
+
+def test_spark_31125_a_killed_executor_is_terminating_then_force_deleted_and_reported_once(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    sim = slow_stop_sim
+    sidecar = make_sidecar_on(
+        sim,
+        "kill",
+        conf={
+            "spark.kubernetes.dynamicAllocation.deleteGracePeriod": "600ms",
+            "spark.kubernetes.executor.apiPollingInterval": "100ms",
+        },
+    )
+    updates: list[StreamUpdate] = []
+    with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
+        client.request_total(2)
+        wait_for(lambda: len(running_ids(sim, "kill")) == 2, what="two running")
+        killed_at = time.monotonic()
+        assert client.kill_executors([1]) == 1
+
+        def reported() -> bool:
+            return any(r.executor_id == 1 for r in _removals(updates))
+
+        _collect(iter(stream), updates, reported)
+        reported_after = time.monotonic() - killed_at
+        # A few more rounds must not report it again.
+        client.request_total(1)
+        deadline = time.monotonic() + 1.0
+        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+    states = [s.executors[1].state for u in updates for s in u.snapshots if 1 in s.executors]
+    assert ExecutorState.TERMINATING in states, "shown as shutting down, not gone"
+    first_terminating = states.index(ExecutorState.TERMINATING)
+    assert ExecutorState.DELETED not in states[:first_terminating]
+    (removal,) = [r for r in _removals(updates) if r.executor_id == 1]
+    assert removal.killed_by_driver
+    assert not removal.exit_caused_by_app
+    assert "killed by the driver" in removal.message
+    # Its grace period is 30 s: only the force-delete after deleteGracePeriod ended it this soon.
+    assert 0.6 <= reported_after < 10
+    assert sim.pod("kill-exec-1") is None
+    forced = [r for r in sim.requests() if r.verb == "deletecollection"]
+    assert any("status.phase=Running" in r.query.get("fieldSelector", "") for r in forced)
+
+
+def test_kept_pods_are_labelled_inactive_and_the_driver_hears_once(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    # The landed code told the driver again every deletedExecutorsCacheTimeout.
+    sidecar = make_sidecar(
+        "keep",
+        conf={
+            "spark.kubernetes.executor.deleteOnTermination": "false",
+            "spark.kubernetes.executor.deletedExecutorsCacheTimeout": "200ms",
+            "spark.kubernetes.executor.apiPollingInterval": "100ms",
+        },
+    )
+    updates: list[StreamUpdate] = []
+    with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
+        client.request_total(2)
+        wait_for(lambda: len(running_ids(sim, "keep")) == 2, what="two running")
+        sim.fail_pod("keep-exec-2", exit_code=3, message="boom")
+        deadline = time.monotonic() + 1.5  # seven cache windows, fifteen polls
+        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+    assert [r.executor_id for r in _removals(updates)] == [2]
+    kept = sim.pod("keep-exec-2")
+    assert kept is not None, "the pod is kept for inspection"
+    assert kept["metadata"]["labels"]["spark-exec-inactive"] == "true"
+    patches = [r for r in sim.requests() if r.verb == "patch"]
+    assert len(patches) == 1
+    reads = [r for r in sim.requests() if r.verb in ("list", "watch")]
+    unfiltered = [r for r in reads if "spark-exec-inactive!=true" not in r.query["labelSelector"]]
+    # Only the start-up list that continues the id counter sees inactive pods (their ids are
+    # taken); every list and watch that feeds the snapshots excludes them.
+    assert [r.verb for r in unfiltered] == ["list"]
+    assert reads.index(unfiltered[0]) == 0
+
+
+def test_too_many_failures_stop_allocation_and_fail_the_application_on_the_stream(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    sidecar = make_sidecar(
+        "doomed",
+        conf={
+            "spark.executor.maxNumFailures": "1",
+            "spark.kubernetes.executor.apiPollingInterval": "100ms",
+        },
+    )
+    updates: list[StreamUpdate] = []
+    with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
+        client.request_total(2)
+        wait_for(lambda: len(running_ids(sim, "doomed")) == 2, what="two running")
+        sim.fail_pod("doomed-exec-1", exit_code=1)
+        sim.fail_pod("doomed-exec-2", exit_code=1)
+        _collect(iter(stream), updates, lambda: bool(updates[-1].application_failure))
+        made = creates(sim)
+        deadline = time.monotonic() + 0.8  # eight allocation rounds
+        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+        with AllocatorClient(sidecar.address) as late, late.stream_snapshots() as late_stream:
+            first = [next(iter(late_stream)), next(iter(late_stream))]
+    failures = [u.application_failure for u in updates if u.application_failure]
+    assert len(failures) == 1, "told once"
+    assert "Max number of executor failures (1)" in failures[0]
+    # A replacement may have been asked for before the lifecycle round counted the failures (as
+    # in Spark, the limit is checked there); after the notice, nothing more is created.
+    assert creates(sim) == made, "allocation stopped"
+    assert made <= 4
+    assert any(u.application_failure for u in first), "a stream opened later hears it too"
+    names = {pod["metadata"]["name"] for pod in app_pods(sim, "doomed")}
+    assert not names & {"doomed-exec-1", "doomed-exec-2"}, "the failed pods are still cleaned up"
+
+
+def test_registration_times_cross_the_wire(sim: KubeSim, make_sidecar: SidecarFactory) -> None:
+    sidecar = make_sidecar(
+        "registered",
+        conf={
+            "spark.kubernetes.executor.apiPollingInterval": "100ms",
+            "spark.kubernetes.executor.missingPodDetectDelta": "30s",
+        },
+    )
+    now_ms = int(time.time() * 1000)
+    updates: list[StreamUpdate] = []
+    with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
+        known = client.update_driver_executors(
+            registered=[7, 8], registered_at_ms={7: 7, 8: now_ms}, explicit=True
+        )
+        assert known == {7, 8}
+        _collect(iter(stream), updates, lambda: bool(_removals(updates)))
+        deadline = time.monotonic() + 0.5  # five more full lists
+        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+    (removal,) = _removals(updates)
+    assert removal.executor_id == 7, "8 registered just now: within the delta"
+    assert "(7 ms)" in removal.message
+    assert "missingPodDetectDelta (30s)" in removal.message
+    assert (removal.exit_code, removal.exit_caused_by_app) == (-1, False)
