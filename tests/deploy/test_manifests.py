@@ -149,8 +149,7 @@ def test_the_sidecar_container_command_line_is_accepted_and_matches_the_pod(
 
 def test_the_pod_runs_as_the_service_account_the_role_is_bound_to() -> None:
     rbac = DEPLOY / "rbac.yaml"
-    if not rbac.is_file():
-        pytest.skip("deploy/rbac.yaml is not there yet")
+    assert rbac.is_file(), "deploy/rbac.yaml holds the sidecar's ServiceAccount, Role and binding"
     docs = list(yaml.safe_load_all(rbac.read_text(encoding="utf-8")))
     accounts = {d["metadata"]["name"] for d in docs if d and d["kind"] == "ServiceAccount"}
     bound = {
@@ -160,7 +159,9 @@ def test_the_pod_runs_as_the_service_account_the_role_is_bound_to() -> None:
         for s in d["subjects"]
         if s["kind"] == "ServiceAccount"
     }
+    namespaces = {d["metadata"]["namespace"] for d in docs if d}
     for pod in pods():
         account = pod["spec"]["serviceAccountName"]
         assert account in accounts
         assert account in bound
+        assert {pod["metadata"]["namespace"]} == namespaces
