@@ -340,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--conf",
                 "spark.kubernetes.allocation.batch.delay=200ms",
                 "--conf",
+                # The churn is the point: failed executors must not fail the application.
+                "spark.executor.maxNumFailures=1000000000",
+                "--conf",
                 "execpods.sidecar.metrics.enabled=true",
                 "--conf",
                 "execpods.sidecar.metrics.port=0",
