@@ -17,6 +17,7 @@ MODULES = (
     "execpods.devtools.bench.kubesim",
     "execpods.devtools.bench.k8s",
     "execpods.devtools.bench.sidecar",
+    "execpods.devtools.bench.time_to_target",
 )
 
 
@@ -30,7 +31,7 @@ def main() -> int:
         parser.error("extra arguments go to one benchmark: name it with --only")
     failed = []
     for module in MODULES:
-        if args.only and args.only not in module:
+        if args.only and args.only.replace("-", "_") not in module:
             continue
         if importlib.util.find_spec(module) is None:
             print(f"== {module}: not present, skipped", flush=True)

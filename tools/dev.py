@@ -5,6 +5,7 @@
     python3 tools/dev.py check    # every check: lint, format, types, layering, codegen drift, tests
     python3 tools/dev.py bench    # the benchmarks (prints figures)
     python3 tools/dev.py gen      # regenerate the gRPC code and the settings doc's tables
+    python3 tools/dev.py spark-plugin   # build integrations/spark's jar (javac, pyspark's jars)
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -53,18 +54,19 @@ def _uv() -> list[str]:
 
 
 def _java() -> None:
-    """Java 17 for real Spark's driver (tests/spark): from Debian's packages when missing, since
-    CI may run on a fresh machine. Without root or apt-get, say so; those tests then skip."""
-    if shutil.which("java"):
+    """Java 17 for real Spark (tests/spark) and javac for its allocator plugin
+    (integrations/spark): Debian's openjdk-17-jdk-headless when either is missing, since CI may
+    run on a fresh machine. Without root or apt-get, say so; those tests then skip."""
+    if shutil.which("java") and shutil.which("javac"):
         return
     if shutil.which("apt-get") and os.geteuid() == 0:
-        _say("java is missing: installing openjdk-17-jre-headless")
+        _say("java or javac is missing: installing openjdk-17-jdk-headless")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         _run("apt-get", "update", "-qq", env=env)
         _run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
-             "openjdk-17-jre-headless", env=env)  # fmt: skip
+             "openjdk-17-jdk-headless", env=env)  # fmt: skip
     else:
-        _say("java is missing and cannot be installed here: the real-Spark tests will skip")
+        _say("java/javac are missing and cannot be installed here: the real-Spark tests will skip")
 
 
 def bootstrap() -> None:
@@ -100,13 +102,24 @@ def bench() -> None:
     _run(_tool("python"), ROOT / "tools" / "bench.py", *sys.argv[2:])
 
 
+def spark_plugin() -> None:
+    """Build integrations/spark/build/execpods-spark.jar (javac against pyspark's jars)."""
+    _run(_tool("python"), "-m", "execpods.devtools.spark_plugin", *sys.argv[2:])
+
+
 def gen() -> None:
     """The gRPC code from proto/, and the settings tables of docs/configuration.md."""
     _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
     _run(_tool("python"), ROOT / "tools" / "gen_settings_doc.py")
 
 
-JOBS = {"check": check, "demo": demo, "bench": bench, "gen": gen}
+JOBS = {
+    "check": check,
+    "demo": demo,
+    "bench": bench,
+    "gen": gen,
+    "spark-plugin": spark_plugin,
+}
 
 
 def main() -> None:

@@ -10,8 +10,10 @@ refusals and time, as hypothesis finds them.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 
 from execpods.core import (
     CoreSettings,
@@ -19,6 +21,7 @@ from execpods.core import (
     PodAdmissionRejected,
     ResourceProfile,
     ResourceProfiles,
+    ThreadPoolRunner,
     split_slots,
 )
 from execpods.core.labels import SPARK_LABELS
@@ -197,3 +200,28 @@ def test_the_properties_run_against_a_capped_allocator() -> None:
     rig = make_allocator_rig(core, clock_start=START)
     rig.allocator.set_total_expected_executors(10)
     assert len(rig.pods.created) == 4
+
+
+def test_the_thread_pool_runner_keeps_order_and_at_most_limit_in_flight() -> None:
+    in_flight = 0
+    most = 0
+    lock = threading.Lock()
+    release = threading.Barrier(3, timeout=10)
+
+    def task(value: int) -> int:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        release.wait()  # three at once must be possible, and no more are started
+        with lock:
+            in_flight -= 1
+        return value * 2
+
+    runner = ThreadPoolRunner(workers=8)
+    try:
+        results = runner.run([partial(task, i) for i in range(9)], 3)
+    finally:
+        runner.shutdown()
+    assert results == [i * 2 for i in range(9)]
+    assert most == 3

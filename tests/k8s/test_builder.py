@@ -327,3 +327,34 @@ def test_a_profile_template_that_is_not_a_pod_is_refused() -> None:
         parse_pod_template("[1, 2]", what="resource profile 3")
     with pytest.raises(SettingsError, match="not valid JSON or YAML"):
         parse_pod_template("{", what="resource profile 3")
+
+
+def test_a_pod_built_by_spark_gets_each_executor_s_identity() -> None:
+    """A profile's template may be a whole executor pod as Spark's builder makes it (the Spark
+    plugin's declarations): every place Spark put its placeholder executor id gets the real one,
+    and the rest of Spark's pod is kept."""
+    spark_pod = (
+        '{"kind": "Pod", "metadata": {"name": "job-1a2b-exec-0", "labels": {"spark-exec-id": "0",'
+        ' "team": "x"}}, "spec": {"hostname": "job-1a2b-exec-0", "containers": [{"name":'
+        ' "spark-kubernetes-executor", "env": [{"name": "SPARK_EXECUTOR_ID", "value": "0"},'
+        ' {"name": "SPARK_DRIVER_URL", "value": "spark://CoarseGrainedScheduler@d:7078"},'
+        ' {"name": "SPARK_EXECUTOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath":'
+        ' "metadata.name"}}}]}]}}'
+    )
+    profiles = ResourceProfiles([ResourceProfile(id=0, pod_template=spark_pod)])
+    settings = KubernetesSettings.from_properties({"spark.kubernetes.container.image": IMAGE})
+    shaped = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
+    pod = shaped.build(executor_id=12, app_id="app")
+    name = pod["metadata"]["name"]
+    assert name == "app-exec-12"
+    assert pod["metadata"]["labels"]["spark-exec-id"] == "12"
+    assert pod["metadata"]["labels"]["team"] == "x"
+    assert pod["spec"]["hostname"] == name
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["SPARK_EXECUTOR_ID"] == {"name": "SPARK_EXECUTOR_ID", "value": "12"}
+    assert env["SPARK_EXECUTOR_POD_NAME"] == {"name": "SPARK_EXECUTOR_POD_NAME", "value": name}
+    assert env["SPARK_DRIVER_URL"]["value"] == "spark://CoarseGrainedScheduler@d:7078"
+    # A template without a hostname gets none: Kubernetes then uses the pod's name.
+    assert (
+        "hostname" not in shaped.build(executor_id=13, app_id="app", resource_profile_id=9)["spec"]
+    )

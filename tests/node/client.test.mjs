@@ -8,8 +8,11 @@
 // exactly as the Python client does. It expects a sidecar with no executors yet on a cluster that
 // starts pods by itself, prints every check, and exits non-zero on the first failure. At the end it
 // has killed every executor it asked for, so the sidecar can be stopped with no pods left.
+// It also resumes a stream across a forced disconnect (a TCP proxy it cuts): the removal decided
+// while it was cut off arrives exactly once on the stream reopened with `resume_from`.
 
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
@@ -187,6 +190,89 @@ function credentialsFromEnvironment({ withToken = true } = {}) {
   return grpc.credentials.combineChannelCredentials(tls, bearer);
 }
 
+/** A TCP proxy to the sidecar that the test can cut (every connection dropped, port closed). */
+class CuttableProxy {
+  constructor(upstream) {
+    const at = upstream.lastIndexOf(":");
+    this.host = upstream.slice(0, at);
+    this.upstreamPort = Number(upstream.slice(at + 1));
+    this.sockets = new Set();
+    this.port = 0;
+  }
+
+  async listen() {
+    this.server = net.createServer((inbound) => {
+      const outbound = net.connect(this.upstreamPort, this.host);
+      for (const socket of [inbound, outbound]) {
+        this.sockets.add(socket);
+        socket.on("close", () => this.sockets.delete(socket));
+        socket.on("error", () => socket.destroy());
+      }
+      inbound.pipe(outbound);
+      outbound.pipe(inbound);
+    });
+    await new Promise((resolve) => this.server.listen(this.port, "127.0.0.1", resolve));
+    this.port = this.server.address().port;
+    return `127.0.0.1:${this.port}`;
+  }
+
+  async cut() {
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+    await new Promise((resolve) => this.server.close(resolve));
+  }
+}
+
+/** A stream through a proxy is cut while an executor is killed; the resumed stream gets its
+ * removal exactly once, and the current snapshot in full. */
+async function resumeAcrossDisconnect(v1, direct, address) {
+  if (address.startsWith("unix:")) {
+    check(true, "the disconnect scenario needs a TCP address; skipped on a Unix socket");
+    return;
+  }
+  const proxy = new CuttableProxy(address);
+  const through = await proxy.listen();
+  const driver = new v1.ExecutorAllocator(through, credentialsFromEnvironment());
+  const cutOff = new FollowedStream(driver.StreamSnapshots({ batch_interval_ms: 50 }));
+  const up = await cutOff.until(
+    (s) => idsIn(s, "STATE_RUNNING").length === WANTED,
+    `${WANTED} running executors through the proxy`,
+  );
+  const last = cutOff.messages.at(-1).position;
+  check(last.incarnation !== "", `every message carries a position (${last.incarnation}:${last.sequence})`);
+  const ended = new Promise((resolve) => cutOff.call.on("error", resolve));
+  await proxy.cut();
+  const error = await ended;
+  check(error.code === grpc.status.UNAVAILABLE, "cutting the network ends the stream: UNAVAILABLE");
+
+  const victim = idsIn(up, "STATE_RUNNING")[0];
+  const watcher = new FollowedStream(direct.StreamSnapshots({ batch_interval_ms: 50 }));
+  const killed = await unary(direct, "KillExecutors", { executor_ids: [String(victim)] });
+  check(killed.deleted_pods === 1, `executor ${victim} killed while the driver is cut off`);
+  await watcher.until(
+    () => watcher.removed.some((r) => Number(r.executor_id) === victim),
+    `the sidecar to decide executor ${victim}'s removal`,
+  );
+  watcher.cancel();
+
+  await proxy.listen(); // the network is back, on the same port
+  const resumed = new FollowedStream(
+    driver.StreamSnapshots({ batch_interval_ms: 50, resume_from: last }),
+  );
+  await resumed.until(
+    () => resumed.removed.some((r) => Number(r.executor_id) === victim),
+    `the missed removal of executor ${victim}`,
+  );
+  const opening = resumed.messages[0];
+  check(opening.snapshots.length === 1 && opening.snapshots[0].full, "the resumed stream opens with a full snapshot");
+  check(!resumed.messages.some((m) => m.resync), "a resume within the window needs no re-sync");
+  const seen = resumed.removed.filter((r) => Number(r.executor_id) === victim).length;
+  check(seen === 1, `the missed removal of executor ${victim} arrives exactly once`, `${seen} times`);
+  resumed.cancel();
+  driver.close();
+  await proxy.cut();
+}
+
 // --- the scenario ---------------------------------------------------------------------------
 
 async function run(address) {
@@ -294,6 +380,12 @@ async function run(address) {
     "a replacement executor",
   );
   check(true, `the allocator replaced executor ${victim}: ${idsIn(replaced, "STATE_RUNNING")}`);
+
+  await resumeAcrossDisconnect(v1, client, address);
+  await stream.until(
+    (s) => idsIn(s, "STATE_RUNNING").length === WANTED,
+    "the executor killed while cut off to be replaced",
+  );
 
   const known = await unary(client, "UpdateDriverExecutors", {});
   check(Array.isArray(known.known), `UpdateDriverExecutors answers the known executors: ${known.known}`);

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from execpods.client import AllocatorClient, AllocatorNotice, ExecutorProfile
 from execpods.kubesim import KubeSim, Pod
 from execpods.kubesim.bodies import Container
 from execpods.v1 import allocator_pb2 as pb
@@ -84,6 +85,18 @@ def test_a_driver_declares_a_profile_and_gets_pods_of_its_shape(
             pb.RequestTotalRequest(profiles=[pb.ResourceProfile(id=1, cores=-1)]),
             "cores=-1 must be positive",
         ),
+        (  # a pod Spark built for another application (the Spark plugin's declarations)
+            pb.RequestTotalRequest(
+                profiles=[
+                    pb.ResourceProfile(
+                        id=0,
+                        pod_template='{"metadata": {"labels": {"spark-app-selector": "spark-1"}}}',
+                    )
+                ]
+            ),
+            "labelled for application 'spark-1' (spark-app-selector) but this sidecar allocates"
+            " for 'bad-profiles'",
+        ),
     ],
 )
 def test_a_bad_profile_request_is_refused_whole(
@@ -117,17 +130,22 @@ def test_a_profile_cannot_change_shape_once_declared(make_sidecar: SidecarFactor
 def _notices(
     stub: pb_grpc.ExecutorAllocatorStub, found: list[pb.AllocatorNotice]
 ) -> tuple[threading.Thread, grpc.RpcContext]:
+    """Follow a stream's notices; returns once the stream is open (its first message arrived), so
+    no notice of a later request can be missed: notices are events, not state."""
     call = stub.StreamSnapshots(pb.StreamSnapshotsRequest(batch_interval_ms=50))
+    opened = threading.Event()
 
     def read() -> None:
         try:
             for message in call:
+                opened.set()
                 found.extend(message.allocator_notices)
         except grpc.RpcError:
             pass
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    assert opened.wait(10), "the stream opened"
     return reader, call
 
 
@@ -204,3 +222,25 @@ def test_is_deleted_names_an_executor_scale_down_removed_until_its_pod_is_gone(
         with pytest.raises(grpc.RpcError) as caught:
             deleted(0)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_typed_client_declares_profiles_asks_is_deleted_and_hears_notices(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    sidecar = make_sidecar("typed", conf={"spark.kubernetes.allocation.maximum": "3"})
+    with (
+        AllocatorClient(sidecar.address) as client,
+        client.stream_snapshots(batch_interval_ms=50) as stream,
+    ):
+        result = client.request_total(
+            1, profile_totals={1: 2}, profiles=[ExecutorProfile(id=1, cores=2)]
+        )
+        assert dict(result.profile_totals) == {0: 1, 1: 2}
+        notices: list[AllocatorNotice] = []
+        for update in stream:
+            notices.extend(update.notices)
+            if notices:
+                break
+        assert notices[0].kind == "allocation_maximum_reached"
+        assert not client.is_deleted(1)
+    wait_for(lambda: len(app_pods(sim, "typed")) == 2, what="the two pods under the cap")

@@ -9,17 +9,24 @@ import grpc.aio
 from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.sidecar.service import AllocatorService
 from execpods.sidecar.streams import (
     EncodingCache,
     Pending,
     SnapshotEncoder,
+    StreamCursor,
     StreamFeed,
     build_response,
 )
 from execpods.v1 import allocator_pb2 as pb
 
 GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")
+
+
+def _numbered(sequence: int, executor_id: int, snapshot_serial: int = 0) -> NumberedRemoval:
+    removal = ExecutorRemoval(executor_id=executor_id, reason=GONE, snapshot_serial=snapshot_serial)
+    return NumberedRemoval(sequence=sequence, removal=removal)
 
 
 def _chain() -> list[ExecutorPodsSnapshot]:
@@ -66,10 +73,12 @@ def test_streams_on_the_same_chain_share_encodings() -> None:
 
 def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
     first, second, _ = _chain()
-    removal = ExecutorRemoval(executor_id=9, reason=GONE)
     encoder = SnapshotEncoder(EncodingCache())
-    pending = Pending(snapshots=[first, second], removals=[removal])
-    head, rest = build_response(encoder, pending, first=True)
+    pending = Pending(snapshots=[first, second], removals=[_numbered(4, 9)])
+    cursor = StreamCursor(Position(incarnation="i", sequence=3))
+    head, rest = build_response(encoder, pending, first=True, cursor=cursor)
+    assert (head.position.incarnation, head.position.sequence) == ("i", 3)
+    assert (rest.position.incarnation, rest.position.sequence) == ("i", 4)
     assert len(head.snapshots) == 1
     assert head.snapshots[0].full
     assert not head.removed_executors
@@ -124,7 +133,7 @@ def test_a_removal_waits_for_the_snapshot_it_was_decided_on() -> None:
         feed.on_snapshots([first])
         await feed.wait()
         taken = [feed.take()]
-        feed.on_removal(ExecutorRemoval(executor_id=1, reason=GONE, snapshot_serial=second.serial))
+        feed.on_removal(_numbered(1, 1, second.serial))
         taken.append(feed.take())  # held: the stream has not got `second` yet
         feed.on_snapshots([second])
         await feed.wait()
@@ -134,7 +143,7 @@ def test_a_removal_waits_for_the_snapshot_it_was_decided_on() -> None:
     before, held, after = asyncio.run(scenario())
     assert before.snapshots == [first]
     assert held.removals == []
-    assert [r.executor_id for r in after.removals] == [1]
+    assert [r.removal.executor_id for r in after.removals] == [1]
     assert after.snapshots == [second]
 
 
@@ -144,7 +153,7 @@ def test_a_removal_before_the_first_snapshot_waits_for_it() -> None:
 
     async def scenario() -> tuple[Pending, Pending]:
         feed = StreamFeed(asyncio.get_running_loop(), max_pending=10)
-        feed.on_removal(ExecutorRemoval(executor_id=1, reason=GONE, snapshot_serial=0))
+        feed.on_removal(_numbered(1, 1))
         held = feed.take()
         feed.on_snapshots([first])
         await feed.wait()
@@ -153,7 +162,7 @@ def test_a_removal_before_the_first_snapshot_waits_for_it() -> None:
     held, opened = asyncio.run(scenario())
     assert (held.snapshots, held.removals) == ([], [])
     assert opened.snapshots == [first]
-    assert [r.executor_id for r in opened.removals] == [1]
+    assert [r.removal.executor_id for r in opened.removals] == [1]
 
 
 def test_every_handler_is_typed_with_its_messages_and_an_aio_context() -> None:

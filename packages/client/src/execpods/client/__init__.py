@@ -10,35 +10,44 @@
                 if update.latest and update.latest.count(ExecutorState.RUNNING) == 3:
                     break
 
-Failed calls raise `grpc.RpcError` unchanged (see `.code()`); the client neither retries nor
-second-guesses the server. Stream messages arrive decoded and rebuilt: every `Snapshot` is complete.
+Failed calls raise `grpc.RpcError` unchanged (see `.code()`); the client never second-guesses the
+server, and retries only to reconnect a stream the sidecar dropped (resuming where it was). Stream
+messages arrive decoded and rebuilt: every `Snapshot` is complete.
 See docs/client.md.
 """
 
 from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
 from execpods.client.credentials import TlsOptions, read_token_file
 from execpods.client.model import (
+    AllocatorNotice,
+    ExecutorProfile,
     ExecutorRemoval,
     ExecutorState,
     ExecutorView,
     RequestTotalResult,
     Snapshot,
+    StreamPosition,
     StreamUpdate,
 )
 from execpods.client.rebuild import SnapshotRebuilder, StreamProtocolError
+from execpods.client.reconnect import Reconnect
 from execpods.client.sync import AllocatorClient, SnapshotStream
 
 __all__ = [
+    "AllocatorNotice",
+    "ExecutorProfile",
     "AllocatorClient",
     "AsyncAllocatorClient",
     "AsyncSnapshotStream",
     "ExecutorRemoval",
     "ExecutorState",
     "ExecutorView",
+    "Reconnect",
     "RequestTotalResult",
     "Snapshot",
     "SnapshotRebuilder",
     "SnapshotStream",
+    "StreamPosition",
     "StreamProtocolError",
     "StreamUpdate",
     "TlsOptions",

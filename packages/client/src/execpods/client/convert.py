@@ -7,8 +7,11 @@ one mapping, and so that it can be tested without a channel.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from execpods.client.model import (
+    AllocatorNotice,
+    ExecutorProfile,
     ExecutorRemoval,
     ExecutorState,
     ExecutorView,
@@ -103,7 +106,46 @@ def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
 
 
 def request_total_result(message: pb.RequestTotalResponse) -> RequestTotalResult:
-    return RequestTotalResult(total=message.total, running=message.running, pending=message.pending)
+    return RequestTotalResult(
+        total=message.total,
+        running=message.running,
+        pending=message.pending,
+        profile_totals=MappingProxyType(dict(message.profile_totals)),
+    )
+
+
+def request_total_request(
+    total: int,
+    profile_totals: Mapping[int, int] | None = None,
+    profiles: Iterable[ExecutorProfile] = (),
+) -> pb.RequestTotalRequest:
+    """The contract's RequestTotal; the sidecar judges every field (the client does not)."""
+    return pb.RequestTotalRequest(
+        total=total,
+        profile_totals=dict(profile_totals or {}),
+        profiles=[
+            pb.ResourceProfile(
+                id=p.id,
+                cores=p.cores,
+                memory_mib=p.memory_mib,
+                memory_overhead_mib=p.memory_overhead_mib,
+                extra_resources=dict(p.extra_resources),
+                pod_template=p.pod_template,
+            )
+            for p in profiles
+        ],
+    )
+
+
+def notice_from_proto(message: pb.AllocatorNotice) -> AllocatorNotice:
+    name = pb.AllocatorNotice.Kind.Name(message.kind)
+    return AllocatorNotice(
+        kind=name.removeprefix("KIND_").lower(),
+        message=message.message,
+        resource_profile_id=message.resource_profile_id,
+        count=message.count,
+        retry_in_ms=message.retry_in_ms,
+    )
 
 
 def kill_request(executor_ids: Iterable[int | str]) -> pb.KillExecutorsRequest:

@@ -102,14 +102,63 @@ class ExecutorRemoval:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StreamUpdate:
-    """One message of the snapshot stream, decoded: complete snapshots, oldest first, and removals.
+class StreamPosition:
+    """Where a stream is in one sidecar process's removals: resume a stream from it.
 
-    `snapshots` may be empty when only removals happened since the previous message.
+    `incarnation` names the sidecar process; `sequence` is the number of the last removal sent.
+    """
+
+    incarnation: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorNotice:
+    """Something the allocator tells the driver: refused or throttled creates, or the id cap.
+
+    `kind` is the contract's `AllocatorNotice.Kind` without its prefix: "create_refused",
+    "create_throttled", "create_failed" or "allocation_maximum_reached".
+    """
+
+    kind: str
+    message: str
+    resource_profile_id: int
+    count: int
+    retry_in_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutorProfile:
+    """A resource profile to declare in `request_total` (the contract's `ResourceProfile`).
+
+    Unset fields take the sidecar's settings; `pod_template` is a Pod manifest as JSON or YAML.
+    """
+
+    id: int
+    cores: int = 0
+    memory_mib: int = 0
+    memory_overhead_mib: int = 0
+    extra_resources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    pod_template: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamUpdate:
+    """One message of the snapshot stream, decoded: complete snapshots, oldest first, removals
+    and allocator notices.
+
+    `snapshots` may be empty when only removals or notices happened since the previous message.
+    `position` is the stream's position after this message (None from a sidecar that does not
+    send one); `resync` is true on the first message of a resumed stream that may have missed
+    removals (the sidecar restarted, or the position fell out of its window): reconcile the
+    executors you know with this update's full snapshot.
     """
 
     snapshots: tuple[Snapshot, ...] = ()
     removed: tuple[ExecutorRemoval, ...] = ()
+    notices: tuple[AllocatorNotice, ...] = ()
+    position: StreamPosition | None = None
+    resync: bool = False
     application_failure: str = ""
     """Set once, when too many executors failed (`spark.executor.maxNumFailures`): the sidecar
     stopped allocating, and the application should fail; says why."""
@@ -127,3 +176,5 @@ class RequestTotalResult:
     total: int
     running: int
     pending: int
+    profile_totals: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Every resource profile's target now in force, by profile id."""

@@ -8,8 +8,8 @@ previous snapshot and overlays each delta on it. Callers then only ever see comp
 
 from __future__ import annotations
 
-from execpods.client.convert import executor_from_proto, removal_from_proto
-from execpods.client.model import Snapshot, StreamUpdate
+from execpods.client.convert import executor_from_proto, notice_from_proto, removal_from_proto
+from execpods.client.model import Snapshot, StreamPosition, StreamUpdate
 from execpods.v1 import allocator_pb2 as pb
 
 
@@ -55,8 +55,18 @@ class SnapshotRebuilder:
 
     def apply(self, message: pb.StreamSnapshotsResponse) -> StreamUpdate:
         """Decodes one stream message: its snapshots rebuilt in order, and its removals."""
+        position = (
+            StreamPosition(
+                incarnation=message.position.incarnation, sequence=message.position.sequence
+            )
+            if message.HasField("position")
+            else None
+        )
         return StreamUpdate(
             snapshots=tuple(self.apply_snapshot(s) for s in message.snapshots),
             removed=tuple(removal_from_proto(r) for r in message.removed_executors),
+            notices=tuple(notice_from_proto(n) for n in message.allocator_notices),
+            position=position,
+            resync=message.resync,
             application_failure=message.application_failure,
         )

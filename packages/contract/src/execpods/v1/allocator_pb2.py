@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65xecpods/v1/allocator.proto\x12\x0b\x65xecpods.v1\"\xd7\x01\n\x13RequestTotalRequest\x12\r\n\x05total\x18\x01 \x01(\x05\x12K\n\x0eprofile_totals\x18\x02 \x03(\x0b\x32\x33.execpods.v1.RequestTotalRequest.ProfileTotalsEntry\x12.\n\x08profiles\x18\x03 \x03(\x0b\x32\x1c.execpods.v1.ResourceProfile\x1a\x34\n\x12ProfileTotalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xf5\x01\n\x0fResourceProfile\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x63ores\x18\x02 \x01(\x05\x12\x12\n\nmemory_mib\x18\x03 \x01(\x03\x12\x1b\n\x13memory_overhead_mib\x18\x04 \x01(\x03\x12I\n\x0f\x65xtra_resources\x18\x05 \x03(\x0b\x32\x30.execpods.v1.ResourceProfile.ExtraResourcesEntry\x12\x14\n\x0cpod_template\x18\x06 \x01(\t\x1a\x35\n\x13\x45xtraResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x14RequestTotalResponse\x12\r\n\x05total\x18\x01 \x01(\x05\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12L\n\x0eprofile_totals\x18\x04 \x03(\x0b\x32\x34.execpods.v1.RequestTotalResponse.ProfileTotalsEntry\x1a\x34\n\x12ProfileTotalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\",\n\x14KillExecutorsRequest\x12\x14\n\x0c\x65xecutor_ids\x18\x01 \x03(\t\"-\n\x15KillExecutorsResponse\x12\x14\n\x0c\x64\x65leted_pods\x18\x01 \x01(\x05\"3\n\x16StreamSnapshotsRequest\x12\x19\n\x11\x62\x61tch_interval_ms\x18\x01 \x01(\x03\"\xde\x01\n\x17StreamSnapshotsResponse\x12\x34\n\tsnapshots\x18\x01 \x03(\x0b\x32!.execpods.v1.ExecutorPodsSnapshot\x12\x37\n\x11removed_executors\x18\x02 \x03(\x0b\x32\x1c.execpods.v1.ExecutorRemoved\x12\x37\n\x11\x61llocator_notices\x18\x03 \x03(\x0b\x32\x1c.execpods.v1.AllocatorNotice\x12\x1b\n\x13\x61pplication_failure\x18\x04 \x01(\t\"\xa4\x02\n\x0f\x41llocatorNotice\x12/\n\x04kind\x18\x01 \x01(\x0e\x32!.execpods.v1.AllocatorNotice.Kind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13resource_profile_id\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x13\n\x0bretry_in_ms\x18\x05 \x01(\x03\"\x8d\x01\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13KIND_CREATE_REFUSED\x10\x01\x12\x19\n\x15KIND_CREATE_THROTTLED\x10\x02\x12\x16\n\x12KIND_CREATE_FAILED\x10\x03\x12#\n\x1fKIND_ALLOCATION_MAXIMUM_REACHED\x10\x04\"\xdc\x01\n\x14\x45xecutorPodsSnapshot\x12J\n\rexecutor_pods\x18\x01 \x03(\x0b\x32\x33.execpods.v1.ExecutorPodsSnapshot.ExecutorPodsEntry\x12\x1b\n\x13\x66ull_snapshot_ts_ms\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\x1aM\n\x11\x45xecutorPodsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.execpods.v1.ObservedPod:\x02\x38\x01\"\xdd\x01\n\x0bObservedPod\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.execpods.v1.ExecutorState\x12\x10\n\x08pod_name\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\t\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x11\n\tnode_name\x18\x07 \x01(\t\x12\x0e\n\x06pod_ip\x18\x08 \x01(\t\x12\x18\n\x10\x63ontainer_reason\x18\t \x01(\tB\x0c\n\n_exit_code\"\x80\x01\n\x0f\x45xecutorRemoved\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\x03\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x1a\n\x12\x65xit_caused_by_app\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x18\n\x10killed_by_driver\x18\x05 \x01(\x08\"\xe6\x01\n\x1cUpdateDriverExecutorsRequest\x12\x12\n\nregistered\x18\x01 \x03(\x03\x12\x10\n\x08released\x18\x02 \x03(\x03\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\x12W\n\x10registered_at_ms\x18\x04 \x03(\x0b\x32=.execpods.v1.UpdateDriverExecutorsRequest.RegisteredAtMsEntry\x1a\x35\n\x13RegisteredAtMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\".\n\x1dUpdateDriverExecutorsResponse\x12\r\n\x05known\x18\x01 \x03(\x03\"\'\n\x10IsDeletedRequest\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\x03\"$\n\x11IsDeletedResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\xb0\x01\n\rExecutorState\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n\rSTATE_PENDING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x03\x12\x10\n\x0cSTATE_FAILED\x10\x04\x12\x11\n\rSTATE_DELETED\x10\x05\x12\x11\n\rSTATE_UNKNOWN\x10\x06\x12\x15\n\x11STATE_TERMINATING\x10\x07\x32\xdc\x03\n\x11\x45xecutorAllocator\x12S\n\x0cRequestTotal\x12 .execpods.v1.RequestTotalRequest\x1a!.execpods.v1.RequestTotalResponse\x12V\n\rKillExecutors\x12!.execpods.v1.KillExecutorsRequest\x1a\".execpods.v1.KillExecutorsResponse\x12^\n\x0fStreamSnapshots\x12#.execpods.v1.StreamSnapshotsRequest\x1a$.execpods.v1.StreamSnapshotsResponse0\x01\x12n\n\x15UpdateDriverExecutors\x12).execpods.v1.UpdateDriverExecutorsRequest\x1a*.execpods.v1.UpdateDriverExecutorsResponse\x12J\n\tIsDeleted\x12\x1d.execpods.v1.IsDeletedRequest\x1a\x1e.execpods.v1.IsDeletedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65xecpods/v1/allocator.proto\x12\x0b\x65xecpods.v1\"\xd7\x01\n\x13RequestTotalRequest\x12\r\n\x05total\x18\x01 \x01(\x05\x12K\n\x0eprofile_totals\x18\x02 \x03(\x0b\x32\x33.execpods.v1.RequestTotalRequest.ProfileTotalsEntry\x12.\n\x08profiles\x18\x03 \x03(\x0b\x32\x1c.execpods.v1.ResourceProfile\x1a\x34\n\x12ProfileTotalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xf5\x01\n\x0fResourceProfile\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05\x63ores\x18\x02 \x01(\x05\x12\x12\n\nmemory_mib\x18\x03 \x01(\x03\x12\x1b\n\x13memory_overhead_mib\x18\x04 \x01(\x03\x12I\n\x0f\x65xtra_resources\x18\x05 \x03(\x0b\x32\x30.execpods.v1.ResourceProfile.ExtraResourcesEntry\x12\x14\n\x0cpod_template\x18\x06 \x01(\t\x1a\x35\n\x13\x45xtraResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x14RequestTotalResponse\x12\r\n\x05total\x18\x01 \x01(\x05\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07pending\x18\x03 \x01(\x05\x12L\n\x0eprofile_totals\x18\x04 \x03(\x0b\x32\x34.execpods.v1.RequestTotalResponse.ProfileTotalsEntry\x1a\x34\n\x12ProfileTotalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\",\n\x14KillExecutorsRequest\x12\x14\n\x0c\x65xecutor_ids\x18\x01 \x03(\t\"-\n\x15KillExecutorsResponse\x12\x14\n\x0c\x64\x65leted_pods\x18\x01 \x01(\x05\"e\n\x16StreamSnapshotsRequest\x12\x19\n\x11\x62\x61tch_interval_ms\x18\x01 \x01(\x03\x12\x30\n\x0bresume_from\x18\n \x01(\x0b\x32\x1b.execpods.v1.StreamPosition\"7\n\x0eStreamPosition\x12\x13\n\x0bincarnation\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"\x9d\x02\n\x17StreamSnapshotsResponse\x12\x34\n\tsnapshots\x18\x01 \x03(\x0b\x32!.execpods.v1.ExecutorPodsSnapshot\x12\x37\n\x11removed_executors\x18\x02 \x03(\x0b\x32\x1c.execpods.v1.ExecutorRemoved\x12\x37\n\x11\x61llocator_notices\x18\x03 \x03(\x0b\x32\x1c.execpods.v1.AllocatorNotice\x12\x1b\n\x13\x61pplication_failure\x18\x04 \x01(\t\x12-\n\x08position\x18\n \x01(\x0b\x32\x1b.execpods.v1.StreamPosition\x12\x0e\n\x06resync\x18\x0b \x01(\x08\"\xa4\x02\n\x0f\x41llocatorNotice\x12/\n\x04kind\x18\x01 \x01(\x0e\x32!.execpods.v1.AllocatorNotice.Kind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13resource_profile_id\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x13\n\x0bretry_in_ms\x18\x05 \x01(\x03\"\x8d\x01\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13KIND_CREATE_REFUSED\x10\x01\x12\x19\n\x15KIND_CREATE_THROTTLED\x10\x02\x12\x16\n\x12KIND_CREATE_FAILED\x10\x03\x12#\n\x1fKIND_ALLOCATION_MAXIMUM_REACHED\x10\x04\"\xdc\x01\n\x14\x45xecutorPodsSnapshot\x12J\n\rexecutor_pods\x18\x01 \x03(\x0b\x32\x33.execpods.v1.ExecutorPodsSnapshot.ExecutorPodsEntry\x12\x1b\n\x13\x66ull_snapshot_ts_ms\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ull\x18\x03 \x01(\x08\x1aM\n\x11\x45xecutorPodsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.execpods.v1.ObservedPod:\x02\x38\x01\"\xdd\x01\n\x0bObservedPod\x12)\n\x05state\x18\x01 \x01(\x0e\x32\x1a.execpods.v1.ExecutorState\x12\x10\n\x08pod_name\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\t\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x11\n\tnode_name\x18\x07 \x01(\t\x12\x0e\n\x06pod_ip\x18\x08 \x01(\t\x12\x18\n\x10\x63ontainer_reason\x18\t \x01(\tB\x0c\n\n_exit_code\"\x80\x01\n\x0f\x45xecutorRemoved\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\x03\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x1a\n\x12\x65xit_caused_by_app\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x18\n\x10killed_by_driver\x18\x05 \x01(\x08\"\xe6\x01\n\x1cUpdateDriverExecutorsRequest\x12\x12\n\nregistered\x18\x01 \x03(\x03\x12\x10\n\x08released\x18\x02 \x03(\x03\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\x12W\n\x10registered_at_ms\x18\x04 \x03(\x0b\x32=.execpods.v1.UpdateDriverExecutorsRequest.RegisteredAtMsEntry\x1a\x35\n\x13RegisteredAtMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\".\n\x1dUpdateDriverExecutorsResponse\x12\r\n\x05known\x18\x01 \x03(\x03\"\'\n\x10IsDeletedRequest\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\x03\"$\n\x11IsDeletedResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\xb0\x01\n\rExecutorState\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n\rSTATE_PENDING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x03\x12\x10\n\x0cSTATE_FAILED\x10\x04\x12\x11\n\rSTATE_DELETED\x10\x05\x12\x11\n\rSTATE_UNKNOWN\x10\x06\x12\x15\n\x11STATE_TERMINATING\x10\x07\x32\xdc\x03\n\x11\x45xecutorAllocator\x12S\n\x0cRequestTotal\x12 .execpods.v1.RequestTotalRequest\x1a!.execpods.v1.RequestTotalResponse\x12V\n\rKillExecutors\x12!.execpods.v1.KillExecutorsRequest\x1a\".execpods.v1.KillExecutorsResponse\x12^\n\x0fStreamSnapshots\x12#.execpods.v1.StreamSnapshotsRequest\x1a$.execpods.v1.StreamSnapshotsResponse0\x01\x12n\n\x15UpdateDriverExecutors\x12).execpods.v1.UpdateDriverExecutorsRequest\x1a*.execpods.v1.UpdateDriverExecutorsResponse\x12J\n\tIsDeleted\x12\x1d.execpods.v1.IsDeletedRequest\x1a\x1e.execpods.v1.IsDeletedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,8 +42,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECUTORPODSSNAPSHOT_EXECUTORPODSENTRY']._serialized_options = b'8\001'
   _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._loaded_options = None
   _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._serialized_options = b'8\001'
-  _globals['_EXECUTORSTATE']._serialized_start=2321
-  _globals['_EXECUTORSTATE']._serialized_end=2497
+  _globals['_EXECUTORSTATE']._serialized_start=2491
+  _globals['_EXECUTORSTATE']._serialized_end=2667
   _globals['_REQUESTTOTALREQUEST']._serialized_start=45
   _globals['_REQUESTTOTALREQUEST']._serialized_end=260
   _globals['_REQUESTTOTALREQUEST_PROFILETOTALSENTRY']._serialized_start=208
@@ -61,31 +61,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KILLEXECUTORSRESPONSE']._serialized_start=762
   _globals['_KILLEXECUTORSRESPONSE']._serialized_end=807
   _globals['_STREAMSNAPSHOTSREQUEST']._serialized_start=809
-  _globals['_STREAMSNAPSHOTSREQUEST']._serialized_end=860
-  _globals['_STREAMSNAPSHOTSRESPONSE']._serialized_start=863
-  _globals['_STREAMSNAPSHOTSRESPONSE']._serialized_end=1085
-  _globals['_ALLOCATORNOTICE']._serialized_start=1088
-  _globals['_ALLOCATORNOTICE']._serialized_end=1380
-  _globals['_ALLOCATORNOTICE_KIND']._serialized_start=1239
-  _globals['_ALLOCATORNOTICE_KIND']._serialized_end=1380
-  _globals['_EXECUTORPODSSNAPSHOT']._serialized_start=1383
-  _globals['_EXECUTORPODSSNAPSHOT']._serialized_end=1603
-  _globals['_EXECUTORPODSSNAPSHOT_EXECUTORPODSENTRY']._serialized_start=1526
-  _globals['_EXECUTORPODSSNAPSHOT_EXECUTORPODSENTRY']._serialized_end=1603
-  _globals['_OBSERVEDPOD']._serialized_start=1606
-  _globals['_OBSERVEDPOD']._serialized_end=1827
-  _globals['_EXECUTORREMOVED']._serialized_start=1830
-  _globals['_EXECUTORREMOVED']._serialized_end=1958
-  _globals['_UPDATEDRIVEREXECUTORSREQUEST']._serialized_start=1961
-  _globals['_UPDATEDRIVEREXECUTORSREQUEST']._serialized_end=2191
-  _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._serialized_start=2138
-  _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._serialized_end=2191
-  _globals['_UPDATEDRIVEREXECUTORSRESPONSE']._serialized_start=2193
-  _globals['_UPDATEDRIVEREXECUTORSRESPONSE']._serialized_end=2239
-  _globals['_ISDELETEDREQUEST']._serialized_start=2241
-  _globals['_ISDELETEDREQUEST']._serialized_end=2280
-  _globals['_ISDELETEDRESPONSE']._serialized_start=2282
-  _globals['_ISDELETEDRESPONSE']._serialized_end=2318
-  _globals['_EXECUTORALLOCATOR']._serialized_start=2500
-  _globals['_EXECUTORALLOCATOR']._serialized_end=2976
+  _globals['_STREAMSNAPSHOTSREQUEST']._serialized_end=910
+  _globals['_STREAMPOSITION']._serialized_start=912
+  _globals['_STREAMPOSITION']._serialized_end=967
+  _globals['_STREAMSNAPSHOTSRESPONSE']._serialized_start=970
+  _globals['_STREAMSNAPSHOTSRESPONSE']._serialized_end=1255
+  _globals['_ALLOCATORNOTICE']._serialized_start=1258
+  _globals['_ALLOCATORNOTICE']._serialized_end=1550
+  _globals['_ALLOCATORNOTICE_KIND']._serialized_start=1409
+  _globals['_ALLOCATORNOTICE_KIND']._serialized_end=1550
+  _globals['_EXECUTORPODSSNAPSHOT']._serialized_start=1553
+  _globals['_EXECUTORPODSSNAPSHOT']._serialized_end=1773
+  _globals['_EXECUTORPODSSNAPSHOT_EXECUTORPODSENTRY']._serialized_start=1696
+  _globals['_EXECUTORPODSSNAPSHOT_EXECUTORPODSENTRY']._serialized_end=1773
+  _globals['_OBSERVEDPOD']._serialized_start=1776
+  _globals['_OBSERVEDPOD']._serialized_end=1997
+  _globals['_EXECUTORREMOVED']._serialized_start=2000
+  _globals['_EXECUTORREMOVED']._serialized_end=2128
+  _globals['_UPDATEDRIVEREXECUTORSREQUEST']._serialized_start=2131
+  _globals['_UPDATEDRIVEREXECUTORSREQUEST']._serialized_end=2361
+  _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._serialized_start=2308
+  _globals['_UPDATEDRIVEREXECUTORSREQUEST_REGISTEREDATMSENTRY']._serialized_end=2361
+  _globals['_UPDATEDRIVEREXECUTORSRESPONSE']._serialized_start=2363
+  _globals['_UPDATEDRIVEREXECUTORSRESPONSE']._serialized_end=2409
+  _globals['_ISDELETEDREQUEST']._serialized_start=2411
+  _globals['_ISDELETEDREQUEST']._serialized_end=2450
+  _globals['_ISDELETEDRESPONSE']._serialized_start=2452
+  _globals['_ISDELETEDRESPONSE']._serialized_end=2488
+  _globals['_EXECUTORALLOCATOR']._serialized_start=2670
+  _globals['_EXECUTORALLOCATOR']._serialized_end=3146
 # @@protoc_insertion_point(module_scope)

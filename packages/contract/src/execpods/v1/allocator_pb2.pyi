@@ -305,22 +305,66 @@ class StreamSnapshotsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BATCH_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    RESUME_FROM_FIELD_NUMBER: _builtins.int
     batch_interval_ms: _builtins.int
     """How often the stream delivers, in milliseconds; 0 means the server's default
-    (spark.kubernetes.executor.eventProcessingInterval). Negative values are INVALID_ARGUMENT.
+    (spark.kubernetes.executor.eventProcessingInterval). Negative values, and values above
+    execpods.sidecar.stream.maxBatchInterval (default 60 s), are INVALID_ARGUMENT.
     """
+    @_builtins.property
+    def resume_from(self) -> Global___StreamPosition:
+        """Fields 10-19: stream resumption.
+        Resume after this position: the `position` of the last message the client processed, from an
+        earlier stream. The stream then opens with the current snapshot in full and the removals
+        decided after that position, each once. A position the sidecar can no longer honour (from an
+        earlier sidecar process, or older than its window of removals,
+        execpods.sidecar.stream.removalWindow) opens the stream with `resync` set. A position of this
+        sidecar process beyond its newest removal is INVALID_ARGUMENT (it was never sent).
+        """
+
     def __init__(
         self,
         *,
         batch_interval_ms: _builtins.int = ...,
+        resume_from: Global___StreamPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resume_from", b"resume_from"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_interval_ms", b"batch_interval_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_interval_ms", b"batch_interval_ms", "resume_from", b"resume_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamSnapshotsRequest: _TypeAlias = StreamSnapshotsRequest  # noqa: Y015
+
+@_typing.final
+class StreamPosition(_message.Message):
+    """Where a stream is in the sidecar's sequence of removal decisions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    incarnation: _builtins.str
+    """Identifies one sidecar process: a restarted sidecar has a new incarnation, and its sequence
+    starts again at 0.
+    """
+    sequence: _builtins.int
+    """The sequence number of the last removal sent up to and including this message (0: none yet).
+    Every removal decision of a sidecar process gets the next number, so they never repeat.
+    """
+    def __init__(
+        self,
+        *,
+        incarnation: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamPosition: _TypeAlias = StreamPosition  # noqa: Y015
 
 @_typing.final
 class StreamSnapshotsResponse(_message.Message):
@@ -330,10 +374,18 @@ class StreamSnapshotsResponse(_message.Message):
     REMOVED_EXECUTORS_FIELD_NUMBER: _builtins.int
     ALLOCATOR_NOTICES_FIELD_NUMBER: _builtins.int
     APPLICATION_FAILURE_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    RESYNC_FIELD_NUMBER: _builtins.int
     application_failure: _builtins.str
     """Set once, when more than spark.executor.maxNumFailures executors failed within
     spark.executor.failuresValidityInterval: the sidecar stopped allocating executors, and the
     application should fail. Says how many failed and the limit.
+    """
+    resync: _builtins.bool
+    """Set on the first message of a resumed stream when removals may have been missed (the
+    position came from an earlier sidecar process, or fell out of the sidecar's window): the
+    client should re-sync its executors from this message's full snapshot. The removals the
+    sidecar still holds are sent anyway, each once.
     """
     @_builtins.property
     def snapshots(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutorPodsSnapshot]:
@@ -351,6 +403,12 @@ class StreamSnapshotsResponse(_message.Message):
         lifetime cap on executor ids), oldest first.
         """
 
+    @_builtins.property
+    def position(self) -> Global___StreamPosition:
+        """Fields 10-19: stream resumption.
+        The stream's position after this message: pass it as `resume_from` to continue from here.
+        """
+
     def __init__(
         self,
         *,
@@ -358,10 +416,12 @@ class StreamSnapshotsResponse(_message.Message):
         removed_executors: _abc.Iterable[Global___ExecutorRemoved] | None = ...,
         allocator_notices: _abc.Iterable[Global___AllocatorNotice] | None = ...,
         application_failure: _builtins.str = ...,
+        position: Global___StreamPosition | None = ...,
+        resync: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocator_notices", b"allocator_notices", "application_failure", b"application_failure", "removed_executors", b"removed_executors", "snapshots", b"snapshots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocator_notices", b"allocator_notices", "application_failure", b"application_failure", "position", b"position", "removed_executors", b"removed_executors", "resync", b"resync", "snapshots", b"snapshots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

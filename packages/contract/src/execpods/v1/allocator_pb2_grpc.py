@@ -84,7 +84,9 @@ class ExecutorAllocatorServicer:
     def StreamSnapshots(self, request, context):
         """Subscribes to the snapshot store. The first message carries the current snapshot in full;
         every later message carries the snapshots produced since the previous message, each as a delta
-        against the previous snapshot of this stream unless it is marked full.
+        against the previous snapshot of this stream unless it is marked full. Every message carries
+        a position; a client that reconnects with the last position it processed (`resume_from`)
+        receives each removal it missed exactly once, and the current snapshot in full.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

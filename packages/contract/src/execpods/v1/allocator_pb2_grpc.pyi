@@ -49,7 +49,9 @@ class ExecutorAllocatorStub:
     StreamSnapshots: _grpc.UnaryStreamMultiCallable[_allocator_pb2.StreamSnapshotsRequest, _allocator_pb2.StreamSnapshotsResponse]
     """Subscribes to the snapshot store. The first message carries the current snapshot in full;
     every later message carries the snapshots produced since the previous message, each as a delta
-    against the previous snapshot of this stream unless it is marked full.
+    against the previous snapshot of this stream unless it is marked full. Every message carries
+    a position; a client that reconnects with the last position it processed (`resume_from`)
+    receives each removal it missed exactly once, and the current snapshot in full.
     """
     UpdateDriverExecutors: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.UpdateDriverExecutorsRequest, _allocator_pb2.UpdateDriverExecutorsResponse]
     """Tells the sidecar which executors the driver knows. The lifecycle manager asks this view which
@@ -76,7 +78,9 @@ class ExecutorAllocatorAsyncStub(ExecutorAllocatorStub):
     StreamSnapshots: _aio.UnaryStreamMultiCallable[_allocator_pb2.StreamSnapshotsRequest, _allocator_pb2.StreamSnapshotsResponse]  # type: ignore[assignment]
     """Subscribes to the snapshot store. The first message carries the current snapshot in full;
     every later message carries the snapshots produced since the previous message, each as a delta
-    against the previous snapshot of this stream unless it is marked full.
+    against the previous snapshot of this stream unless it is marked full. Every message carries
+    a position; a client that reconnects with the last position it processed (`resume_from`)
+    receives each removal it missed exactly once, and the current snapshot in full.
     """
     UpdateDriverExecutors: _aio.UnaryUnaryMultiCallable[_allocator_pb2.UpdateDriverExecutorsRequest, _allocator_pb2.UpdateDriverExecutorsResponse]  # type: ignore[assignment]
     """Tells the sidecar which executors the driver knows. The lifecycle manager asks this view which
@@ -118,7 +122,9 @@ class ExecutorAllocatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_allocator_pb2.StreamSnapshotsResponse], _abc.AsyncIterator[_allocator_pb2.StreamSnapshotsResponse]]:
         """Subscribes to the snapshot store. The first message carries the current snapshot in full;
         every later message carries the snapshots produced since the previous message, each as a delta
-        against the previous snapshot of this stream unless it is marked full.
+        against the previous snapshot of this stream unless it is marked full. Every message carries
+        a position; a client that reconnects with the last position it processed (`resume_from`)
+        receives each removal it missed exactly once, and the current snapshot in full.
         """
 
     @_abc_1.abstractmethod

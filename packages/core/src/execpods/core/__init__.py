@@ -7,7 +7,12 @@ client libraries, and no threads until a `ThreadScheduler` is given work.
 
 from execpods.core.allocation import ExecutorCounts, executors_to_request, split_slots
 from execpods.core.allocator import AllocatorStats, ExecutorPodsAllocator
-from execpods.core.backend import AllocationCounts, ExecutorPodsBackend, LifecycleFanout
+from execpods.core.backend import (
+    AllocationCounts,
+    ExecutorPodsBackend,
+    LifecycleFanout,
+    ShutdownReport,
+)
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
 from execpods.core.creation import (
@@ -30,6 +35,7 @@ from execpods.core.errors import (
     SettingsError,
 )
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.idlists import INT64_MAX, clip, summarize_ids
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager, describe_exit_code, exit_reason
 from execpods.core.pods import (
@@ -98,6 +104,7 @@ __all__ = [
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
+    "INT64_MAX",
     "Clock",
     "ContainerRunning",
     "ContainerState",
@@ -135,6 +142,7 @@ __all__ = [
     "Scheduler",
     "SettingSpec",
     "SettingsBase",
+    "ShutdownReport",
     "SettingsError",
     "SnapshotSource",
     "SnapshotsCallback",
@@ -147,10 +155,12 @@ __all__ = [
     "SystemClock",
     "ThreadScheduler",
     "classify",
+    "clip",
     "compose_backend",
     "executors_to_request",
     "exit_reason",
     "no_sources",
     "parse_duration",
+    "summarize_ids",
     "unknown_keys",
 ]

@@ -24,9 +24,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 
-from execpods.core.adaptive import AdaptiveBatch, StartTracker, round_ceiling
 from execpods.core.allocation import (
     ExecutorCounts,
     Limits,
@@ -37,14 +35,12 @@ from execpods.core.allocation import (
 )
 from execpods.core.creation import (
     AllocatorNotice,
-    CreateBackoff,
     CreateResult,
     CreateRunner,
     NoticeKind,
     NoticeListener,
-    SerialRunner,
-    classify_create_error,
 )
+from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
@@ -58,7 +54,7 @@ from execpods.core.ports import (
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
-from execpods.core.recovery import ExecutorIds, LostCreates, create_skipping_taken_ids, recover
+from execpods.core.recovery import ExecutorIds, LostCreates, recover
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
@@ -119,7 +115,6 @@ class ExecutorPodsAllocator:
         self._store = store
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
-        self._runner: CreateRunner = runner if runner is not None else SerialRunner()
         self._ids = ExecutorIds()
         self._recovered = False
         self._lost = LostCreates()
@@ -132,16 +127,15 @@ class ExecutorPodsAllocator:
         self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
         self._driver: DriverView | None = None
-        self._batches: dict[int, AdaptiveBatch] = {}
-        self._backoff = CreateBackoff(base=settings.batch_delay, rng=rng)
-        self._starts = StartTracker()
-        self._listeners: list[NoticeListener] = []
         self._maximum_reported = False
-        self._counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
-        self._ceiling = round_ceiling(
-            batch_size=settings.batch_size,
-            api_qps=settings.api_qps,
-            batch_delay=settings.batch_delay,
+        self._creator = PodCreator(
+            settings=settings,
+            pod_builder=pod_builder,
+            pod_operations=pod_operations,
+            clock=clock,
+            runner=runner,
+            rng=rng,
+            failure_tracker=failure_tracker,
         )
 
     # Configuration and queries (any thread).
@@ -214,7 +208,7 @@ class ExecutorPodsAllocator:
 
     @property
     def stats(self) -> AllocatorStats:
-        counts = dict(self._counts)
+        counts = dict(self._creator.counts)
         return AllocatorStats(
             created=counts["created"],
             refused=counts["refused"],
@@ -226,14 +220,7 @@ class ExecutorPodsAllocator:
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Call `listener` with every later notice; returns a function that unregisters it."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unregister() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unregister
+        return self._creator.add_listener(listener)
 
     # One round (the store calls it serially).
 
@@ -246,7 +233,7 @@ class ExecutorPodsAllocator:
         lost = self._lost.read_back(self._pods, self._labels, self._app_or_fail(), self._unseen)
         for executor_id in lost:  # their creates failed without an answer and made no pod
             del self._unseen[executor_id]
-        self._starts.forget(lost)
+        self._creator.starts.forget(lost)
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         for executor_id in [i for i in self._unseen if i in known]:
             self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
@@ -254,7 +241,7 @@ class ExecutorPodsAllocator:
         if snapshots:
             self._last_snapshot = snapshots[-1]
             self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
-        self._note_start_failures()
+        self._creator.observe_starts(self._last_snapshot)
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -308,17 +295,9 @@ class ExecutorPodsAllocator:
         )
         for executor_id in expired:
             del self._unseen[executor_id]
-        self._starts.forget(expired)
+        self._creator.starts.forget(expired)
         if self._settings.delete_on_termination:
             self._delete(PodSelector.executors_of(self._labels, self._app_or_fail(), expired))
-
-    def _note_start_failures(self) -> None:
-        failures = self._starts.observe(self._last_snapshot)
-        if failures:
-            self._counts["starts"] += failures
-            logger.warning("%d executors failed to start; creating more slowly.", failures)
-            for batch in self._batches.values():
-                batch.trouble()
 
     def _profile_states(self, known: frozenset[int]) -> list[ProfileState]:
         """Every profile with a target, classified from the last snapshot, in ascending id."""
@@ -399,7 +378,7 @@ class ExecutorPodsAllocator:
             return state
         for executor_id in excess.unseen:
             self._unseen.pop(executor_id, None)
-        self._starts.forget(ids)
+        self._creator.starts.forget(ids)
         dropped = set(ids)
         return ProfileState(
             profile_id=state.profile_id,
@@ -421,23 +400,11 @@ class ExecutorPodsAllocator:
 
     # Scale-up.
 
-    def _batch(self, profile_id: int) -> AdaptiveBatch:
-        batch = self._batches.get(profile_id)
-        if batch is None:
-            batch = AdaptiveBatch(
-                batch_size=self._settings.batch_size,
-                ceiling=self._ceiling,
-                enabled=self._settings.adaptive_batches,
-            )
-            self._batches[profile_id] = batch
-        return batch
-
     def _scale_up(self, states: list[ProfileState]) -> None:
         if self._failures is not None and self._failures.application_failure is not None:
             return  # too many executors failed (spark.executor.maxNumFailures): stopped for good
         settings = self._settings
-        now = self._clock.monotonic()
-        held = {s.profile_id for s in states if self._backoff.wait_for(s.profile_id, now) > 0}
+        held = {s.profile_id for s in states if self._creator.held(s.profile_id)}
         if settings.wait_for_pending_pods:
             held.update(s.profile_id for s in states if s.pending_unknown or s.pending_known)
         all_states = {s.profile_id: s for s in states}
@@ -456,7 +423,7 @@ class ExecutorPodsAllocator:
                 max_pending=settings.max_pending_pods,
                 max_pending_per_rp=settings.max_pending_pods_per_rp,
             ),
-            batch_sizes={s.profile_id: self._batch(s.profile_id).round_cap for s in states},
+            batch_sizes={s.profile_id: self._creator.round_cap(s.profile_id) for s in states},
             held=held,
         )
         for profile_id, count in counts.items():
@@ -475,7 +442,15 @@ class ExecutorPodsAllocator:
                 state.running,
                 state.not_running,
             )
-            self._create(profile_id, min(count, allowed))
+            requested = self._creator.create(
+                app_id=self._app_or_fail(),
+                profile_id=profile_id,
+                count=min(count, allowed),
+                issue_id=self._ids.next,
+            )
+            for r in requested:
+                self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
+            self._lost.add(r.executor_id for r in requested if r.answer_lost)
 
     def _ids_left(self) -> int:
         """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
@@ -493,7 +468,7 @@ class ExecutorPodsAllocator:
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
         logger.error(message)
-        self._notify(
+        self._creator.notify(
             AllocatorNotice(
                 kind=NoticeKind.ALLOCATION_MAXIMUM_REACHED,
                 message=message,
@@ -501,112 +476,6 @@ class ExecutorPodsAllocator:
                 count=short,
             )
         )
-
-    def _create(self, profile_id: int, count: int) -> None:
-        batch = self._batch(profile_id)
-        for step in batch.steps(count):
-            if self._backoff.wait_for(profile_id, self._clock.monotonic()) > 0:
-                return
-            ids = [self._ids.next() for _ in range(step)]
-            started = self._clock.monotonic()
-            outcomes = self._runner.run(
-                [partial(self._create_one, i, profile_id) for i in ids],
-                self._settings.batch_concurrency,
-            )
-            clean = self._settle(profile_id, outcomes, started)
-            if not clean:
-                batch.trouble()
-                return
-            batch.clean_step(step)
-
-    def _create_one(self, executor_id: int, profile_id: int) -> _Outcome:
-        """One create (on a runner thread): never raises, the outcome says what happened."""
-        used = [executor_id]
-
-        def fresh_id() -> int:  # after a 409: the id is taken, skip past it at once
-            used.append(self._ids.next())
-            return used[-1]
-
-        build = partial(
-            self._builder.build, app_id=self._app_or_fail(), resource_profile_id=profile_id
-        )
-        try:
-            executor_id = create_skipping_taken_ids(self._pods, build, executor_id, fresh_id)
-        except PodOperationError as error:
-            result = CreateResult.UNKNOWN if error.outcome_unknown else None
-            return _Outcome(used[-1], result or classify_create_error(error), error)
-        except Exception as error:  # a builder bug or a client surprise must not end the round
-            logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
-            return _Outcome(executor_id, CreateResult.FAILED, error)
-        return _Outcome(executor_id, CreateResult.CREATED)
-
-    def _settle(self, profile_id: int, outcomes: list[_Outcome], started: float) -> bool:
-        """Book a step's outcomes; report failures; returns whether every create went through."""
-        created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
-        unknown = [o for o in outcomes if o.result is CreateResult.UNKNOWN]
-        for executor_id in created + [o.executor_id for o in unknown]:
-            self._unseen[executor_id] = _Request(started, profile_id)
-        self._lost.add(o.executor_id for o in unknown)
-        self._starts.created(created)
-        self._counts["created"] += len(created)
-        if created:
-            self._backoff.succeeded(profile_id)
-        now = self._clock.monotonic()
-        failed = [o for o in outcomes if o.result is not CreateResult.CREATED]
-        if not failed:
-            return True
-        by_kind: dict[CreateResult, list[_Outcome]] = {}
-        for outcome in failed:
-            kind = CreateResult.THROTTLED if outcome.result is CreateResult.UNKNOWN else None
-            by_kind.setdefault(kind or outcome.result, []).append(outcome)
-        for result, group in by_kind.items():
-            self._report_failures(profile_id, result, group, now)
-        return False
-
-    def _report_failures(
-        self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float
-    ) -> None:
-        first = group[0].error
-        detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
-        if result is CreateResult.REFUSED:
-            self._counts["refused"] += len(group)
-            wait = self._backoff.refused(profile_id, now)
-            kind = NoticeKind.CREATE_REFUSED
-            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
-        elif result is CreateResult.THROTTLED:
-            self._counts["throttled"] += len(group)
-            wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
-            kind = NoticeKind.CREATE_THROTTLED
-            what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
-        else:
-            self._counts["failed"] += len(group)
-            wait = 0.0
-            kind = NoticeKind.CREATE_FAILED
-            what = "failed; retrying next round"
-        if self._failures is not None and result is not CreateResult.THROTTLED:
-            # Refused or failed creates are executors that will not serve the application;
-            # throttling only paces us, and is not counted.
-            self._failures.register_failures(len(group))
-        ids = ",".join(str(o.executor_id) for o in group)
-        message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
-        message += f"(executors {ids}; first error {detail})"
-        logger.warning(message)
-        self._notify(
-            AllocatorNotice(
-                kind=kind,
-                message=message,
-                resource_profile_id=profile_id,
-                count=len(group),
-                retry_in=wait,
-            )
-        )
-
-    def _notify(self, notice: AllocatorNotice) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(notice)
-            except Exception:
-                logger.exception("An allocator notice listener failed")
 
     def _app_or_fail(self) -> str:
         if self._app_id is None:

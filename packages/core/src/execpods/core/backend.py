@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
 from execpods.core.allocator import AllocatorStats, ExecutorCounts, ExecutorPodsAllocator
+from execpods.core.clock import SystemClock
 from execpods.core.creation import NoticeListener
+from execpods.core.errors import PodOperationError
+from execpods.core.idlists import summarize_ids
 from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    Clock,
     DriverView,
     ExecutorRemoval,
     LifecycleObserver,
@@ -48,6 +53,35 @@ T = TypeVar("T")
 
 RemovalCallback = Callable[[ExecutorRemoval], None]
 FailureCallback = Callable[[str], None]
+
+_FIRST_RETRY_S = 0.2
+_MAX_RETRY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShutdownReport:
+    """What stopping did to the application's executor pods."""
+
+    complete: bool
+    """True unless deleting the executor pods failed until the grace period ran out."""
+    deleted: int = 0
+    attempts: int = 0
+    error: str = ""
+    """The last failure, when not complete."""
+    left: tuple[str, ...] | None = ()
+    """The executor pods still there when not complete; None when the API could not say."""
+
+    def describe(self, app_id: str) -> str:
+        if self.complete:
+            return f"deleted the {self.deleted} executor pods of application {app_id}"
+        if self.left is None:
+            what = "an unknown number of executor pods (the API did not answer a list either)"
+        else:
+            what = f"{len(self.left)} executor pods ({summarize_ids(self.left)})"
+        return (
+            f"could not delete the executor pods of application {app_id} in {self.attempts} "
+            f"attempts ({self.error}); {what} may be left"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +203,7 @@ class ExecutorPodsBackend:
         request_scheduler: Scheduler,
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.app_id = app_id
         self.settings = settings
@@ -182,6 +217,8 @@ class ExecutorPodsBackend:
         self._close = close
         self._fanout = fanout
         self._counted: tuple[ExecutorPodsSnapshot, ExecutorCounts] | None = None
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._started = False
         self._killer = GracefulKiller(
             settings=settings,
             pod_operations=pod_operations,
@@ -195,20 +232,36 @@ class ExecutorPodsBackend:
         initial = (
             self.settings.initial_executors if initial_executors is None else initial_executors
         )
-        self._allocator.set_total_expected_executors(self._checked_total(initial))
+        checked = self._checked_total(initial)
+        # From here on stopping deletes the app's executor pods; a backend that never started
+        # (its server failed to bind, say) must touch nothing: the pods may be another live
+        # sidecar's.
+        self._started = True
+        self._allocator.set_total_expected_executors(checked)
         self._lifecycle.start(self._driver)
         self._allocator.start(self.app_id, self._driver)
         for source in self._sources:
             source.start(self.app_id)
         logger.info("Started allocating executors for application %s.", self.app_id)
 
-    def stop(self) -> None:
+    def stop(self, *, wait: Callable[[float], None] = time.sleep) -> ShutdownReport:
+        """Stop in Spark's order; returns what happened to the executor pods.
+
+        Deleting them is retried with back-off for `execpods.shutdown.deleteGrace` while the API
+        fails (`wait` sleeps between attempts); a backend that was never started deletes nothing.
+        """
+        report = ShutdownReport(complete=True)
+
+        def delete() -> None:
+            nonlocal report
+            report = self._delete_all_executors(wait)
+
         steps: list[tuple[str, Callable[[], object]]] = [
             ("stop the snapshots store", self._store.stop)
         ]
         steps.extend((f"stop {type(s).__name__}", s.stop) for s in self._sources)
-        if self.settings.delete_on_termination:
-            steps.append(("delete the executor pods", self._delete_all_executors))
+        if self.settings.delete_on_termination and self._started:
+            steps.append(("delete the executor pods", delete))
         steps.append(("stop the request scheduler", self._requests.shutdown))
         if self._close is not None:
             steps.append(("close the Kubernetes client", self._close))
@@ -218,12 +271,42 @@ class ExecutorPodsBackend:
             except Exception:
                 logger.exception("Failed to %s while stopping; going on with the rest.", what)
         logger.info("Stopped allocating executors for application %s.", self.app_id)
+        return report
 
-    def _delete_all_executors(self) -> None:
-        deleted = self._pods.delete_by_selector(
-            PodSelector.executors_of(self.settings.labels, self.app_id)
-        )
-        logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
+    def _delete_all_executors(self, wait: Callable[[float], None]) -> ShutdownReport:
+        selector = PodSelector.executors_of(self.settings.labels, self.app_id)
+        deadline = self._clock.monotonic() + self.settings.delete_grace
+        delay = _FIRST_RETRY_S
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                deleted = self._pods.delete_by_selector(selector)
+            except PodOperationError as error:
+                last = error
+            else:
+                logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
+                return ShutdownReport(complete=True, deleted=deleted, attempts=attempts)
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                break
+            logger.warning(
+                "Could not delete the executor pods of application %s (%s); retrying for "
+                "another %.1f s.",
+                self.app_id,
+                last,
+                remaining,
+            )
+            wait(min(delay, remaining))
+            delay = min(delay * 2, _MAX_RETRY_S)
+        left: tuple[str, ...] | None
+        try:
+            left = tuple(sorted(pod.name for pod in self._pods.list(selector)))
+        except PodOperationError:
+            left = None
+        report = ShutdownReport(complete=False, attempts=attempts, error=str(last), left=left)
+        logger.error("Stopping: %s.", report.describe(self.app_id))
+        return report
 
     # What the driver asks for.
 
@@ -278,14 +361,20 @@ class ExecutorPodsBackend:
     def allocator_stats(self) -> AllocatorStats:
         return self._allocator.stats
 
-    @staticmethod
-    def _checked_total(total: int) -> int:
+    def _checked_total(self, total: int) -> int:
         if total < 0:
             raise ValueError(f"total={total} is invalid: it must not be negative")
+        settings = self.settings
+        if total > settings.max_total:
+            raise ValueError(
+                f"total={total} is invalid: it is above execpods.allocation.maxTotal="
+                f"{settings.max_total}"
+            )
         return total
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
-        """Delete these executors' pods gracefully (`GracefulKiller`); the events drive the rest."""
+        """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
+        the events drive the rest."""
         ids = frozenset(executor_ids)
         if not ids:
             done: Future[int] = Future()

@@ -87,6 +87,9 @@ def compose_backend(
             ),
         )
     fanout = LifecycleFanout(observers)
+    runner = ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None
+    if runner is not None:
+        close = _then(runner.shutdown, close)  # the create threads go with the backend
     failures = ExecutorFailureTracker.from_settings(settings, clock)
     allocator = ExecutorPodsAllocator(
         settings=settings,
@@ -96,7 +99,7 @@ def compose_backend(
         clock=clock,
         failure_tracker=failures,
         profiles=profiles,
-        runner=ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None,
+        runner=runner,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
@@ -122,4 +125,16 @@ def compose_backend(
         ),
         sources=sources(store),
         close=close,
+        clock=clock,
     )
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            if then is not None:
+                then()
+
+    return both

@@ -6,6 +6,9 @@ time to finish (its pod shows as Terminating meanwhile). After
 with grace period 0: a stuck executor must not hold its slot forever. The lifecycle manager is told
 first which executors the driver killed, so that it reports each of their ends to the driver once,
 as the driver's doing rather than a failure.
+
+A kill names at most `KILL_CHUNK` ids a request (a label selector's `in (...)` set must fit an API
+server's request line: about 9,000 ids overflow one), and logs name a few ids and count the rest.
 """
 
 from __future__ import annotations
@@ -14,11 +17,15 @@ import logging
 from collections.abc import Callable, Collection
 
 from execpods.core.errors import PodOperationError
+from execpods.core.idlists import summarize_ids
 from execpods.core.ports import PodOperations, PodSelector
 from execpods.core.scheduling import Scheduler
 from execpods.core.settings import CoreSettings
 
 logger = logging.getLogger(__name__)
+
+KILL_CHUNK = 500
+"""Most executor ids one delete request names."""
 
 
 class GracefulKiller:
@@ -43,20 +50,39 @@ class GracefulKiller:
         if not ids:
             return 0
         self._on_killed(ids)
-        selector = PodSelector.executors_of(self._settings.labels, app_id, ids)
-        deleted = self._pods.delete_by_selector(selector)
+        deleted = 0
+        for start in range(0, len(ids), KILL_CHUNK):
+            chunk = ids[start : start + KILL_CHUNK]
+            selector = PodSelector.executors_of(self._settings.labels, app_id, chunk)
+            try:
+                deleted += self._pods.delete_by_selector(selector)
+            except PodOperationError:
+                if start:
+                    logger.warning(
+                        "Killing executors of application %s failed after %d of %d ids (%d pods "
+                        "deleted); executors %s were not deleted.",
+                        app_id,
+                        start,
+                        len(ids),
+                        deleted,
+                        summarize_ids(ids[start:]),
+                    )
+                raise
+            self._schedule_force(selector.running(), len(chunk))
         # The sidecar logs the kill itself at INFO (one line per decision); this adds the plan.
         logger.debug(
             "Deleted %d pods of executors %s killed by the driver; those still running in %gs "
             "will be deleted without grace.",
             deleted,
-            ",".join(map(str, ids)),
+            summarize_ids(ids),
             self._settings.delete_grace_period,
         )
-        self._scheduler.schedule(
-            self._settings.delete_grace_period, lambda: self._force(selector.running(), len(ids))
-        )
         return deleted
+
+    def _schedule_force(self, running: PodSelector, killed: int) -> None:
+        self._scheduler.schedule(
+            self._settings.delete_grace_period, lambda: self._force(running, killed)
+        )
 
     def _force(self, running: PodSelector, killed: int) -> None:
         try:
@@ -73,5 +99,5 @@ class GracefulKiller:
             len(still),
             killed,
             self._settings.delete_grace_period,
-            ",".join(sorted(pod.name for pod in still)),
+            summarize_ids(sorted(pod.name for pod in still)),
         )

@@ -10,6 +10,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from execpods.core.idlists import INT64_MAX
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,7 +57,16 @@ class ExecutorLabels:
                 raw,
             )
             return None
-        return int(raw)
+        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+        digits = raw.lstrip("0") or "0"
+        executor_id = int(digits) if len(digits) <= len(str(INT64_MAX)) else INT64_MAX + 1
+        if executor_id > INT64_MAX:
+            # A valid label value, but no executor id: the contract carries ids as int64.
+            logger.warning(
+                "Skipping pod %s: its %s label %r is beyond 64 bits.", name, self.executor_id, raw
+            )
+            return None
+        return executor_id
 
 
 SPARK_LABELS = ExecutorLabels()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from execpods.core.idlists import summarize_ids
 from execpods.core.labels import ExecutorLabels
 from execpods.core.pods import ExecutorPod, PodManifest
 from execpods.core.snapshot import ExecutorPodsSnapshot
@@ -68,6 +69,15 @@ class PodSelector:
 
     def field_selector(self) -> str | None:
         return None if self.phase is None else f"status.phase={self.phase}"
+
+    def describe(self) -> str:
+        """The label selector with long `in (...)` sets summarised: for messages and logs."""
+        parts = [f"{key}={value}" for key, value in self.labels.items()]
+        for key, values in self.label_in.items():
+            ordered = sorted(values, key=lambda v: (len(v), v))
+            parts.append(f"{key} in ({summarize_ids(ordered)})")
+        described = ",".join(parts)
+        return described if self.phase is None else f"{described} with status.phase={self.phase}"
 
     def matches(self, pod: ExecutorPod) -> bool:
         if any(pod.labels.get(key) != value for key, value in self.labels.items()):

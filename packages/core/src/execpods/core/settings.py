@@ -163,6 +163,24 @@ class CoreSettings(SettingsBase):
         "Poll the executor pods (the source that repairs missed events).",
         parse=parse_bool,
     )
+    max_total: int = setting(
+        "execpods.allocation.maxTotal",
+        10_000,
+        "Most executors a driver may ask for, per resource profile (RequestTotal beyond it is "
+        "INVALID_ARGUMENT): a bound on what one bad request can make the allocator create. "
+        "(spark.kubernetes.allocation.maximum, Spark's lifetime cap on executor ids, is "
+        "separate: beyond it allocation stops, as in Spark.)",
+        parse=parse_int,
+        rule=positive,
+    )
+    delete_grace: float = duration_setting(
+        "execpods.shutdown.deleteGrace",
+        "20s",
+        "How long stopping retries deleting the executor pods while the API fails; keep it "
+        "below the pod's terminationGracePeriodSeconds (30 s by default) minus "
+        "execpods.sidecar.shutdownGrace. 0 makes one attempt.",
+        rule=non_negative,
+    )
     label_app_id: str = setting(
         "execpods.labels.appId",
         "spark-app-selector",

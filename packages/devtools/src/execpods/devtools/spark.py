@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -32,25 +33,34 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from execpods.devtools.spark_plugin import build as build_plugin
 from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
 __all__ = [
     "DRIVER",
+    "PEER_PLUGIN",
+    "PEER_SPARK",
+    "PLUGIN_CLASS",
     "main",
     "ExecutorWatch",
     "SparkDriver",
     "SparkRun",
     "spark_available",
+    "spark_on_kubesim",
     "spark_time_to_target",
 ]
 
 DRIVER = Path(__file__).with_name("spark_driver.py")
+PLUGIN_CLASS = "io.execpods.spark.ExecPodsAllocator"
+PEER_SPARK = "Spark 4.3 alone"
+PEER_PLUGIN = "Spark 4.3 + execpods plugin"
 
 
 def spark_available() -> str | None:
     """None when real Spark can run here, else why not (for a skip message)."""
     if shutil.which("java") is None:
-        return "java is not installed (python3 tools/dev.py installs openjdk-17-jre-headless)"
+        return "java is not installed (python3 tools/dev.py installs openjdk-17-jdk-headless)"
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (the 'spark' dependency group)"
     return None
@@ -249,19 +259,43 @@ def spark_time_to_target(
     executors: int,
     *,
     conf: dict[str, str] | None = None,
+    plugin_jar: Path | None = None,
+    sidecar_conf: dict[str, str] | None = None,
     timeout: float = 300.0,
 ) -> SparkRun:
-    """Run Spark with ``executors`` executors in a namespace of its own and time its allocator:
+    """Run Spark with ``executors`` executors in a namespace of its own and time its allocation:
     from its first executor pod's creation to ``executors`` pods Running. Then stop Spark and
     count what it left behind.
 
     The clock starts at the first pod so that the JVM's start-up is not counted (spark-submit
     refuses a starting target of 0, so the target cannot be set later by command instead).
+    With ``plugin_jar`` Spark allocates through an execpods sidecar started here on the same
+    API server (the "Spark + execpods plugin" peer), configured by ``sidecar_conf``.
     """
     namespace = f"spark-{uuid.uuid4().hex[:8]}"
     settings = {"spark.kubernetes.namespace": namespace, **(conf or {})}
-    watch = ExecutorWatch(api_url, namespace=namespace).start()
-    try:
+    with contextlib.ExitStack() as stack:
+        if plugin_jar is not None:
+            props = simulator_properties(
+                api_url,
+                namespace,
+                **{
+                    "spark.kubernetes.namespace": namespace,
+                    "spark.executor.instances": "0",
+                    **(sidecar_conf or {}),
+                },
+            )
+            sidecar = stack.enter_context(EmbeddedSidecar(props))
+            settings.update(
+                {
+                    "spark.app.id": namespace,
+                    "spark.kubernetes.allocation.pods.allocator": PLUGIN_CLASS,
+                    "spark.execpods.sidecar.address": sidecar.address,
+                    "spark.driver.extraClassPath": str(plugin_jar),
+                }
+            )
+        watch = ExecutorWatch(api_url, namespace=namespace).start()
+        stack.callback(watch.close)
         with SparkDriver(f"k8s://{api_url}", executors=executors, conf=settings) as driver:
             reached = watch.wait_for(
                 lambda phases: sum(p == "Running" for p in phases.values()) >= executors, timeout
@@ -278,8 +312,20 @@ def spark_time_to_target(
             exit_code=code,
             pods_left=len(watch.phases),
         )
-    finally:
-        watch.close()
+    raise AssertionError("unreachable")  # pragma: no cover (ExitStack does not swallow)
+
+
+def spark_on_kubesim(
+    cluster: ClusterConfig,
+    executors: int,
+    *,
+    conf: dict[str, str] | None = None,
+    plugin_jar: Path | None = None,
+) -> SparkRun:
+    """:func:`spark_time_to_target` on a fresh kubesim with ``cluster``: the form a benchmark
+    that compares peers on the same simulated cluster settings calls."""
+    with KubeSim(cluster=cluster) as sim:
+        return spark_time_to_target(sim.url, executors, conf=conf, plugin_jar=plugin_jar)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,16 +335,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-url", help="an API server to use (default: a kubesim of its own)")
     parser.add_argument("--nodes", type=int, default=10, help="kubesim nodes (own kubesim only)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--plugin", action="store_true", help="allocate through an execpods sidecar (the plugin)"
+    )
     args = parser.parse_args(argv)
     conf = dict(item.partition("=")[::2] for item in args.conf)
     if reason := spark_available():
         parser.error(reason)
-    if args.api_url:
-        run = spark_time_to_target(args.api_url, args.executors, conf=conf)
-    else:
-        with KubeSim(cluster=ClusterConfig(nodes=args.nodes)) as sim:
-            run = spark_time_to_target(sim.url, args.executors, conf=conf)
-    print(json.dumps(dataclasses.asdict(run)), flush=True)
+    with tempfile.TemporaryDirectory(prefix="execpods-spark-") as tmp:
+        jar = build_plugin(Path(tmp)) if args.plugin else None
+        if args.api_url:
+            run = spark_time_to_target(args.api_url, args.executors, conf=conf, plugin_jar=jar)
+        else:
+            cluster = ClusterConfig(nodes=args.nodes)
+            run = spark_on_kubesim(cluster, args.executors, conf=conf, plugin_jar=jar)
+    print(json.dumps({"peer": PEER_PLUGIN if jar else PEER_SPARK, **dataclasses.asdict(run)}))
     return 0
 
 

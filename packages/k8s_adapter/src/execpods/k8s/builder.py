@@ -277,6 +277,8 @@ class ExecutorPodTemplateBuilder:
             metadata["ownerReferences"] = [dict(self.owner)]
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
+        if "hostname" in spec:  # a template built by Spark names the executor's host after it
+            spec["hostname"] = name
         self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 from execpods.core import (
+    INT64_MAX,
+    SPARK_LABELS,
     ContainerRunning,
     ContainerState,
     ContainerStatus,
@@ -70,12 +72,33 @@ def _int(value: object, field_name: str, default: int | None = None) -> int:
     raise MalformedPod(f"{field_name} is not an integer: {value!r}")
 
 
-def _labels(value: object) -> Mapping[str, str]:
-    """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here."""
+def _beyond_int64(digits: str) -> bool:
+    """Whether a decimal string is above int64 (by length first: int() refuses 4,300+ digits)."""
+    significant = digits.lstrip("0") or "0"
+    return len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX
+
+
+def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
+    """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here.
+
+    An executor id label beyond int64 is a valid label value but no executor id the contract can
+    carry (protobuf would refuse it on every stream): such a pod is malformed.
+    """
     labels = _mapping(value, "metadata.labels")
     for key, label in labels.items():
         if not isinstance(label, str):
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
+    raw_id = labels.get(executor_id_label)
+    if (
+        raw_id is not None
+        and len(raw_id) >= 19  # shorter decimal ids always fit: cheap on the hot path
+        and raw_id.isascii()
+        and raw_id.isdigit()
+        and _beyond_int64(raw_id)
+    ):
+        raise MalformedPod(
+            f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
+        )
     return labels
 
 
@@ -138,8 +161,13 @@ def _container_statuses(value: object) -> tuple[ContainerStatus, ...]:
     return tuple(statuses)
 
 
-def pod_from_dict_strict(obj: object) -> ExecutorPod:
-    """Convert one pod, raising `MalformedPod` on anything the core could not use."""
+def pod_from_dict_strict(
+    obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id
+) -> ExecutorPod:
+    """Convert one pod, raising `MalformedPod` on anything the core could not use.
+
+    `executor_id_label` is the label key holding the executor id (execpods.labels.executorId).
+    """
     pod = _mapping(obj, "pod")
     metadata = _mapping(pod.get("metadata"), "metadata")
     name = metadata.get("name")
@@ -151,7 +179,7 @@ def pod_from_dict_strict(obj: object) -> ExecutorPod:
     return ExecutorPod(
         name=name,
         namespace=namespace or "default",
-        labels=_labels(metadata.get("labels")),
+        labels=_labels(metadata.get("labels"), executor_id_label),
         uid=_opt_str(metadata.get("uid"), "metadata.uid"),
         phase=_opt_str(status.get("phase"), "status.phase"),
         reason=_opt_str(status.get("reason"), "status.reason"),
@@ -178,16 +206,20 @@ def _name_of(obj: object) -> str:
     return "<unnamed>"
 
 
-def pod_from_dict(obj: object) -> ExecutorPod | None:
+def pod_from_dict(
+    obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id
+) -> ExecutorPod | None:
     """Convert one pod; a malformed one is logged at WARNING (with the reason) and gives None."""
     try:
-        return pod_from_dict_strict(obj)
+        return pod_from_dict_strict(obj, executor_id_label=executor_id_label)
     except MalformedPod as error:
         logger.warning("Skipping malformed pod %s: %s", _name_of(obj), error)
         return None
 
 
-def pods_from_list(obj: object) -> tuple[list[ExecutorPod], str | None]:
+def pods_from_list(
+    obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id
+) -> tuple[list[ExecutorPod], str | None]:
     """The pods of a parsed `PodList` (malformed ones skipped) and its resourceVersion."""
     body = _mapping(obj, "pod list")
     items = body.get("items") or []
@@ -195,7 +227,11 @@ def pods_from_list(obj: object) -> tuple[list[ExecutorPod], str | None]:
         raise MalformedPod("items of the pod list is not a list")
     metadata = _mapping(body.get("metadata"), "list metadata")
     version = _opt_str(metadata.get("resourceVersion"), "list metadata.resourceVersion")
-    pods = [pod for pod in map(pod_from_dict, items) if pod is not None]
+    pods = [
+        pod
+        for item in items
+        if (pod := pod_from_dict(item, executor_id_label=executor_id_label)) is not None
+    ]
     return pods, version
 
 

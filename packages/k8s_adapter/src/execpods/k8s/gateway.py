@@ -147,12 +147,14 @@ class ApiGateway:
         field_selector: str | None = None,
         *,
         grace_period_seconds: int | None = None,
+        what: str | None = None,
         dry_run: bool = False,
     ) -> object:
         """DELETE the matching pods (deletecollection), with the pods' own grace period unless
-        one is given; the JSON answer."""
+        one is given; the JSON answer. `what` names the call in errors instead of the selectors
+        (a kill's may list 500 ids)."""
         return self._json(
-            f"delete pods {_selected(label_selector, field_selector)}",
+            what or f"delete pods {_selected(label_selector, field_selector)}",
             partial(
                 self._core.delete_collection_namespaced_pod,
                 self.namespace,

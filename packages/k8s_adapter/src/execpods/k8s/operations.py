@@ -10,7 +10,7 @@ import builtins
 import logging
 from collections.abc import Mapping
 
-from execpods.core import ExecutorPod, PodManifest, PodNotFound, PodSelector
+from execpods.core import SPARK_LABELS, ExecutorPod, PodManifest, PodNotFound, PodSelector
 from execpods.k8s.convert import pods_from_list
 from execpods.k8s.gateway import ApiGateway
 
@@ -24,10 +24,17 @@ def _name_of(manifest: PodManifest) -> str:
 
 
 class KubernetesPodOperations:
-    """The core's `PodOperations` (plus `patch_labels`, `list_with_version`, `get`)."""
+    """The core's `PodOperations` (plus `patch_labels`, `list_with_version`, `get`).
 
-    def __init__(self, gateway: ApiGateway) -> None:
+    `executor_id_label` is the label key of executor ids (execpods.labels.executorId): listed pods
+    whose id there is beyond int64 are skipped as malformed.
+    """
+
+    def __init__(
+        self, gateway: ApiGateway, *, executor_id_label: str = SPARK_LABELS.executor_id
+    ) -> None:
         self._gateway = gateway
+        self._executor_id_label = executor_id_label
 
     @property
     def namespace(self) -> str:
@@ -52,8 +59,13 @@ class KubernetesPodOperations:
         self, selector: PodSelector, *, grace_period_seconds: int | None = None
     ) -> int:
         label_selector = selector.label_selector()
+        # Named in errors and logs: summarised, since a kill's selector may list 500 ids.
+        what = f"delete pods {selector.describe()!r}"
         body = self._gateway.delete_pods(
-            label_selector, selector.field_selector(), grace_period_seconds=grace_period_seconds
+            label_selector,
+            selector.field_selector(),
+            grace_period_seconds=grace_period_seconds,
+            what=what,
         )
         # A real server answers with the list of deleted pods, although the client types a Status.
         items = body.get("items") if isinstance(body, dict) else None
@@ -76,7 +88,7 @@ class KubernetesPodOperations:
         body = self._gateway.list_pods(
             label_selector, field_selector, resource_version=resource_version
         )
-        return pods_from_list(body)
+        return pods_from_list(body, executor_id_label=self._executor_id_label)
 
     def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""

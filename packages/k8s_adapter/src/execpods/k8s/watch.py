@@ -291,7 +291,7 @@ class WatchSource:
         if kind == "BOOKMARK":
             self.stats.bookmarks += 1
         else:
-            pod = pod_from_dict(obj)
+            pod = pod_from_dict(obj, executor_id_label=self._labels.executor_id)
             if pod is not None:
                 if kind == "DELETED":
                     pod = self._as_deleted(pod)

@@ -146,8 +146,15 @@ def configure_logging(level_name: str | None, environ: Mapping[str, str]) -> int
     return level
 
 
+class PodsLeft(Exception):
+    """Stopping could not delete the executor pods within execpods.shutdown.deleteGrace."""
+
+
 async def serve(settings: Settings) -> None:
-    """Run the sidecar until SIGTERM or SIGINT; prints the listening line when ready."""
+    """Run the sidecar until SIGTERM or SIGINT; prints the listening line when ready.
+
+    Raises `PodsLeft` when stopping could not delete the application's executor pods.
+    """
     stamp_app_id(settings.sidecar.app_id)
     runtime = await asyncio.to_thread(connect, settings)
     server = SidecarServer(runtime)
@@ -157,6 +164,9 @@ async def serve(settings: Settings) -> None:
         print(f"{METRICS_PREFIX}http://{server.ops.metrics_address}/metrics", flush=True)
     print(f"{LISTENING_PREFIX}{address}", flush=True)
     await server.wait_stopped()
+    report = server.shutdown_report
+    if report is not None and not report.complete:
+        raise PodsLeft(report.describe(runtime.app_id))
 
 
 def print_settings() -> None:
@@ -187,6 +197,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except SettingsError as error:
         print(f"{PROG}: error: {_with_flag(str(error))}", file=sys.stderr)
         return 2
+    except PodsLeft as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
     except ExecpodsError as error:  # e.g. the driver pod does not exist, the API refused
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1

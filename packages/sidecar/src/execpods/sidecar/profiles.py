@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    SPARK_LABELS,
     AllocatorNotice,
     NoticeKind,
     ResourceProfile,
@@ -41,8 +42,15 @@ class TotalsRequest:
     totals: dict[int, int]
 
 
-def profile_from_message(message: pb.ResourceProfile) -> ResourceProfile:
-    """The core's profile for a contract message; `InvalidProfiles` when it is unusable."""
+def profile_from_message(
+    message: pb.ResourceProfile, *, app_id: str | None = None
+) -> ResourceProfile:
+    """The core's profile for a contract message; `InvalidProfiles` when it is unusable.
+
+    A pod template labelled for another application (`spark-app-selector`, as every pod Spark's
+    own builder makes, which the Spark plugin declares) is refused: the sidecar would relabel its
+    pods with `app_id` and the driver, which finds its executors by its own id, would never see
+    them. Saying so at the first RequestTotal beats a driver waiting for executors forever."""
     what = f"profiles[id={message.id}]"
     try:
         profile = ResourceProfile(
@@ -57,17 +65,27 @@ def profile_from_message(message: pb.ResourceProfile) -> ResourceProfile:
         raise InvalidProfiles(f"{what} is invalid: {error}") from None
     if profile.pod_template is not None:
         try:
-            parse_pod_template(profile.pod_template, what=f"resource profile {profile.id}")
+            template = parse_pod_template(
+                profile.pod_template, what=f"resource profile {profile.id}"
+            )
         except SettingsError as error:
             raise InvalidProfiles(f"{what} is invalid: {error}") from None
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        owner = labels.get(SPARK_LABELS.app_id) if isinstance(labels, dict) else None
+        if app_id is not None and owner is not None and owner != app_id:
+            raise InvalidProfiles(
+                f"{what} is invalid: its pod template is labelled for application {owner!r} "
+                f"({SPARK_LABELS.app_id}) but this sidecar allocates for {app_id!r}: start the "
+                f"sidecar with that application id (--app-id {owner})"
+            )
     return profile
 
 
 def check_totals_request(
-    request: pb.RequestTotalRequest, *, declared: Collection[int]
+    request: pb.RequestTotalRequest, *, declared: Collection[int], app_id: str | None = None
 ) -> TotalsRequest:
     """Check a RequestTotal whole; raises `InvalidProfiles` naming the first bad field."""
-    profiles = tuple(profile_from_message(m) for m in request.profiles)
+    profiles = tuple(profile_from_message(m, app_id=app_id) for m in request.profiles)
     ids = [p.id for p in profiles]
     if len(set(ids)) != len(ids):
         raise InvalidProfiles(f"profiles declares an id twice ({sorted(ids)})")

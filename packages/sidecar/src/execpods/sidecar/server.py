@@ -15,10 +15,13 @@ worker thread.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 
 import grpc
+from execpods.core import ShutdownReport
 from execpods.sidecar import security
 from execpods.sidecar.ops import OpsPlane
 from execpods.sidecar.service import AllocatorService
@@ -55,6 +58,8 @@ class SidecarServer:
         self.address = ""
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Task[None] | None = None
+        self.shutdown_report: ShutdownReport | None = None
+        """What stopping did to the executor pods, once stopped."""
 
     async def start(self) -> str:
         """Bind, serve and start the backend; returns the address (`host:port` or `unix:path`).
@@ -71,6 +76,8 @@ class SidecarServer:
     async def _start(self) -> str:
         listen = self.runtime.settings.sidecar.listen
         credentials = security.server_credentials(self.runtime.settings.security)
+        if listen.startswith("unix:"):
+            refuse_unix_socket_in_use(listen.removeprefix("unix:").removeprefix("//"))
         try:
             port = (
                 self._server.add_insecure_port(listen)
@@ -128,9 +135,36 @@ class SidecarServer:
             self.service.close_streams()
             await self._server.stop(grace)
         finally:
-            await asyncio.to_thread(self.runtime.backend.stop)
+            self.shutdown_report = await asyncio.to_thread(self.runtime.backend.stop)
             self._stopped.set()
             logger.info("The sidecar for application %s has stopped.", self.runtime.app_id)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def refuse_unix_socket_in_use(path: str) -> None:
+    """Raise `OSError` if a server accepts connections on the Unix socket `path`.
+
+    gRPC unlinks whatever is at the path before it binds, so a second sidecar would silently take
+    the socket of a live one, which would go on managing pods that nobody can reach. A socket that
+    refuses connections (left by a process that died) is stale: gRPC may replace it. This is what
+    binding a TCP port already in use does for TCP.
+    """
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno in (errno.ECONNREFUSED, errno.ENOTSOCK):
+            return  # stale, or not a socket: gRPC's own bind decides
+        raise OSError(f"cannot listen on unix:{path}: {error}") from error
+    else:
+        raise OSError(
+            errno.EADDRINUSE,
+            f"cannot listen on unix:{path}: another server accepts connections on it",
+        )
+    finally:
+        probe.close()

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import grpc
 from execpods.core import (
+    INT64_MAX,
     ApiThrottled,
     ApiUnavailable,
     PodAdmissionRejected,
@@ -23,16 +24,24 @@ from execpods.core import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    clip,
+    summarize_ids,
 )
 from execpods.sidecar.profiles import check_totals_request
-from execpods.sidecar.streams import EncodingCache, SnapshotEncoder, StreamFeed, build_response
+from execpods.sidecar.resume import InvalidPosition, Opened, Position
+from execpods.sidecar.streams import (
+    EncodingCache,
+    SnapshotEncoder,
+    StreamCursor,
+    StreamFeed,
+    build_response,
+)
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
-INT64_MAX = 2**63 - 1
 _DECIMAL = re.compile(r"[0-9]+")
 
 
@@ -44,10 +53,15 @@ def parse_executor_ids(values: Iterable[str]) -> list[int]:
     """Executor ids as decimal integers ("7"); raises `InvalidArgument` on the first bad one."""
     ids: list[int] = []
     for index, text in enumerate(values):
-        if _DECIMAL.fullmatch(text) is None or int(text) > INT64_MAX:
+        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+        if (
+            _DECIMAL.fullmatch(text) is None
+            or len(text.lstrip("0")) > len(str(INT64_MAX))
+            or int(text.lstrip("0") or "0") > INT64_MAX
+        ):
             raise InvalidArgument(
-                f"executor_ids[{index}]={text!r} is not an executor id (a decimal integer "
-                'such as "7"); nothing was deleted'
+                f"executor_ids[{index}]={clip(repr(text), 100)} is not an executor id (a "
+                'decimal integer such as "7" up to 2^63-1); nothing was deleted'
             )
         ids.append(int(text))
     return ids
@@ -105,15 +119,17 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         backend = self._runtime.backend
         try:
             # Everything is checked before anything applies: profiles, then totals.
-            checked = check_totals_request(request, declared=backend.declared_profile_ids())
+            checked = check_totals_request(
+                request, declared=backend.declared_profile_ids(), app_id=self._runtime.app_id
+            )
             backend.declare_profiles(checked.profiles)
             await asyncio.wrap_future(backend.request_totals(checked.totals))
         except ValueError as error:  # includes a conflicting profile declaration
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        self._runtime.observers.target_set(request.total)
         counts = backend.counts()
+        self._runtime.observers.target_set(counts.total)
         logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
             total=counts.total,
@@ -146,11 +162,12 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
         except PodOperationError as error:
-            logger.warning("Could not kill executors %s: %s", ids, error)
-            await context.abort(status_of(error), f"could not delete the pods: {error}")
+            text = clip(str(error))
+            logger.warning("Could not kill executors %s: %s", summarize_ids(sorted(ids)), text)
+            await context.abort(status_of(error), f"could not delete the pods: {text}")
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        logger.info("Killed executors %s: %d pods deleted.", sorted(ids), deleted)
+        logger.info("Killed executors %s: %d pods deleted.", summarize_ids(sorted(ids)), deleted)
         return pb.KillExecutorsResponse(deleted_pods=deleted)
 
     async def UpdateDriverExecutors(  # noqa: N802 (the contract's names)
@@ -178,11 +195,13 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         request: pb.StreamSnapshotsRequest,
         context: Context[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse],
     ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
-        if request.batch_interval_ms < 0:
+        longest_ms = round(self._runtime.settings.sidecar.stream_max_batch_interval * 1000)
+        if not 0 <= request.batch_interval_ms <= longest_ms:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must not be "
-                "negative (0 means the server's default)",
+                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must be between 0 "
+                f"(the server's default) and {longest_ms} "
+                "(execpods.sidecar.stream.maxBatchInterval)",
             )
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
@@ -195,43 +214,71 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             asyncio.get_running_loop(),
             max_pending=self._runtime.settings.sidecar.stream_max_pending,
         )
+        resume_from = (
+            Position(
+                incarnation=request.resume_from.incarnation,
+                sequence=request.resume_from.sequence,
+            )
+            if request.HasField("resume_from")
+            else None
+        )
+        try:
+            opened = self._runtime.removal_log.open(resume_from, feed.on_removal)
+        except InvalidPosition as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._feeds.add(feed)
         observed = self._runtime.observers.stream()
         try:
             subscription = self._runtime.backend.subscribe(
                 interval,
                 observed.arrived(feed.on_snapshots),
-                on_removal=feed.on_removal,
                 on_application_failure=feed.on_application_failed,
             )
             unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
         except RuntimeError:
             observed.close()
+            opened.cancel()
             self._feeds.discard(feed)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
-        logger.debug("A stream subscribed every %.3f s (%d open).", interval, len(self._feeds))
+        logger.debug(
+            "A stream subscribed every %.3f s (%d open)%s.",
+            interval,
+            len(self._feeds),
+            _resumed(opened, resume_from),
+        )
         try:
-            async for response in self._messages(feed):
+            async for response in self._messages(feed, opened):
                 yield response
                 observed.sent()
         finally:
             observed.close()
             unlisten()
             subscription.cancel()
+            opened.cancel()
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
 
-    async def _messages(self, feed: StreamFeed) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+    async def _messages(
+        self, feed: StreamFeed, opened: Opened
+    ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
         # The feed holds removals back until its first snapshot, so the first message that
         # carries anything carries the current snapshot.
         encoder = SnapshotEncoder(self._cache)
+        cursor = StreamCursor(opened.start, resync=opened.resync)
         first = True
         while True:
             await feed.wait()
             pending = feed.take()
             if pending:
-                for response in build_response(encoder, pending, first=first):
+                for response in build_response(encoder, pending, first=first, cursor=cursor):
                     yield response
                 first = False
             if feed.closed:
                 return
+
+
+def _resumed(opened: Opened, resume_from: Position | None) -> str:
+    if resume_from is None:
+        return ""
+    flag = ", re-syncing" if opened.resync else ""
+    return f", resumed after removal {resume_from.sequence} with {len(opened.backlog)} missed{flag}"

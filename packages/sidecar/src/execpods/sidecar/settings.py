@@ -78,6 +78,22 @@ class SidecarSettings(SettingsBase):
         parse=parse_int,
         rule=positive,
     )
+    stream_max_batch_interval: float = duration_setting(
+        "execpods.sidecar.stream.maxBatchInterval",
+        "60s",
+        "Longest batch_interval_ms a stream may ask for (beyond it: INVALID_ARGUMENT), so no "
+        "stream can be silenced for ever.",
+    )
+    stream_removal_window: int = setting(
+        "execpods.sidecar.stream.removalWindow",
+        10_000,
+        "Removal decisions kept for streams that resume (StreamSnapshotsRequest.resume_from); "
+        "a position older than the window re-syncs. Costs about 0.5 KB per removal kept (with "
+        "a typical 220-character message), so about 5 MB at the default (measured by "
+        "`python -m execpods.devtools.bench.sidecar`).",
+        parse=parse_int,
+        rule=positive,
+    )
     max_concurrent_rpcs: int = setting(
         "execpods.sidecar.maxConcurrentRpcs",
         0,

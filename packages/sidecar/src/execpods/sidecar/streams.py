@@ -17,6 +17,10 @@ every snapshot made from a full list go whole (`full = true`); any other carries
 executors that changed since the stream's previous snapshot (`ExecutorPodsSnapshot.changes_since`).
 The stream therefore costs what changed, not executors x snapshots. Encoded snapshots are cached
 by (snapshot, previous snapshot): every stream on the same delta chain shares one encoding.
+
+Removals reach a feed numbered (`execpods.sidecar.resume.RemovalLog`), in order, and every message
+carries the stream's position after it (`StreamCursor`): the incarnation of this sidecar process
+and the sequence number of the last removal sent, which a client resumes from.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from execpods.core import (
+    INT64_MAX,
     AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
@@ -39,6 +44,7 @@ from execpods.core import (
     ObservedPod,
 )
 from execpods.sidecar.profiles import encode_notice
+from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -163,11 +169,25 @@ def _new_message(snapshot: ExecutorPodsSnapshot, *, full: bool) -> pb.ExecutorPo
     )
 
 
+def _encodable(executor_id: int) -> bool:
+    """Whether the contract's int64 map key can carry this id.
+
+    The adapter and the core already skip pods whose id label is beyond 64 bits; this guard keeps
+    one such pod from failing every stream (protobuf raises "Value out of range") should one ever
+    get through another way.
+    """
+    if 0 <= executor_id <= INT64_MAX:
+        return True
+    logger.warning("Leaving executor id %d out of a stream message: beyond int64.", executor_id)
+    return False
+
+
 def _encode_full(snapshot: ExecutorPodsSnapshot) -> pb.ExecutorPodsSnapshot:
     message = _new_message(snapshot, full=True)
     target = message.executor_pods
     for executor_id, state in snapshot.executor_pods.items():
-        _fill(target[executor_id], _visible(state))
+        if _encodable(executor_id):
+            _fill(target[executor_id], _visible(state))
     return message
 
 
@@ -193,7 +213,8 @@ def _encode_delta(
         visible = _visible(now)
         if old is not None and _visible(old) == visible:
             continue
-        _fill(target[executor_id], visible)
+        if _encodable(executor_id):
+            _fill(target[executor_id], visible)
     return message
 
 
@@ -219,7 +240,7 @@ class Pending:
     """What a stream has to send next."""
 
     snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
-    removals: list[ExecutorRemoval] = field(default_factory=list)
+    removals: list[NumberedRemoval] = field(default_factory=list)
     notices: list[AllocatorNotice] = field(default_factory=list)
     dropped: int = 0
     application_failure: str = ""
@@ -236,7 +257,7 @@ class StreamFeed:
         self._max_pending = max_pending
         self._lock = threading.Lock()
         self._pending = Pending()
-        self._held: list[ExecutorRemoval] = []
+        self._held: list[NumberedRemoval] = []
         self._held_notices: list[AllocatorNotice] = []
         self._newest_serial = 0
         self._wakeup = asyncio.Event()
@@ -254,26 +275,37 @@ class StreamFeed:
                 pending.notices.extend(self._held_notices)
                 self._held_notices = []
             if self._held:
-                ready = [r for r in self._held if r.snapshot_serial <= self._newest_serial]
-                self._held = [r for r in self._held if r.snapshot_serial > self._newest_serial]
-                pending.removals.extend(ready)
+                # Release in sequence order: a stream's position says every removal up to it
+                # was sent, so a later removal may never overtake a held one.
+                ready = 0
+                for entry in self._held:
+                    if entry.removal.snapshot_serial > self._newest_serial:
+                        break
+                    ready += 1
+                pending.removals.extend(self._held[:ready])
+                del self._held[:ready]
             excess = len(pending.snapshots) - self._max_pending
             if excess > 0:
                 pending.dropped += excess
                 del pending.snapshots[:excess]
         self._wake()
 
-    def on_removal(self, removal: ExecutorRemoval) -> None:
-        """The backend's removal callback (the lifecycle manager's thread).
+    def on_removal(self, entry: NumberedRemoval) -> None:
+        """The removal log's callback (the lifecycle manager's thread; or the stream's own, for
+        the backlog of a resumed stream).
 
         Held back until the stream has the snapshot it was decided on, and in any case until the
-        stream's first snapshot, which must open the stream.
+        stream's first snapshot, which must open the stream; never ahead of an earlier one.
         """
         with self._lock:
-            if not self._newest_serial or removal.snapshot_serial > self._newest_serial:
-                self._held.append(removal)
+            if (
+                self._held
+                or not self._newest_serial
+                or entry.removal.snapshot_serial > self._newest_serial
+            ):
+                self._held.append(entry)
                 return
-            self._pending.removals.append(removal)
+            self._pending.removals.append(entry)
         self._wake()
 
     def on_application_failed(self, message: str) -> None:
@@ -319,16 +351,45 @@ class StreamFeed:
             logger.debug("A stream's event loop is closed; dropping its wake-up.")
 
 
+class StreamCursor:
+    """One stream's position: advanced past each removal as it goes into a message."""
+
+    __slots__ = ("_incarnation", "_resync", "_sequence")
+
+    def __init__(self, start: Position, *, resync: bool = False) -> None:
+        self._incarnation = start.incarnation
+        self._sequence = start.sequence
+        self._resync = resync
+
+    @property
+    def position(self) -> Position:
+        return Position(incarnation=self._incarnation, sequence=self._sequence)
+
+    def stamp(
+        self, message: pb.StreamSnapshotsResponse, removals: Sequence[NumberedRemoval]
+    ) -> pb.StreamSnapshotsResponse:
+        """Set `message`'s position (after `removals`, which it carries) and the re-sync flag."""
+        if removals:
+            self._sequence = removals[-1].sequence
+        message.position.incarnation = self._incarnation
+        message.position.sequence = self._sequence
+        if self._resync:
+            message.resync = True
+            self._resync = False
+        return message
+
+
 def build_response(
-    encoder: SnapshotEncoder, pending: Pending, *, first: bool
+    encoder: SnapshotEncoder, pending: Pending, *, first: bool, cursor: StreamCursor
 ) -> list[pb.StreamSnapshotsResponse]:
     """The messages for what is pending: one, or two when the first message must stand alone.
 
     The first message of a stream holds exactly one snapshot, the current one, in full; when later
-    snapshots arrived with it, they and the removals go into a second message.
+    snapshots arrived with it, they and the removals go into a second message. Each message
+    carries the stream's position after it.
     """
     snapshots = pending.snapshots
-    removed = [encode_removal(r) for r in pending.removals]
+    removed = [encode_removal(r.removal) for r in pending.removals]
     notices = [encode_notice(n) for n in pending.notices]
     if pending.dropped:
         logger.warning(
@@ -344,12 +405,11 @@ def build_response(
             application_failure=failure,
             allocator_notices=notices,
         )
-        return [head, rest]
-    return [
-        pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots],
-            removed_executors=removed,
-            application_failure=failure,
-            allocator_notices=notices,
-        )
-    ]
+        return [cursor.stamp(head, ()), cursor.stamp(rest, pending.removals)]
+    message = pb.StreamSnapshotsResponse(
+        snapshots=[encoder.encode(s) for s in snapshots],
+        removed_executors=removed,
+        application_failure=failure,
+        allocator_notices=notices,
+    )
+    return [cursor.stamp(message, pending.removals)]

@@ -40,6 +40,7 @@ from execpods.k8s import (
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_store
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -47,12 +48,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
+    """A sidecar's allocation: the backend (the one facade), the driver view beside it, and
+    the numbered removals that streams resume from."""
 
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
     observers: Observers
+    removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
@@ -79,17 +82,19 @@ def assemble(
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
-    The driver view is both the backend's `DriverView` and its lifecycle observer.
+    The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
+    log is the other observer.
     """
     view = InferredDriverView(clock=clock)
     observers = observers if observers is not None else Observers()
+    removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
         pod_operations=ObservedPodOperations(pod_operations, observers),
         pod_builder=pod_builder,
         driver=view,
-        observers=(view,),
+        observers=(view, removal_log),
         sources=sources,
         clock=clock,
         store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
@@ -103,6 +108,7 @@ def assemble(
         backend=backend,
         driver_view=view,
         observers=observers,
+        removal_log=removal_log,
         rate_limiter=rate_limiter,
     )
 
@@ -139,7 +145,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ).label_selector()
         if settings.security.check_permissions:
             check_pod_permissions(gateway, selector=selector)
-        operations = KubernetesPodOperations(gateway)
+        operations = KubernetesPodOperations(
+            gateway, executor_id_label=settings.core.labels.executor_id
+        )
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
             k8s,

@@ -17,13 +17,15 @@ import argparse
 import asyncio
 import threading
 import time
+import tracemalloc
 from collections.abc import Sequence
 
 import grpc
 from execpods.client import AllocatorClient
-from execpods.core import ExecutorPodsSnapshot, ExecutorState
+from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval, ExecutorState
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.resume import RemovalLog
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
@@ -179,6 +181,26 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
     )
 
 
+def bench_removal_window(window: int) -> None:
+    """The memory a full window of removals costs (execpods.sidecar.stream.removalWindow)."""
+    message = (
+        "The executor with id {i} exited with exit code 137(SIGKILL, possible container OOM). "
+        "The API gave the following brief reason: OOMKilled. The API gave the following "
+        "message: Container spark-kubernetes-executor was OOM-killed."
+    )
+    log = RemovalLog(window=window)
+    tracemalloc.start()
+    for i in range(1, 2 * window + 1):  # the window full, and turned over once
+        reason = ExecutorExited(exit_code=137, exit_caused_by_app=True, message=message.format(i=i))
+        log.executor_removed(ExecutorRemoval(executor_id=i, reason=reason, snapshot_serial=i))
+    used, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(
+        f"removal window of {window}: {used / 1e6:.2f} MB held, {used / window:.0f} bytes a "
+        f"removal (messages of about {len(message)} characters)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m execpods.devtools.bench.sidecar")
     parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
@@ -196,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         bench_stream_lag(loop, subscribers, executors, args.stream_interval_ms)
     bench_time_to_running(executors, args.batch_size, args.batch_delay)
     loop.close()
+    bench_removal_window(1_000 if args.quick else 10_000)
 
 
 if __name__ == "__main__":

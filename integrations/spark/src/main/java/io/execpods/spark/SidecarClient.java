@@ -1,0 +1,246 @@
+package io.execpods.spark;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+import org.sparkproject.connect.grpc.CallOptions;
+import org.sparkproject.connect.grpc.Context;
+import org.sparkproject.connect.grpc.ManagedChannel;
+import org.sparkproject.connect.grpc.MethodDescriptor;
+import org.sparkproject.connect.grpc.netty.NettyChannelBuilder;
+import org.sparkproject.connect.grpc.protobuf.ProtoUtils;
+import org.sparkproject.connect.grpc.stub.ClientCalls;
+import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorProto;
+import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorSet;
+import org.sparkproject.connect.protobuf.Descriptors;
+import org.sparkproject.connect.protobuf.Descriptors.Descriptor;
+import org.sparkproject.connect.protobuf.Descriptors.FieldDescriptor;
+import org.sparkproject.connect.protobuf.DynamicMessage;
+
+/**
+ * The execpods sidecar's gRPC contract, spoken with the gRPC and protobuf runtimes that Spark
+ * already ships (relocated inside its spark-connect jar), so the plugin adds no library.
+ *
+ * <p>There is no Java code generator for the contract here, so the messages are {@link
+ * DynamicMessage}s over the descriptors of {@code proto/execpods/v1/allocator.proto}, which the
+ * build compiles into the jar ({@code allocator.desc}). That also frees the plugin from
+ * protobuf's gencode/runtime version check: the descriptors are data, valid for any runtime.
+ */
+final class SidecarClient implements AutoCloseable {
+  static final String SERVICE = "execpods.v1.ExecutorAllocator";
+  private static final String DESCRIPTORS = "/io/execpods/spark/allocator.desc";
+
+  private final ManagedChannel channel;
+  private final long deadlineMs;
+  private final Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> methods;
+  private final Descriptors.FileDescriptor contract;
+
+  /** A client of the sidecar at {@code target} ("host:port"); calls wait for it up to {@code deadlineMs}. */
+  SidecarClient(String target, long deadlineMs) {
+    this.contract = loadContract();
+    this.deadlineMs = deadlineMs;
+    this.channel = NettyChannelBuilder.forTarget(target).usePlaintext().build();
+    Descriptors.ServiceDescriptor service = contract.findServiceByName("ExecutorAllocator");
+    Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> byName = new HashMap<>();
+    for (Descriptors.MethodDescriptor method : service.getMethods()) {
+      byName.put(
+          method.getName(),
+          MethodDescriptor.<DynamicMessage, DynamicMessage>newBuilder()
+              .setType(
+                  method.isServerStreaming()
+                      ? MethodDescriptor.MethodType.SERVER_STREAMING
+                      : MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(MethodDescriptor.generateFullMethodName(SERVICE, method.getName()))
+              .setRequestMarshaller(
+                  ProtoUtils.marshaller(DynamicMessage.getDefaultInstance(method.getInputType())))
+              .setResponseMarshaller(
+                  ProtoUtils.marshaller(DynamicMessage.getDefaultInstance(method.getOutputType())))
+              .build());
+    }
+    this.methods = byName;
+  }
+
+  static Descriptors.FileDescriptor loadContract() {
+    try (InputStream in = SidecarClient.class.getResourceAsStream(DESCRIPTORS)) {
+      if (in == null) {
+        throw new IllegalStateException(DESCRIPTORS + " is missing from the plugin jar");
+      }
+      FileDescriptorSet set = FileDescriptorSet.parseFrom(in);
+      // The set is in dependency order (protoc --include_imports); allocator.proto imports nothing.
+      Map<String, Descriptors.FileDescriptor> built = new HashMap<>();
+      Descriptors.FileDescriptor last = null;
+      for (FileDescriptorProto file : set.getFileList()) {
+        List<Descriptors.FileDescriptor> deps = new ArrayList<>();
+        for (String dependency : file.getDependencyList()) {
+          deps.add(built.get(dependency));
+        }
+        last = Descriptors.FileDescriptor.buildFrom(
+            file, deps.toArray(new Descriptors.FileDescriptor[0]));
+        built.put(file.getName(), last);
+      }
+      Descriptors.FileDescriptor allocator = built.get("execpods/v1/allocator.proto");
+      return allocator != null ? allocator : last;
+    } catch (IOException | Descriptors.DescriptorValidationException e) {
+      throw new IllegalStateException("cannot load the execpods contract: " + e, e);
+    }
+  }
+
+  Descriptor type(String name) {
+    return contract.findMessageTypeByName(name);
+  }
+
+  private DynamicMessage unary(String method, DynamicMessage request) {
+    CallOptions options = CallOptions.DEFAULT
+        .withWaitForReady()
+        .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
+    return ClientCalls.blockingUnaryCall(channel, methods.get(method), options, request);
+  }
+
+  /** One resource profile's declaration; zero or empty fields take the sidecar's settings. */
+  static final class Profile {
+    final int id;
+    final int cores;
+    final long memoryMib;
+    final long memoryOverheadMib;
+    final String podTemplate;
+
+    Profile(int id, int cores, long memoryMib, long memoryOverheadMib, String podTemplate) {
+      this.id = id;
+      this.cores = cores;
+      this.memoryMib = memoryMib;
+      this.memoryOverheadMib = memoryOverheadMib;
+      this.podTemplate = podTemplate;
+    }
+  }
+
+  /**
+   * RequestTotal: {@code defaultTotal} for profile 0, {@code others} by profile id, declaring
+   * {@code profiles} first. Returns the targets in force, by profile id.
+   */
+  Map<Integer, Integer> requestTotal(
+      int defaultTotal, Map<Integer, Integer> others, List<Profile> profiles) {
+    Descriptor requestType = type("RequestTotalRequest");
+    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
+    request.setField(requestType.findFieldByName("total"), defaultTotal);
+    FieldDescriptor totals = requestType.findFieldByName("profile_totals");
+    for (Map.Entry<Integer, Integer> entry : others.entrySet()) {
+      request.addRepeatedField(totals, mapEntry(totals, entry.getKey(), entry.getValue()));
+    }
+    Descriptor profileType = type("ResourceProfile");
+    FieldDescriptor declared = requestType.findFieldByName("profiles");
+    for (Profile profile : profiles) {
+      DynamicMessage.Builder message = DynamicMessage.newBuilder(profileType);
+      message.setField(profileType.findFieldByName("id"), profile.id);
+      message.setField(profileType.findFieldByName("cores"), profile.cores);
+      message.setField(profileType.findFieldByName("memory_mib"), profile.memoryMib);
+      message.setField(
+          profileType.findFieldByName("memory_overhead_mib"), profile.memoryOverheadMib);
+      message.setField(profileType.findFieldByName("pod_template"), profile.podTemplate);
+      request.addRepeatedField(declared, message.build());
+    }
+    DynamicMessage response = unary("RequestTotal", request.build());
+    Map<Integer, Integer> inForce = new HashMap<>();
+    FieldDescriptor field = response.getDescriptorForType().findFieldByName("profile_totals");
+    for (int i = 0; i < response.getRepeatedFieldCount(field); i++) {
+      DynamicMessage entry = (DynamicMessage) response.getRepeatedField(field, i);
+      inForce.put((Integer) entryKey(entry), (Integer) entryValue(entry));
+    }
+    return inForce;
+  }
+
+  /** IsDeleted: whether the sidecar deleted this executor while scaling down. */
+  boolean isDeleted(long executorId) {
+    Descriptor requestType = type("IsDeletedRequest");
+    DynamicMessage request = DynamicMessage.newBuilder(requestType)
+        .setField(requestType.findFieldByName("executor_id"), executorId)
+        .build();
+    DynamicMessage response = unary("IsDeleted", request);
+    return (Boolean) response.getField(response.getDescriptorForType().findFieldByName("deleted"));
+  }
+
+  /** KillExecutors: deletes these executors' pods; returns how many pods were deleted. */
+  int killExecutors(List<Long> executorIds) {
+    Descriptor requestType = type("KillExecutorsRequest");
+    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
+    FieldDescriptor ids = requestType.findFieldByName("executor_ids");
+    for (Long id : executorIds) {
+      request.addRepeatedField(ids, Long.toString(id));
+    }
+    DynamicMessage response = unary("KillExecutors", request.build());
+    return (Integer) response.getField(
+        response.getDescriptorForType().findFieldByName("deleted_pods"));
+  }
+
+  /**
+   * The executors of the sidecar's current snapshot whose pods are not being deleted: the first
+   * message of StreamSnapshots, which is the current snapshot in full.
+   */
+  List<Long> liveExecutors() {
+    Descriptor requestType = type("StreamSnapshotsRequest");
+    List<Long> live = new ArrayList<>();
+    Context.CancellableContext context = Context.current().withCancellation();
+    try {
+      context.run(() -> {
+        CallOptions options = CallOptions.DEFAULT
+            .withWaitForReady()
+            .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
+        Iterator<DynamicMessage> stream = ClientCalls.blockingServerStreamingCall(
+            channel, methods.get("StreamSnapshots"), options,
+            DynamicMessage.getDefaultInstance(requestType));
+        DynamicMessage first = stream.next();
+        FieldDescriptor snapshots = first.getDescriptorForType().findFieldByName("snapshots");
+        for (int s = 0; s < first.getRepeatedFieldCount(snapshots); s++) {
+          DynamicMessage snapshot = (DynamicMessage) first.getRepeatedField(snapshots, s);
+          FieldDescriptor pods = snapshot.getDescriptorForType().findFieldByName("executor_pods");
+          for (int p = 0; p < snapshot.getRepeatedFieldCount(pods); p++) {
+            DynamicMessage entry = (DynamicMessage) snapshot.getRepeatedField(pods, p);
+            DynamicMessage state = (DynamicMessage) entryValue(entry);
+            Descriptors.EnumValueDescriptor value = (Descriptors.EnumValueDescriptor)
+                state.getField(state.getDescriptorForType().findFieldByName("state"));
+            if (!value.getName().equals("STATE_DELETED")) {
+              live.add((Long) entryKey(entry));
+            }
+          }
+        }
+      });
+    } finally {
+      context.cancel(null);
+    }
+    return live;
+  }
+
+  private static DynamicMessage mapEntry(FieldDescriptor mapField, Object key, Object value) {
+    Descriptor entryType = mapField.getMessageType();
+    return DynamicMessage.newBuilder(entryType)
+        .setField(entryType.findFieldByName("key"), key)
+        .setField(entryType.findFieldByName("value"), value)
+        .build();
+  }
+
+  private static Object entryKey(DynamicMessage entry) {
+    return entry.getField(entry.getDescriptorForType().findFieldByName("key"));
+  }
+
+  private static Object entryValue(DynamicMessage entry) {
+    return entry.getField(entry.getDescriptorForType().findFieldByName("value"));
+  }
+
+  @Override
+  public void close() {
+    channel.shutdown();
+    try {
+      if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+        channel.shutdownNow();
+      }
+    } catch (InterruptedException e) {
+      channel.shutdownNow();
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,262 @@
+"""Making a round's creates: adaptive steps, concurrency, outcomes, backoff and notices.
+
+The allocator decides how many executors each profile gets (`allocation.py`); a `PodCreator`
+makes them: in steps sized by the profile's `AdaptiveBatch`, each step's creates run together on
+the `CreateRunner` (at most `spark.kubernetes.allocation.batch.concurrency` in flight), and every
+outcome is booked: created and unknown-outcome creates are handed back for the allocator to track,
+refusals and throttling back off (`CreateBackoff`) and shrink the batch, and every failure is
+counted and told to the notice listeners. Nothing here raises out of a round (SPARK-55075).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from execpods.core.adaptive import AdaptiveBatch, StartTracker, round_ceiling
+from execpods.core.creation import (
+    AllocatorNotice,
+    CreateBackoff,
+    CreateResult,
+    CreateRunner,
+    NoticeKind,
+    NoticeListener,
+    SerialRunner,
+    classify_create_error,
+)
+from execpods.core.errors import PodOperationError
+from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.ports import Clock, ExecutorPodBuilder, PodOperations
+from execpods.core.recovery import create_skipping_taken_ids
+from execpods.core.settings import CoreSettings
+from execpods.core.snapshot import ExecutorPodsSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    executor_id: int
+    result: CreateResult
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Requested:
+    """An executor whose pod was (or may have been) created, to track until a snapshot shows it."""
+
+    executor_id: int
+    resource_profile_id: int
+    at: float
+    """Monotonic time of the step that created it."""
+    answer_lost: bool = False
+    """The create failed without an answer: the pod may or may not exist."""
+
+
+class PodCreator:
+    """The allocator's hands: creates one profile's pods at a time, and learns from how it went."""
+
+    def __init__(
+        self,
+        *,
+        settings: CoreSettings,
+        pod_builder: ExecutorPodBuilder,
+        pod_operations: PodOperations,
+        clock: Clock,
+        runner: CreateRunner | None = None,
+        rng: random.Random | None = None,
+        failure_tracker: ExecutorFailureTracker | None = None,
+    ) -> None:
+        self._settings = settings
+        self._failures = failure_tracker
+        self._builder = pod_builder
+        self._pods = pod_operations
+        self._clock = clock
+        self._runner: CreateRunner = runner if runner is not None else SerialRunner()
+        self._backoff = CreateBackoff(base=settings.batch_delay, rng=rng)
+        self._batches: dict[int, AdaptiveBatch] = {}
+        self._ceiling = round_ceiling(
+            batch_size=settings.batch_size,
+            api_qps=settings.api_qps,
+            batch_delay=settings.batch_delay,
+        )
+        self.starts = StartTracker()
+        self._lock = threading.Lock()
+        self._listeners: list[NoticeListener] = []
+        self.counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
+
+    # Notices.
+
+    def add_listener(self, listener: NoticeListener) -> Callable[[], None]:
+        """Call `listener` with every later notice; returns a function that unregisters it."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+        def unregister() -> None:
+            with self._lock:
+                self._listeners = [x for x in self._listeners if x is not listener]
+
+        return unregister
+
+    def notify(self, notice: AllocatorNotice) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notice)
+            except Exception:
+                logger.exception("An allocator notice listener failed")
+
+    # What the allocator's decision needs.
+
+    def held(self, profile_id: int) -> bool:
+        """Whether this profile is backing off (refusals) or every create is paused (throttling)."""
+        return self._backoff.wait_for(profile_id, self._clock.monotonic()) > 0
+
+    def round_cap(self, profile_id: int) -> int:
+        """The most creates the profile's next round may make."""
+        return self._batch(profile_id).round_cap
+
+    def observe_starts(self, snapshot: ExecutorPodsSnapshot) -> None:
+        """Note executors that failed to start since the last round: every profile slows down."""
+        failures = self.starts.observe(snapshot)
+        if failures:
+            self.counts["starts"] += failures
+            logger.warning("%d executors failed to start; creating more slowly.", failures)
+            for batch in self._batches.values():
+                batch.trouble()
+
+    # Creating.
+
+    def create(
+        self,
+        *,
+        app_id: str,
+        profile_id: int,
+        count: int,
+        issue_id: Callable[[], int],
+    ) -> list[Requested]:
+        """Create up to `count` pods of `profile_id` in adaptive steps; returns what to track.
+
+        `issue_id()` hands out the next executor id, from any thread (ids are spent on refused
+        creates too, as Spark; an id whose pod name is taken is skipped). The steps stop at the
+        first that did not go cleanly, or when backing off.
+        """
+        batch = self._batch(profile_id)
+        requested: list[Requested] = []
+        for step in batch.steps(count):
+            if self.held(profile_id):
+                break
+            started = self._clock.monotonic()
+            ids = [issue_id() for _ in range(step)]
+            outcomes = self._runner.run(
+                [partial(self._create_one, app_id, i, profile_id, issue_id) for i in ids],
+                self._settings.batch_concurrency,
+            )
+            requested.extend(
+                Requested(
+                    executor_id=o.executor_id,
+                    resource_profile_id=profile_id,
+                    at=started,
+                    answer_lost=o.result is CreateResult.UNKNOWN,
+                )
+                for o in outcomes
+                if o.result in (CreateResult.CREATED, CreateResult.UNKNOWN)
+            )
+            if not self._settle(profile_id, outcomes):
+                batch.trouble()
+                break
+            batch.clean_step(step)
+        return requested
+
+    def _batch(self, profile_id: int) -> AdaptiveBatch:
+        batch = self._batches.get(profile_id)
+        if batch is None:
+            batch = AdaptiveBatch(
+                batch_size=self._settings.batch_size,
+                ceiling=self._ceiling,
+                enabled=self._settings.adaptive_batches,
+            )
+            self._batches[profile_id] = batch
+        return batch
+
+    def _create_one(
+        self, app_id: str, executor_id: int, profile_id: int, issue_id: Callable[[], int]
+    ) -> _Outcome:
+        """One create (on a runner thread): never raises, the outcome says what happened."""
+        used = [executor_id]
+
+        def fresh_id() -> int:  # after a 409: the id is taken, skip past it at once
+            used.append(issue_id())
+            return used[-1]
+
+        build = partial(self._builder.build, app_id=app_id, resource_profile_id=profile_id)
+        try:
+            executor_id = create_skipping_taken_ids(self._pods, build, executor_id, fresh_id)
+        except PodOperationError as error:
+            result = CreateResult.UNKNOWN if error.outcome_unknown else None
+            return _Outcome(used[-1], result or classify_create_error(error), error)
+        except Exception as error:  # a builder bug or a client surprise must not end the round
+            logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
+            return _Outcome(executor_id, CreateResult.FAILED, error)
+        return _Outcome(executor_id, CreateResult.CREATED)
+
+    def _settle(self, profile_id: int, outcomes: list[_Outcome]) -> bool:
+        """Book a step's outcomes; report failures; returns whether every create went through."""
+        created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
+        self.starts.created(created)
+        self.counts["created"] += len(created)
+        if created:
+            self._backoff.succeeded(profile_id)
+        failed = [o for o in outcomes if o.result is not CreateResult.CREATED]
+        if not failed:
+            return True
+        now = self._clock.monotonic()
+        by_kind: dict[CreateResult, list[_Outcome]] = {}
+        for outcome in failed:
+            # A lost answer is tracked like a create, and paused for like a throttle.
+            kind = CreateResult.THROTTLED if outcome.result is CreateResult.UNKNOWN else None
+            by_kind.setdefault(kind or outcome.result, []).append(outcome)
+        for result, group in by_kind.items():
+            self._report(profile_id, result, group, now)
+        return False
+
+    def _report(
+        self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float
+    ) -> None:
+        first = group[0].error
+        detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
+        if result is CreateResult.REFUSED:
+            self.counts["refused"] += len(group)
+            wait = self._backoff.refused(profile_id, now)
+            kind = NoticeKind.CREATE_REFUSED
+            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
+        elif result is CreateResult.THROTTLED:
+            self.counts["throttled"] += len(group)
+            wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
+            kind = NoticeKind.CREATE_THROTTLED
+            what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
+        else:
+            self.counts["failed"] += len(group)
+            wait = 0.0
+            kind = NoticeKind.CREATE_FAILED
+            what = "failed; retrying next round"
+        if self._failures is not None and result is not CreateResult.THROTTLED:
+            # Refused or failed creates are executors that will not serve the application;
+            # throttling only paces us, and is not counted.
+            self._failures.register_failures(len(group))
+        ids = ",".join(str(o.executor_id) for o in group)
+        message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
+        message += f"(executors {ids}; first error {detail})"
+        logger.warning(message)
+        self.notify(
+            AllocatorNotice(
+                kind=kind,
+                message=message,
+                resource_profile_id=profile_id,
+                count=len(group),
+                retry_in=wait,
+            )
+        )
