@@ -7,6 +7,7 @@ The sidecar runs as `execpods-sidecar serve` in a subprocess, in front of the Ku
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import signal
@@ -74,7 +75,7 @@ def _sidecar_command() -> str:
 class SidecarProcess:
     """`execpods-sidecar serve` as a child process; `address` once it printed its listening line."""
 
-    def __init__(self, api_url: str, log: IO[str]) -> None:
+    def __init__(self, api_url: str, log: IO[str], *, conf: tuple[str, ...] = ()) -> None:
         command = [
             _sidecar_command(),
             "serve",
@@ -92,6 +93,7 @@ class SidecarProcess:
             "spark.kubernetes.allocation.batch.delay=150ms",
             "--conf",
             "spark.kubernetes.executor.eventProcessingInterval=100ms",
+            *(arg for pair in conf for arg in ("--conf", pair)),
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT
@@ -137,20 +139,44 @@ def sidecar_log() -> Iterator[IO[str]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(360)  # npm ci on a fresh checkout; the test itself takes a few seconds
-def test_a_node_driver_uses_every_main_rpc(sidecar_log: IO[str]) -> None:
+def test_a_node_driver_uses_every_main_rpc_over_tls_with_a_token(
+    sidecar_log: IO[str], tmp_path: Path
+) -> None:
+    """The sidecar serves TLS and wants a bearer token; Node trusts the test's CA, reads the
+    token from a file, and also checks that a call without the token is UNAUTHENTICATED."""
     node = _tool("node")
     _install_node_modules()
     # Imported here: the rest of tests/client needs only the client package.
+    import trustme
     from execpods.kubesim import KubeSim
 
     from tests.sidecar.conftest import FAST_CLUSTER, app_pods, wait_for
 
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    for index, blob in enumerate(issued.cert_chain_pems):
+        blob.write_to_path(str(cert_file), append=index > 0)
+    issued.private_key_pem.write_to_path(str(key_file))
+    token_file = tmp_path / "token"
+    token_file.write_text("node-test-token-5f2c9a\n", encoding="utf-8")
+    conf = (
+        f"execpods.sidecar.tls.certFile={cert_file}",
+        f"execpods.sidecar.tls.keyFile={key_file}",
+        f"execpods.sidecar.auth.tokenFile={token_file}",
+    )
     with KubeSim(cluster=FAST_CLUSTER) as sim:
-        sidecar = SidecarProcess(sim.url, sidecar_log)
+        sidecar = SidecarProcess(sim.url, sidecar_log, conf=conf)
         try:
             address = sidecar.address()
             node_run = subprocess.run(
                 [node, "client.test.mjs", address],
+                env={
+                    **os.environ,
+                    "EXECPODS_CA_FILE": str(ca_file),
+                    "EXECPODS_TOKEN_FILE": str(token_file),
+                },
                 cwd=NODE_DIR,
                 capture_output=True,
                 text=True,
@@ -160,6 +186,8 @@ def test_a_node_driver_uses_every_main_rpc(sidecar_log: IO[str]) -> None:
             print(node_run.stdout, node_run.stderr, sep="\n")
             assert node_run.returncode == 0, _explain(node_run, sidecar_log)
             assert "all " in node_run.stdout
+            assert "over TLS" in node_run.stdout
+            assert "without the bearer token is UNAUTHENTICATED" in node_run.stdout
             assert sidecar.terminate() == 0, _explain(None, sidecar_log)
         finally:
             sidecar.kill()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from execpods.devtools.bench.time_to_target import POLICIES, Run, plot, report, run_policy
+from execpods.devtools.bench.time_to_target import POLICIES, plot, report, run_policy
 
 
 @pytest.mark.slow
@@ -37,20 +37,3 @@ def test_runs_are_reproducible() -> None:
     second = run_policy(POLICIES[2], 100)
     assert first.seconds == second.seconds
     assert first.curve == second.curve
-
-
-def test_a_peer_without_rate_figures_is_reported_without_them() -> None:
-    """Real-Spark peers (`spark_peer`) measure no API rate: the table says so, not "0 (0)"."""
-    peer = Run(
-        policy="Spark 4.3 alone [real time, HTTP]",
-        executors=100,
-        seconds=7.5,
-        bound=1.5,
-        peak_rate=0,
-        rate_limit=0.0,
-        creates=100,
-    )
-    (row,) = report([peer]).splitlines()[2:]
-    assert (
-        row == "| Spark 4.3 alone [real time, HTTP] | 100 | 7.5 s | 1.5 s | 5.00x | - | 100 | 0 |"
-    )

@@ -11,6 +11,7 @@
 // It also resumes a stream across a forced disconnect (a TCP proxy it cuts): the removal decided
 // while it was cut off arrives exactly once on the stream reopened with `resume_from`.
 
+import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import process from "node:process";
@@ -167,6 +168,28 @@ class FollowedStream {
   }
 }
 
+// --- credentials -----------------------------------------------------------------------------
+
+/**
+ * TLS when EXECPODS_CA_FILE names the CA that signed the sidecar's certificate, and a bearer token
+ * on every call when EXECPODS_TOKEN_FILE names a file holding it (read from a file, as a driver
+ * should, never from the command line). Plaintext without either.
+ */
+function credentialsFromEnvironment({ withToken = true } = {}) {
+  const caFile = process.env.EXECPODS_CA_FILE;
+  const tokenFile = process.env.EXECPODS_TOKEN_FILE;
+  if (!caFile) return grpc.credentials.createInsecure();
+  const tls = grpc.credentials.createSsl(fs.readFileSync(caFile));
+  if (!tokenFile || !withToken) return tls;
+  const token = fs.readFileSync(tokenFile, "utf8").trim();
+  const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+    const metadata = new grpc.Metadata();
+    metadata.add("authorization", `Bearer ${token}`);
+    callback(null, metadata);
+  });
+  return grpc.credentials.combineChannelCredentials(tls, bearer);
+}
+
 /** A TCP proxy to the sidecar that the test can cut (every connection dropped, port closed). */
 class CuttableProxy {
   constructor(upstream) {
@@ -209,7 +232,7 @@ async function resumeAcrossDisconnect(v1, direct, address) {
   }
   const proxy = new CuttableProxy(address);
   const through = await proxy.listen();
-  const driver = new v1.ExecutorAllocator(through, grpc.credentials.createInsecure());
+  const driver = new v1.ExecutorAllocator(through, credentialsFromEnvironment());
   const cutOff = new FollowedStream(driver.StreamSnapshots({ batch_interval_ms: 50 }));
   const up = await cutOff.until(
     (s) => idsIn(s, "STATE_RUNNING").length === WANTED,
@@ -261,11 +284,24 @@ async function run(address) {
     defaults: true, // absent scalars read as their defaults, as in every proto3 runtime
   });
   const v1 = grpc.loadPackageDefinition(definition).execpods.v1;
-  const client = new v1.ExecutorAllocator(address, grpc.credentials.createInsecure());
+  const client = new v1.ExecutorAllocator(address, credentialsFromEnvironment());
   await new Promise((resolve, reject) =>
     client.waitForReady(Date.now() + 10_000, (error) => (error ? reject(error) : resolve())),
   );
-  check(true, `connected to ${address}`);
+  const secured = Boolean(process.env.EXECPODS_CA_FILE);
+  check(true, `connected to ${address}${secured ? " over TLS" : ""}`);
+  if (secured && process.env.EXECPODS_TOKEN_FILE) {
+    const anonymous = new v1.ExecutorAllocator(
+      address,
+      credentialsFromEnvironment({ withToken: false }),
+    );
+    await expectCode(
+      unary(anonymous, "RequestTotal", { total: 0 }),
+      grpc.status.UNAUTHENTICATED,
+      "a call over TLS without the bearer token is UNAUTHENTICATED",
+    );
+    anonymous.close();
+  }
 
   const follow = (batchIntervalMs) =>
     new FollowedStream(client.StreamSnapshots({ batch_interval_ms: batchIntervalMs }));

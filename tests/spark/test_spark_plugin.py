@@ -15,13 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from execpods.devtools.spark import (
-    PLUGIN_CLASS,
-    ExecutorWatch,
-    SparkDriver,
-    spark_available,
-    spark_on_kubesim,
-)
+from execpods.devtools.bench.spark_peers import peak_per_second, spark_peer
+from execpods.devtools.bench.time_to_target import START_JITTER, START_LATENCY
+from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
 from execpods.devtools.spark_plugin import build
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
@@ -168,11 +164,20 @@ def test_spark_fails_to_start_without_its_sidecar(sim: KubeSim, plugin_jar: Path
 
 
 def test_the_benchmark_peers_measure_both_ways(plugin_jar: Path) -> None:
-    """The time-to-target benchmark's peers: Spark alone and Spark with the plugin, measured
-    the same way on the same cluster settings; both reach N and leave nothing behind."""
-    cluster = ClusterConfig(nodes=1, pods_per_node=10, start_latency=0.2, start_jitter=0.1)
-    alone = spark_on_kubesim(cluster, 3)
-    plugged = spark_on_kubesim(cluster, 3, plugin_jar=plugin_jar)
-    for run in (alone, plugged):
-        assert run.seconds_to_target >= 0.1  # at least the simulated start latency
-        assert (run.pods_created, run.exit_code, run.pods_left) == (3, 0, 0)
+    """The time-to-target benchmark's live peers (``--spark``): Spark alone and Spark with the
+    plugin, on the benchmark's cluster settings, both reach N and come back as its `Run`s."""
+    for run in (spark_peer(3), spark_peer(3, plugin_jar=plugin_jar)):
+        assert run.seconds is not None
+        assert run.seconds >= START_LATENCY - START_JITTER  # at least a simulated start
+        assert run.ratio is not None
+        assert run.curve[-1][1] == 3
+        assert run.creates == 4  # three pods and the executors' ConfigMap
+        assert run.throttled == 0
+
+
+def test_peak_per_second_counts_the_busiest_second() -> None:
+    assert peak_per_second([]) == 0
+    # Windows are half-open, [t, t + 1 s): 0.5, 0.99 and 1.0 (1.5 is a full second after 0.5).
+    assert peak_per_second([0.0, 0.5, 0.99, 1.0, 1.5, 3.0]) == 3
+    assert peak_per_second([0.0, 0.2, 0.4, 0.6, 0.8, 0.9]) == 6
+    assert peak_per_second([2.0, 0.1, 0.2]) == 2

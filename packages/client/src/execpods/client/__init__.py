@@ -17,6 +17,7 @@ See docs/client.md.
 """
 
 from execpods.client.aio import AsyncAllocatorClient, AsyncSnapshotStream
+from execpods.client.credentials import TlsOptions, read_token_file
 from execpods.client.model import (
     AllocatorNotice,
     ExecutorProfile,
@@ -49,4 +50,6 @@ __all__ = [
     "StreamPosition",
     "StreamProtocolError",
     "StreamUpdate",
+    "TlsOptions",
+    "read_token_file",
 ]

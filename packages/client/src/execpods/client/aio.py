@@ -22,6 +22,7 @@ from execpods.client.convert import (
     request_total_result,
     update_request,
 )
+from execpods.client.credentials import Connection, TlsOptions
 from execpods.client.model import (
     ExecutorProfile,
     RequestTotalResult,
@@ -35,7 +36,6 @@ from execpods.client.reconnect import (
     stream_request,
 )
 from execpods.v1 import allocator_pb2 as pb
-from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -137,13 +137,18 @@ def _current_task_cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-class AsyncAllocatorClient:
+class AsyncAllocatorClient(Connection):
     """The asyncio twin of `AllocatorClient`; create and use it inside a running event loop."""
 
-    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
-        self._timeout = timeout
-        self._channel = grpc.aio.insecure_channel(target)
-        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__(target, timeout=timeout, tls=tls, token=token, channels=grpc.aio)
         self._view = DriverViewMemory()
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -167,20 +172,26 @@ class AsyncAllocatorClient:
         (by id), after declaring `profiles` (immutable once declared). All or nothing.
         """
         request = request_total_request(total, profile_totals, profiles)
-        response = await self._stub.RequestTotal(request, timeout=self._timeout)
+        response = await self._stub.RequestTotal(
+            request, timeout=self._timeout, metadata=self._metadata
+        )
         return request_total_result(response)
 
     async def is_deleted(self, executor_id: int) -> bool:
         """Whether scale-down deleted this executor and its pod may still show (Spark's
         isDeleted): refuse its late registration."""
         response = await self._stub.IsDeleted(
-            pb.IsDeletedRequest(executor_id=executor_id), timeout=self._timeout
+            pb.IsDeletedRequest(executor_id=executor_id),
+            timeout=self._timeout,
+            metadata=self._metadata,
         )
         return bool(response.deleted)
 
     async def kill_executors(self, executor_ids: Iterable[int | str]) -> int:
         """Deletes these executors' pods; returns how many pods the API server deleted."""
-        response = await self._stub.KillExecutors(kill_request(executor_ids), timeout=self._timeout)
+        response = await self._stub.KillExecutors(
+            kill_request(executor_ids), timeout=self._timeout, metadata=self._metadata
+        )
         return int(response.deleted_pods)
 
     async def update_driver_executors(
@@ -201,7 +212,9 @@ class AsyncAllocatorClient:
         request = update_request(
             registered, released, explicit=explicit, registered_at_ms=registered_at_ms
         )
-        response = await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+        response = await self._stub.UpdateDriverExecutors(
+            request, timeout=self._timeout, metadata=self._metadata
+        )
         self._view.note_update(
             registered, released, explicit=explicit, registered_at_ms=registered_at_ms
         )
@@ -218,10 +231,15 @@ class AsyncAllocatorClient:
         `resume_from` and `reconnect` as in `AllocatorClient.stream_snapshots`."""
 
         def reopen(position: pb.StreamPosition | None) -> AsyncCall:
-            return self._stub.StreamSnapshots(stream_request(batch_interval_ms, position))
+            call: AsyncCall = self._stub.StreamSnapshots(
+                stream_request(batch_interval_ms, position), metadata=self._metadata
+            )
+            return call
 
         async def send_view(request: pb.UpdateDriverExecutorsRequest) -> object:
-            return await self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+            return await self._stub.UpdateDriverExecutors(
+                request, timeout=self._timeout, metadata=self._metadata
+            )
 
         first = None if resume_from is None else position_to_proto(resume_from)
         return AsyncSnapshotStream(

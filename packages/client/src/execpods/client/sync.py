@@ -23,6 +23,7 @@ from execpods.client.convert import (
     request_total_result,
     update_request,
 )
+from execpods.client.credentials import Connection, TlsOptions
 from execpods.client.model import (
     ExecutorProfile,
     RequestTotalResult,
@@ -36,7 +37,6 @@ from execpods.client.reconnect import (
     stream_request,
 )
 from execpods.v1 import allocator_pb2 as pb
-from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class SnapshotStream(DecodedCall[BlockingCall]):
         self.cancel()
 
 
-class AllocatorClient:
+class AllocatorClient(Connection):
     """A driver's handle on the sidecar's `execpods.v1.ExecutorAllocator` service.
 
     `target` is a gRPC target such as `127.0.0.1:50051` or `unix:/run/execpods.sock`. `timeout`
@@ -128,10 +128,15 @@ class AllocatorClient:
     meant to last as long as the driver. Use it as a context manager, or call `close()`.
     """
 
-    def __init__(self, target: str, *, timeout: float = 10.0) -> None:
-        self._timeout = timeout
-        self._channel = grpc.insecure_channel(target)
-        self._stub = pb_grpc.ExecutorAllocatorStub(self._channel)
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 10.0,
+        tls: TlsOptions | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__(target, timeout=timeout, tls=tls, token=token, channels=grpc)
         self._view = DriverViewMemory()
 
     def wait_for_ready(self, timeout: float | None = None) -> None:
@@ -158,14 +163,16 @@ class AllocatorClient:
         (by id), after declaring `profiles` (immutable once declared). All or nothing.
         """
         request = request_total_request(total, profile_totals, profiles)
-        response = self._stub.RequestTotal(request, timeout=self._timeout)
+        response = self._stub.RequestTotal(request, timeout=self._timeout, metadata=self._metadata)
         return request_total_result(response)
 
     def is_deleted(self, executor_id: int) -> bool:
         """Whether scale-down deleted this executor and its pod may still show (Spark's
         isDeleted): refuse its late registration."""
         response = self._stub.IsDeleted(
-            pb.IsDeletedRequest(executor_id=executor_id), timeout=self._timeout
+            pb.IsDeletedRequest(executor_id=executor_id),
+            timeout=self._timeout,
+            metadata=self._metadata,
         )
         return bool(response.deleted)
 
@@ -174,7 +181,9 @@ class AllocatorClient:
 
         The removals are then reported on the snapshot stream, like any other executor exit.
         """
-        response = self._stub.KillExecutors(kill_request(executor_ids), timeout=self._timeout)
+        response = self._stub.KillExecutors(
+            kill_request(executor_ids), timeout=self._timeout, metadata=self._metadata
+        )
         return int(response.deleted_pods)
 
     def update_driver_executors(
@@ -195,7 +204,9 @@ class AllocatorClient:
         request = update_request(
             registered, released, explicit=explicit, registered_at_ms=registered_at_ms
         )
-        response = self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+        response = self._stub.UpdateDriverExecutors(
+            request, timeout=self._timeout, metadata=self._metadata
+        )
         self._view.note_update(
             registered, released, explicit=explicit, registered_at_ms=registered_at_ms
         )
@@ -217,10 +228,15 @@ class AllocatorClient:
         """
 
         def reopen(position: pb.StreamPosition | None) -> BlockingCall:
-            return self._stub.StreamSnapshots(stream_request(batch_interval_ms, position))
+            call: BlockingCall = self._stub.StreamSnapshots(
+                stream_request(batch_interval_ms, position), metadata=self._metadata
+            )
+            return call
 
         def send_view(request: pb.UpdateDriverExecutorsRequest) -> object:
-            return self._stub.UpdateDriverExecutors(request, timeout=self._timeout)
+            return self._stub.UpdateDriverExecutors(
+                request, timeout=self._timeout, metadata=self._metadata
+            )
 
         first = None if resume_from is None else position_to_proto(resume_from)
         return SnapshotStream(

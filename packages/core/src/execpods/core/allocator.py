@@ -175,8 +175,13 @@ class ExecutorPodsAllocator:
             if profile_id not in self.profiles:
                 raise ValueError(f"resource profile {profile_id} was never declared")
         with self._lock:
+            changed = any(self._targets.get(p) != total for p, total in totals.items())
             self._targets.update(totals)
-            notify = self._outstanding == 0
+            notify = changed and self._outstanding == 0
+        if not changed:
+            # A driver may repeat its target many times a second: a round for an unchanged
+            # target would decide what the next periodic round decides anyway.
+            return
         logger.info("Targets set to %s (by resource profile).", dict(totals))
         if notify:
             self._store.notify_subscribers()

@@ -348,6 +348,8 @@ class ExecutorPodsLifecycleManager:
             if reason.exit_caused_by_app
             else "not caused by the app",
             reason.message.strip().splitlines()[0],
+            # Fields for structured logs (the sidecar's --log-format json).
+            extra={"executor_id": executor_id, "reason": reason.message},
         )
         try:
             driver.remove_executor(executor_id, reason)

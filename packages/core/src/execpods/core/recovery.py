@@ -28,10 +28,6 @@ from execpods.core.profiles import profile_id_of
 
 logger = logging.getLogger(__name__)
 
-INACTIVE_LABEL = "spark-exec-inactive"
-"""Spark's label on a finished pod kept by deleteOnTermination=false: its id is taken, but the
-pod is no live executor."""
-
 LIVE_PHASES = frozenset({None, "Pending", "Running"})
 
 MAX_CONFLICT_SKIPS = 8
@@ -86,7 +82,7 @@ def adoption_of(pods: Iterable[ExecutorPod], labels: ExecutorLabels) -> Adoption
         if (
             pod.phase in LIVE_PHASES
             and pod.deletion_timestamp is None
-            and pod.labels.get(INACTIVE_LABEL) != "true"
+            and not labels.is_inactive(pod.labels)  # kept after its end: the id is taken
         ):
             live[executor_id] = profile_id_of(pod, labels)
     return Adoption(highest_id=highest, live=live, found=found)

@@ -252,6 +252,8 @@ class SparkRun:
     pods_created: int
     exit_code: int
     pods_left: int
+    curve: tuple[tuple[float, int], ...] = ()
+    """(seconds since the first executor pod was created, pods Running so far)."""
 
 
 def spark_time_to_target(
@@ -311,6 +313,10 @@ def spark_time_to_target(
             pods_created=watch.created,
             exit_code=code,
             pods_left=len(watch.phases),
+            curve=(
+                (0.0, 0),
+                *((t - watch.first_created, i + 1) for i, t in enumerate(watch.running_at)),
+            ),
         )
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack does not swallow)
 

@@ -14,6 +14,7 @@ as a string and mypy checks every call.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import cast
@@ -23,6 +24,7 @@ from execpods.core import ApiUnavailable, PodOperationError
 from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
+from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
 from execpods.k8s.ratelimit import TokenBucket
 from kubernetes import client as k8s_client
 from kubernetes.client import V1Pod
@@ -61,9 +63,20 @@ class ApiGateway:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         rate_limiter: TokenBucket | None = None,
         backoff: ApiBackoffGate | None = None,
+        observer: ApiObserver | None = None,
     ) -> None:
         self._api_client = api_client
+        self._observer = observer
         self._core = k8s_client.CoreV1Api(api_client)
+        core = self._core
+        self._verbs: dict[object, str] = {
+            core.create_namespaced_pod: "create",
+            core.read_namespaced_pod: "get",
+            core.list_namespaced_pod: "list",
+            core.patch_namespaced_pod: "patch",
+            core.delete_namespaced_pod: "delete",
+            core.delete_collection_namespaced_pod: "deletecollection",
+        }
         self.namespace = namespace
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
@@ -76,12 +89,20 @@ class ApiGateway:
 
     # --- the pod calls ---------------------------------------------------------------------
 
-    def create_pod(self, name: str, manifest: Mapping[str, object]) -> None:
-        """POST a pod (`name` is for messages: the manifest carries it)."""
+    def create_pod(
+        self, name: str, manifest: Mapping[str, object], *, dry_run: bool = False
+    ) -> None:
+        """POST a pod (`name` is for messages: the manifest carries it); `dry_run`: validated
+        and authorized by the server, never stored."""
         self._bytes(
             f"create pod {name}",
             # The client sends a plain dict as is; building its V1Pod model would only cost time.
-            partial(self._core.create_namespaced_pod, self.namespace, cast(V1Pod, dict(manifest))),
+            partial(
+                self._core.create_namespaced_pod,
+                self.namespace,
+                cast(V1Pod, dict(manifest)),
+                dry_run=_dry(dry_run),
+            ),
         )
 
     def read_pod(self, name: str) -> object:
@@ -90,14 +111,24 @@ class ApiGateway:
             f"get pod {name}", partial(self._core.read_namespaced_pod, name, self.namespace)
         )
 
-    def patch_pod(self, name: str, patch: Mapping[str, object], *, what: str) -> None:
+    def patch_pod(
+        self, name: str, patch: Mapping[str, object], *, what: str, dry_run: bool = False
+    ) -> None:
         """A strategic merge patch of one pod."""
         self._bytes(
             f"{what} of pod {name}",
-            partial(self._core.patch_namespaced_pod, name, self.namespace, dict(patch)),
+            partial(
+                self._core.patch_namespaced_pod,
+                name,
+                self.namespace,
+                dict(patch),
+                dry_run=_dry(dry_run),
+            ),
         )
 
-    def delete_pod(self, name: str, *, grace_period_seconds: int | None = None) -> None:
+    def delete_pod(
+        self, name: str, *, grace_period_seconds: int | None = None, dry_run: bool = False
+    ) -> None:
         """DELETE one pod (with the pod's own grace period unless one is given)."""
         self._bytes(
             f"delete pod {name}",
@@ -106,6 +137,7 @@ class ApiGateway:
                 name,
                 self.namespace,
                 grace_period_seconds=grace_period_seconds,
+                dry_run=_dry(dry_run),
             ),
         )
 
@@ -116,6 +148,7 @@ class ApiGateway:
         *,
         grace_period_seconds: int | None = None,
         what: str | None = None,
+        dry_run: bool = False,
     ) -> object:
         """DELETE the matching pods (deletecollection), with the pods' own grace period unless
         one is given; the JSON answer. `what` names the call in errors instead of the selectors
@@ -128,6 +161,7 @@ class ApiGateway:
                 label_selector=label_selector,
                 field_selector=field_selector,
                 grace_period_seconds=grace_period_seconds,
+                dry_run=_dry(dry_run),
             ),
         )
 
@@ -150,6 +184,7 @@ class ApiGateway:
         field_selector: str | None = None,
         *,
         resource_version: str | None = None,
+        limit: int | None = None,
     ) -> bytes:
         """LIST the matching pods; the body as it came (for a caller that parses it itself)."""
         return self._bytes(
@@ -160,6 +195,7 @@ class ApiGateway:
                 label_selector=label_selector,
                 field_selector=field_selector,
                 resource_version=resource_version,
+                limit=limit,
             ),
         )
 
@@ -190,15 +226,25 @@ class ApiGateway:
 
     # --- the machinery -----------------------------------------------------------------------
 
+    def _verb_of(self, call: Callable[..., object]) -> str:
+        """The Kubernetes verb of a `partial` over one of the `CoreV1Api` methods used here."""
+        func, keywords = (call.func, call.keywords) if isinstance(call, partial) else (call, {})
+        verb = self._verbs.get(func, "other")
+        return "watch" if verb == "list" and keywords.get("watch") else verb
+
     def _response(
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
-        """Make the call for its raw response (the caller must release it)."""
+        """Make the call for its raw response (the caller must release it); the observer, if
+        any, hears of every call that went out (verb, outcome, time to the response headers;
+        the back-off gate's and the rate limiter's waits not included)."""
         gate = self.backoff
         if gate is not None:
             gate.check(what)  # unsent while the server asked us to wait
         if self.rate_limiter is not None:
             self.rate_limiter.acquire()  # every call, watches included, takes a token first
+        started = time.perf_counter()
+        outcome = SUCCESS
         try:
             with _typed_errors(what):
                 response = call(
@@ -206,9 +252,22 @@ class ApiGateway:
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 )
         except PodOperationError as error:
+            outcome = type(error).__name__
             if gate is not None:
                 gate.failed(error)
             raise
+        except Exception as error:
+            outcome = type(error).__name__
+            raise
+        finally:
+            if self._observer is not None:
+                self._observer(
+                    ApiCall(
+                        verb=self._verb_of(call),
+                        outcome=outcome,
+                        seconds=time.perf_counter() - started,
+                    )
+                )
         if gate is not None:
             gate.succeeded()
         return cast(BaseHTTPResponse, response)
@@ -224,6 +283,10 @@ class ApiGateway:
 
     def _json(self, what: str, call: Callable[..., object]) -> object:
         return parse_json_body(self._bytes(what, call), what=what)
+
+
+def _dry(dry_run: bool) -> str | None:
+    return "All" if dry_run else None
 
 
 def parse_json_body(data: bytes, *, what: str) -> object:

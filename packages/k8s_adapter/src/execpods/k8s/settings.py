@@ -354,12 +354,13 @@ class KubernetesSettings(SettingsBase):
     backoff_initial: float = duration_setting(
         "execpods.kubernetes.backoffInitial",
         "500ms",
-        "First retry delay of the watch after a failure (exponential, full jitter).",
+        "First retry delay after a 5xx or a refused connection, for the watch and (through the "
+        "gateway's shared back-off) every other API call: exponential, full jitter.",
     )
     backoff_max: float = duration_setting(
         "execpods.kubernetes.backoffMax",
         "30s",
-        "Longest retry delay of the watch.",
+        "Longest retry delay of the watch and of the shared API back-off.",
     )
     executor_env: Mapping[str, str] = setting_family(
         ENV_PREFIX,

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from execpods.core import ExecpodsError, SettingsError, SettingSpec
+from execpods.sidecar.logformat import configure_log_format, stamp_app_id
 from execpods.sidecar.properties import read_properties_file
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_families, all_specs, flagged_specs
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 PROG = "execpods-sidecar"
 LISTENING_PREFIX = f"{PROG}: listening on "
+METRICS_PREFIX = f"{PROG}: metrics on "
 PROPERTIES_FILE_ENV = "EXECPODS_PROPERTIES_FILE"
 LOG_LEVEL_ENV = "EXECPODS_LOG_LEVEL"
 DEFAULT_LOG_LEVEL = "INFO"
@@ -119,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"DEBUG, INFO, WARNING or ERROR (env {LOG_LEVEL_ENV}; default {DEFAULT_LOG_LEVEL})",
     )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        help="text or json (one JSON object per line; env EXECPODS_LOG_FORMAT; default text)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve the ExecutorAllocator gRPC service")
     _add_setting_flags(serve)
@@ -148,10 +155,13 @@ async def serve(settings: Settings) -> None:
 
     Raises `PodsLeft` when stopping could not delete the application's executor pods.
     """
+    stamp_app_id(settings.sidecar.app_id)
     runtime = await asyncio.to_thread(connect, settings)
     server = SidecarServer(runtime)
     server.install_signal_handlers()
     address = await server.start()
+    if server.ops.metrics_address:  # before the listening line, which says all is ready
+        print(f"{METRICS_PREFIX}http://{server.ops.metrics_address}/metrics", flush=True)
     print(f"{LISTENING_PREFIX}{address}", flush=True)
     await server.wait_stopped()
     report = server.shutdown_report
@@ -174,6 +184,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = parser.parse_args(argv)
     try:
         configure_logging(args.log_level, env)
+        if not configure_log_format(args.log_format, env):
+            raise UsageError(f"--log-format {args.log_format!r}: use text or json")
         if args.command == "settings":
             print_settings()
             return 0

@@ -123,6 +123,7 @@ class InferredDriverView:
             removal.executor_id,
             reason.exit_code,
             reason.exit_caused_by_app,
+            extra={"executor_id": removal.executor_id, "reason": reason.message},
         )
 
     def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:

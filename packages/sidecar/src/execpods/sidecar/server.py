@@ -22,11 +22,13 @@ import socket
 
 import grpc
 from execpods.core import ShutdownReport
+from execpods.sidecar import security
+from execpods.sidecar.ops import OpsPlane
 from execpods.sidecar.service import AllocatorService
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,11 @@ class SidecarServer:
         self._health = health.aio.HealthServicer()
         limit = runtime.settings.sidecar.max_concurrent_rpcs
         self._server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0)], maximum_concurrent_rpcs=limit if limit > 0 else None
+            options=[("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=limit if limit > 0 else None,
+            interceptors=security.interceptors(runtime.settings.security),
         )
+        self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
         pb_grpc.add_ExecutorAllocatorServicer_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
@@ -70,10 +75,15 @@ class SidecarServer:
 
     async def _start(self) -> str:
         listen = self.runtime.settings.sidecar.listen
+        credentials = security.server_credentials(self.runtime.settings.security)
         if listen.startswith("unix:"):
             refuse_unix_socket_in_use(listen.removeprefix("unix:").removeprefix("//"))
         try:
-            port = self._server.add_insecure_port(listen)
+            port = (
+                self._server.add_insecure_port(listen)
+                if credentials is None
+                else self._server.add_secure_port(listen, credentials)
+            )
         except RuntimeError as error:
             raise OSError(f"cannot listen on {listen}: {error}") from error
         if listen.startswith("unix:"):
@@ -82,11 +92,15 @@ class SidecarServer:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
         await self._server.start()
+        await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)
-        for name in ("", SERVICE_NAME):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self.ops.running()
         logger.info(
-            "Serving %s for application %s on %s.", SERVICE_NAME, self.runtime.app_id, self.address
+            "Serving %s for application %s on %s (%s).",
+            SERVICE_NAME,
+            self.runtime.app_id,
+            self.address,
+            security.describe(self.runtime.settings.security),
         )
         return self.address
 
@@ -117,6 +131,7 @@ class SidecarServer:
         grace = self.runtime.settings.sidecar.shutdown_grace
         try:
             await self._health.enter_graceful_shutdown()
+            await self.ops.stop()
             self.service.close_streams()
             await self._server.stop(grace)
         finally:

@@ -129,7 +129,8 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
-        logger.info("The driver asked for %d executors in total.", request.total)
+        self._runtime.observers.target_set(counts.total)
+        logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
             total=counts.total,
             running=counts.running,
@@ -226,12 +227,16 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except InvalidPosition as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._feeds.add(feed)
+        observed = self._runtime.observers.stream()
         try:
             subscription = self._runtime.backend.subscribe(
-                interval, feed.on_snapshots, on_application_failure=feed.on_application_failed
+                interval,
+                observed.arrived(feed.on_snapshots),
+                on_application_failure=feed.on_application_failed,
             )
             unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
         except RuntimeError:
+            observed.close()
             opened.cancel()
             self._feeds.discard(feed)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
@@ -244,7 +249,9 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             async for response in self._messages(feed, opened):
                 yield response
+                observed.sent()
         finally:
+            observed.close()
             unlisten()
             subscription.cancel()
             opened.cancel()

@@ -9,9 +9,8 @@ owns is refused with the nearest known key, since a typo must not silently fall 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import CoreSettings, SettingsError
@@ -28,30 +27,20 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import KubernetesSettings
+from execpods.sidecar.addresses import listen_address_problem
+from execpods.sidecar.health import HealthSettings
+from execpods.sidecar.metrics import MetricsSettings
 from execpods.sidecar.properties import PropertyReview, review
+from execpods.sidecar.security import SecuritySettings
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
-
-_HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+):(?P<port>\d{1,5})$")
 
 
 def _app_id_rule(value: str) -> str | None:
     if not value:
         return "must be set"  # the CLI adds the flag and variable that set it
     return label_value(value)
-
-
-def listen_address_problem(value: str) -> str | None:
-    """Why `value` is not a listen address (host:port or unix:<path>), or None when it is."""
-    if value.startswith("unix:"):
-        return None if len(value) > len("unix:") else "needs a path after unix:"
-    match = _HOST_PORT.match(value)
-    if match is None:
-        return "must be host:port (e.g. 127.0.0.1:0 for any free port) or unix:<path>"
-    if int(match.group("port")) > 65535:
-        return "has a port above 65535"
-    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +107,9 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
     KubernetesSettings,
     SidecarSettings,
+    SecuritySettings,
+    HealthSettings,
+    MetricsSettings,
 )
 
 
@@ -192,6 +184,9 @@ class Settings:
     core: CoreSettings
     kubernetes: KubernetesSettings
     sidecar: SidecarSettings
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -206,4 +201,7 @@ class Settings:
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
+            security=SecuritySettings.from_properties(properties),
+            health=HealthSettings.from_properties(properties),
+            metrics=MetricsSettings.from_properties(properties),
         )

@@ -7,6 +7,7 @@ driver view, to `execpods.core.compose_backend`, so the same wiring runs over th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from execpods.core import (
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
+    PodSelector,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -36,6 +38,8 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_store
+from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 
@@ -50,9 +54,12 @@ class Runtime:
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
+    observers: Observers
     removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
+    probe: Callable[[], None] | None = None
+    """A cheap API call that tells whether the cluster answers (for health); None: no API."""
 
     @property
     def app_id(self) -> str:
@@ -71,6 +78,7 @@ def assemble(
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
+    observers: Observers | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -78,17 +86,18 @@ def assemble(
     log is the other observer.
     """
     view = InferredDriverView(clock=clock)
+    observers = observers if observers is not None else Observers()
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
-        pod_operations=pod_operations,
+        pod_operations=ObservedPodOperations(pod_operations, observers),
         pod_builder=pod_builder,
         driver=view,
         observers=(view, removal_log),
         sources=sources,
         clock=clock,
-        store_scheduler=store_scheduler,
+        store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
         request_scheduler=request_scheduler,
         close=close_client,
         profiles=profiles,
@@ -98,6 +107,7 @@ def assemble(
         settings=settings,
         backend=backend,
         driver_view=view,
+        observers=observers,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
     )
@@ -118,6 +128,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
+    observers = Observers()
     try:
         namespace = resolve_namespace(k8s)
         limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
@@ -127,7 +138,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
             backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
+            observer=observers.api_call,
         )
+        selector = PodSelector.executors_of(
+            settings.core.labels, settings.sidecar.app_id
+        ).label_selector()
+        if settings.security.check_permissions:
+            check_pod_permissions(gateway, selector=selector)
         operations = KubernetesPodOperations(
             gateway, executor_id_label=settings.core.labels.executor_id
         )
@@ -152,7 +169,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             PollSource(store, operations, core_settings=core),
         ]
 
-    return assemble(
+    runtime = assemble(
         settings,
         pod_operations=operations,
         pod_builder=builder,
@@ -161,4 +178,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         clock=clock,
         profiles=profiles,
         rate_limiter=limiter,
+        observers=observers,
     )
+    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))

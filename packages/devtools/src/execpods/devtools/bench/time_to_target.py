@@ -53,8 +53,6 @@ from execpods.core import (
     SnapshotsStoreImpl,
 )
 from execpods.core.testing import RecordingDriver, SimpleExecutorPodBuilder
-from execpods.devtools.spark import PEER_PLUGIN, PEER_SPARK, spark_on_kubesim
-from execpods.devtools.spark_plugin import build as build_plugin
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
@@ -330,38 +328,6 @@ def run_real(policy: Policy, executors: int) -> Run:
     )
 
 
-def spark_peer(name: str, plugin_jar: Path | None) -> Callable[[int], Run]:
-    """A `PEERS` runner: real Spark 4.3 (pyspark's JVM driver, client mode) on a kubesim like
-    `run_real`'s, alone or (with ``plugin_jar``) allocating through the execpods plugin and a
-    sidecar. Its clock runs from Spark's first executor pod to N Running (the JVM's start-up is
-    not counted; see `execpods.devtools.spark.spark_time_to_target`); no rate figures."""
-
-    def run(executors: int) -> Run:
-        cluster = ClusterConfig(
-            nodes=math.ceil(executors / 110) + 2,
-            start_latency=START_LATENCY,
-            start_jitter=START_JITTER,
-            create_rate=SERVER_CREATE_RATE,
-        )
-        started = time.monotonic()
-        measured = spark_on_kubesim(cluster, executors, plugin_jar=plugin_jar)
-        limiting = SERVER_CREATE_RATE
-        if plugin_jar is not None:  # the sidecar's client rate limit applies too
-            limiting = min(float(CoreSettings.from_properties({}).api_qps), limiting)
-        return Run(
-            policy=f"{name} [real time, HTTP]",
-            executors=executors,
-            seconds=measured.seconds_to_target,
-            bound=START_LATENCY + executors / limiting,
-            peak_rate=0,
-            rate_limit=0.0,
-            creates=measured.pods_created,
-            wall=time.monotonic() - started,
-        )
-
-    return run
-
-
 def _sync(sim: KubeSim, clock: ManualClock) -> None:
     """Bring kubesim's virtual clock to the allocator's (kubelet timers fire on the way)."""
     behind = clock.monotonic() - sim.now()
@@ -381,10 +347,10 @@ def report(runs: Iterable[Run]) -> str:
     ]
     for run in runs:
         ratio = "-" if run.ratio is None else f"{run.ratio:.2f}x"
-        peak = "-" if not run.rate_limit else f"{run.peak_rate} ({run.rate_limit:.0f})"
         lines.append(
             f"| {run.policy} | {run.executors:,} | {_fmt(run.seconds)} | {run.bound:.1f} s | "
-            f"{ratio} | {peak} | {run.creates:,} | {run.throttled} |"
+            f"{ratio} | {run.peak_rate} ({run.rate_limit:.0f}) | {run.creates:,} | "
+            f"{run.throttled} |"
         )
     return "\n".join(lines)
 
@@ -426,19 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--spark",
-        action="store_true",
-        help="also run real Spark 4.3 at each size, alone and through the execpods plugin "
-        "(needs pyspark, java and javac; e.g. --sizes 100 --spark)",
+        default="",
+        help="also run real Spark 4.3, alone and with the execpods plugin, at these sizes in real "
+        "time on kubesim (e.g. 200; needs Java and pyspark, see docs/spark.md)",
     )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="execpods-ttt-") as tmp:
-        if args.spark:
-            PEERS[PEER_SPARK] = spark_peer(PEER_SPARK, None)
-            PEERS[PEER_PLUGIN] = spark_peer(PEER_PLUGIN, build_plugin(Path(tmp)))
-        return _run_benchmark(args)
-
-
-def _run_benchmark(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.ERROR
     )  # the allocator's warnings (429s) would drown the table
@@ -463,6 +421,18 @@ def _run_benchmark(args: argparse.Namespace) -> int:
             run = run_real(policy, size)
             runs.append(run)
             print(f"{run.policy}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
+    spark_sizes = [int(s) for s in args.spark.split(",") if s]
+    if spark_sizes:
+        # Imported here: the peers module builds on this one's Run and cluster settings.
+        from execpods.devtools.bench.spark_peers import spark_peers  # noqa: PLC0415
+
+        with tempfile.TemporaryDirectory(prefix="execpods-spark-") as tmp:
+            peers = spark_peers(Path(tmp))
+            for size in spark_sizes:
+                for name, peer in peers.items():
+                    run = peer(size)
+                    runs.append(run)
+                    print(f"{name}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
     print()
     print(report(runs))
     for size in sizes:

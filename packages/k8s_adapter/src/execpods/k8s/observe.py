@@ -1,0 +1,36 @@
+"""What an observer of API calls is told: the verb, the outcome and the latency of each call.
+
+The gateway reports every call it makes to one optional observer, so metrics and health can follow
+the API without the adapter knowing about either, and without wrapping the client library. The
+verb is Kubernetes' own (`create`, `list`, `watch`, `deletecollection`...), and the outcome is
+`success` or the typed error the call failed with (`ApiUnavailable`, `PodForbidden`...); a
+watch's latency is the time to its response headers, not the stream's life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SUCCESS = "success"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiCall:
+    """One finished API call."""
+
+    verb: str
+    outcome: str
+    seconds: float
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == SUCCESS
+
+    @property
+    def unreachable(self) -> bool:
+        """The API server could not be reached or could not answer (not a refusal or a 4xx)."""
+        return self.outcome == "ApiUnavailable"
+
+
+ApiObserver = Callable[[ApiCall], None]

@@ -1,0 +1,259 @@
+"""Prometheus metrics of a running sidecar, on their own port (off by default).
+
+`execpods.sidecar.metrics.enabled=true` serves `/metrics` on `execpods.sidecar.metrics.host`
+(127.0.0.1 unless set) and `.port` (9464; 0 picks a free port, read back into
+`SidecarMetrics.address`). Each sidecar has its own registry, so several in one process (tests,
+the demo) never mix their figures.
+
+Every metric, with its type, labels and meaning, is listed in docs/operations.md. Names follow
+Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations are `_seconds`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, ExecutorState
+from execpods.core.settingkit import (
+    SettingsBase,
+    non_negative,
+    parse_bool,
+    parse_int,
+    parse_str,
+    setting,
+)
+from execpods.k8s import ApiCall
+from execpods.sidecar.observe import Listener
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_METRICS_PORT = 9464
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SLOW = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def _port(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else "must be a port from 0 (any free port) to 65535"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSettings(SettingsBase):
+    enabled: bool = setting(
+        "execpods.sidecar.metrics.enabled",
+        False,
+        "Serve Prometheus metrics at /metrics on their own port.",
+        parse=parse_bool,
+    )
+    host: str = setting(
+        "execpods.sidecar.metrics.host",
+        "127.0.0.1",
+        "Address the metrics port binds (0.0.0.0 to let Prometheus scrape the pod).",
+        parse=parse_str,
+        rule=lambda value: None if value.strip() else "must not be empty",
+    )
+    port: int = setting(
+        "execpods.sidecar.metrics.port",
+        DEFAULT_METRICS_PORT,
+        "Port of the metrics endpoint (0 = any free port).",
+        parse=parse_int,
+        rule=lambda value: non_negative(value) or _port(value),
+    )
+
+
+class _ExecutorsCollector(Collector):
+    """`execpods_executors{state, resource_profile}` from the latest snapshot, at scrape time."""
+
+    def __init__(self, metrics: SidecarMetrics) -> None:
+        self._snapshot = metrics.snapshot
+        self._profile_label = metrics.labels.resource_profile_id
+        self._target = metrics.target
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        executors = GaugeMetricFamily(
+            "execpods_executors",
+            "Executors in the latest snapshot, by state and resource profile.",
+            labels=("state", "resource_profile"),
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for _, state in self._snapshot().items():
+            profile = state.pod.labels.get(self._profile_label, "0")
+            key = (state.state.value, profile)
+            counts[key] = counts.get(key, 0) + 1
+        for pod_state in ExecutorState:  # every state, so a dashboard sees zeros too
+            counts.setdefault((pod_state.value, "0"), 0)
+        for (state_name, profile), count in sorted(counts.items()):
+            executors.add_metric((state_name, profile), count)
+        yield executors
+        yield GaugeMetricFamily(
+            "execpods_target_executors", "The target the driver set.", value=self._target()
+        )
+
+
+class SidecarMetrics(Listener):
+    """The sidecar's metrics: a listener on its observers plus a scrape-time collector."""
+
+    def __init__(
+        self,
+        *,
+        snapshot: Callable[[], ExecutorPodsSnapshot],
+        labels: ExecutorLabels,
+        target: Callable[[], int],
+    ) -> None:
+        self.snapshot = snapshot
+        self.labels = labels
+        self.target = target
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        registry.register(_ExecutorsCollector(self))
+        self.created = Counter(
+            "execpods_pods_created", "Executor pods the API accepted.", registry=registry
+        )
+        self.deleted = Counter(
+            "execpods_pods_deleted", "Executor pods the API said it deleted.", registry=registry
+        )
+        self.refused = Counter(
+            "execpods_pods_refused",
+            "Executor pod creates the API refused, by error.",
+            ("reason",),
+            registry=registry,
+        )
+        self.api_calls = Counter(
+            "execpods_api_calls",
+            "Kubernetes API calls by verb and outcome (success or the error's type).",
+            ("verb", "outcome"),
+            registry=registry,
+        )
+        self.api_latency = Histogram(
+            "execpods_api_call_duration_seconds",
+            "Latency of Kubernetes API calls (a watch: until its response headers).",
+            ("verb",),
+            buckets=_FAST,
+            registry=registry,
+        )
+        self.rounds = Histogram(
+            "execpods_round_duration_seconds",
+            "Duration of reconciler rounds (the count is the number of rounds).",
+            ("reconciler",),
+            buckets=_FAST,
+            registry=registry,
+        )
+        self.subscribers = Gauge(
+            "execpods_stream_subscribers", "Open StreamSnapshots calls.", registry=registry
+        )
+        self.stream_lag = Histogram(
+            "execpods_stream_lag_seconds",
+            "From a stream receiving snapshots from the store to sending them.",
+            buckets=_FAST,
+            registry=registry,
+        )
+        self.target_reached = Histogram(
+            "execpods_target_reached_seconds",
+            "From a target change to that many executors running.",
+            buckets=_SLOW,
+            registry=registry,
+        )
+        self.target_changes = Counter(
+            "execpods_target_changes", "Changes of the target.", registry=registry
+        )
+        self._lock = threading.Lock()
+        self._pending_target: tuple[int, float] | None = None
+        self._last_reached: int | None = None
+
+    # -- observer callbacks ------------------------------------------------------------------
+
+    def api_call(self, call: ApiCall) -> None:
+        self.api_calls.labels(call.verb, call.outcome).inc()
+        self.api_latency.labels(call.verb).observe(call.seconds)
+
+    def pods_created(self, count: int) -> None:
+        self.created.inc(count)
+
+    def pods_deleted(self, count: int) -> None:
+        self.deleted.inc(count)
+
+    def pod_refused(self, reason: str) -> None:
+        self.refused.labels(reason).inc()
+
+    def round_finished(self, kind: str, seconds: float) -> None:
+        self.rounds.labels(kind).observe(seconds)
+
+    def stream_opened(self) -> None:
+        self.subscribers.inc()
+
+    def stream_closed(self) -> None:
+        self.subscribers.dec()
+
+    def stream_sent(self, lag: float) -> None:
+        self.stream_lag.observe(lag)
+
+    def target_set(self, total: int) -> None:
+        """A new total starts the clock; the same total asked again keeps it running."""
+        with self._lock:
+            pending = self._pending_target
+            if pending is not None and pending[0] == total:
+                return
+            if pending is None and self._last_reached == total:
+                return
+            self._pending_target = (total, time.monotonic())
+        self.target_changes.inc()
+
+    def on_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """A store subscriber, used as a ticker: is the pending target running now?"""
+        with self._lock:
+            pending = self._pending_target
+        if pending is None:
+            return
+        total, since = pending
+        latest = snapshots[-1] if snapshots else self.snapshot()
+        if latest.count(ExecutorState.RUNNING) != total:
+            return
+        with self._lock:
+            if self._pending_target == pending:
+                self._pending_target = None
+                self._last_reached = total
+                self.target_reached.observe(time.monotonic() - since)
+
+
+class MetricsServer:
+    """The HTTP endpoint: `start()` binds and reads the port back, `stop()` closes it."""
+
+    def __init__(self, settings: MetricsSettings, registry: CollectorRegistry) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.address = ""
+
+    def start(self) -> str:
+        try:
+            server, thread = start_http_server(
+                self._settings.port, addr=self._settings.host, registry=self._registry
+            )
+        except OSError as error:
+            raise OSError(
+                f"cannot serve metrics on {self._settings.host}:{self._settings.port} "
+                f"(execpods.sidecar.metrics.host/port): {error.strerror or error}"
+            ) from error
+        self._server, self._thread = server, thread
+        host = self._settings.host
+        shown = f"[{host}]" if ":" in host else host
+        self.address = f"{shown}:{server.server_port}"
+        logger.info("Serving Prometheus metrics on http://%s/metrics.", self.address)
+        return self.address
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(5)

@@ -1,0 +1,111 @@
+"""What a platform team runs beside the allocator service: health, metrics, a probe port.
+
+`OpsPlane` is started by the server once the backend runs and stopped first at shutdown. It owns
+
+- the health statuses (`""` and the allocator's service): SERVING only while the server is up
+  *and* the cluster is reachable (`health.ClusterHealth`);
+- the optional plaintext health-only port (`execpods.sidecar.health.listen`);
+- the optional Prometheus endpoint (`execpods.sidecar.metrics.*`) and the metrics' store
+  subscriber.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+from execpods.core import Subscription
+from execpods.sidecar.health import ClusterHealth, HealthStatus
+from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
+from execpods.sidecar.wiring import Runtime
+from grpc_health.v1 import health_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+TARGET_TICK = 0.1
+"""Seconds between checks whether a pending target runs (the resolution of that metric)."""
+
+
+class OpsPlane:
+    """Health, the health port and metrics of one sidecar."""
+
+    def __init__(self, runtime: Runtime, health_servicer: Any, names: tuple[str, ...]) -> None:
+        self._runtime = runtime
+        self._health_servicer = health_servicer
+        self.status = HealthStatus(health_servicer, names)
+        settings = runtime.settings
+        self.cluster = ClusterHealth(
+            probe=runtime.probe,
+            interval=settings.health.check_interval,
+            on_change=self.status.set_reachable,
+        )
+        self.metrics: SidecarMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
+        if settings.metrics.enabled:
+            backend = runtime.backend
+            self.metrics = SidecarMetrics(
+                snapshot=lambda: backend.current_snapshot,
+                labels=settings.core.labels,
+                target=lambda: backend.counts().total,
+            )
+            self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
+        self._health_server: Any = None
+        self.health_address = ""
+        self._task: asyncio.Task[None] | None = None
+        self._subscription: Subscription | None = None
+
+    @property
+    def metrics_address(self) -> str:
+        """host:port of the Prometheus endpoint ("" when metrics are off)."""
+        return "" if self._metrics_server is None else self._metrics_server.address
+
+    async def start(self) -> None:
+        """Start the endpoints (before the backend, so a bad port fails before any pod)."""
+        self.status.bind(asyncio.get_running_loop())
+        if self._metrics_server is not None and self.metrics is not None:
+            self._metrics_server.start()
+            self._runtime.observers.add(self.metrics)
+        listen = self._runtime.settings.health.listen
+        if listen:
+            server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self._health_servicer, server)
+            try:
+                port = server.add_insecure_port(listen)
+            except RuntimeError as error:
+                raise OSError(
+                    f"cannot listen on {listen} (execpods.sidecar.health.listen): {error}"
+                ) from error
+            await server.start()
+            self._health_server = server
+            self.health_address = (
+                listen if listen.startswith("unix:") else f"{listen.rsplit(':', 1)[0]}:{port}"
+            )
+            logger.info("Serving health only on %s.", self.health_address)
+
+    async def running(self) -> None:
+        """The backend runs: follow the cluster and report SERVING while it is reachable."""
+        self._runtime.observers.add(self.cluster)
+        if self.metrics is not None:
+            self._subscription = self._runtime.backend.subscribe(
+                TARGET_TICK, self.metrics.on_snapshots
+            )
+        self._task = asyncio.get_running_loop().create_task(self.cluster.run())
+        await self.status.set_serving(True)
+
+    async def stop(self) -> None:
+        """NOT_SERVING from now on; close the endpoints."""
+        await self.status.set_serving(False)
+        self._runtime.observers.remove(self.cluster)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._subscription is not None:
+            self._subscription.cancel()
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+        if self._metrics_server is not None:
+            await asyncio.to_thread(self._metrics_server.stop)

@@ -1,0 +1,121 @@
+"""Does the service account hold every permission on pods the sidecar uses? Asked at start-up.
+
+Without this, a Role missing `deletecollection` would show only when the driver first kills an
+executor, and one missing `watch` as a warning inside the watch loop's back-off. The check asks
+the API server with the real calls, each made so that it cannot change anything, and relies on
+the order in which a Kubernetes API server handles a request: authorization first, so a 403 means
+the verb is not granted, while any later answer (404, 422, 200) means it is:
+
+| verb | probe |
+| --- | --- |
+| list | list this application's executor pods, `limit=1` |
+| watch | a watch on the same selection, closed as soon as its headers arrive |
+| get, patch, delete | a pod name that cannot exist (the answer is 404), dry run for the writes |
+| create | a server-side dry run (`dryRun=All`) of a pod with no containers (invalid: 422) |
+| deletecollection | dry run, with a selector that matches no pod |
+
+A server that ignores `dryRun` still changes nothing: the names and the selector match no pod and
+the pod to create is invalid. Every verb is probed before the answer: the error names each missing
+verb and the resource, so one fix to the Role covers all. An unreachable API server does not stop
+the start (the watch and health deal with it); only a refusal does.
+
+`cluster_probe` is the cheap call health uses to see whether the cluster answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+
+from execpods.core import (
+    ApiThrottled,
+    ApiUnavailable,
+    ExecpodsError,
+    PodAdmissionRejected,
+    PodForbidden,
+    PodOperationError,
+)
+from execpods.k8s import ApiGateway
+
+logger = logging.getLogger(__name__)
+
+VERBS = ("get", "list", "watch", "create", "patch", "delete", "deletecollection")
+PROBE_LABEL = "execpods.io/permission-probe"
+
+
+class MissingPermissions(ExecpodsError):
+    """The service account may not use some verbs on pods; the message names them."""
+
+    def __init__(self, namespace: str, missing: dict[str, str]) -> None:
+        verbs = ", ".join(missing)
+        details = "; ".join(f"{verb}: {message}" for verb, message in missing.items())
+        super().__init__(
+            f"the Kubernetes API refused {verbs} on resource pods in namespace {namespace!r}: "
+            f"grant the sidecar's service account these verbs on pods (see deploy/rbac.yaml). "
+            f"The API said: {details}"
+        )
+        self.namespace = namespace
+        self.missing = tuple(missing)
+
+
+def _probe_calls(gateway: ApiGateway, selector: str) -> dict[str, Callable[[], object]]:
+    absent = f"execpods-permission-probe-{secrets.token_hex(4)}"
+    nothing = f"{selector},{PROBE_LABEL}={secrets.token_hex(4)}" if selector else PROBE_LABEL
+
+    def watch() -> None:
+        response = gateway.watch_pods(
+            selector, resource_version=None, timeout_seconds=1, read_timeout=5.0
+        )
+        response.close()  # authorized: the stream started; nothing of it is wanted
+        response.release_conn()
+
+    invalid = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": absent}}
+    invalid["spec"] = {"containers": []}
+    return {
+        "get": lambda: gateway.read_pod(absent),
+        "list": lambda: gateway.list_pods_raw(selector, limit=1),
+        "watch": watch,
+        "create": lambda: gateway.create_pod(absent, invalid, dry_run=True),
+        "patch": lambda: gateway.patch_pod(
+            absent, {"metadata": {"labels": {PROBE_LABEL: "x"}}}, what="probe", dry_run=True
+        ),
+        "delete": lambda: gateway.delete_pod(absent, dry_run=True),
+        "deletecollection": lambda: gateway.delete_pods(nothing, dry_run=True),
+    }
+
+
+def check_pod_permissions(gateway: ApiGateway, *, selector: str) -> None:
+    """Raise `MissingPermissions` naming every verb on pods the API refuses."""
+    missing: dict[str, str] = {}
+    for verb, call in _probe_calls(gateway, selector).items():
+        try:
+            call()
+        except PodAdmissionRejected:
+            continue  # authorized; an admission policy objected to the probe pod itself
+        except PodForbidden as error:
+            missing[verb] = str(error)
+        except (ApiUnavailable, ApiThrottled) as error:
+            logger.warning(
+                "Could not check the %s permission on pods (%s); going on: the API's answers "
+                "will tell.",
+                verb,
+                error,
+            )
+            return
+        except PodOperationError:
+            continue  # any answer after authorization (404, 422, 409...) means it is granted
+    if missing:
+        raise MissingPermissions(gateway.namespace, missing)
+    logger.info(
+        "The service account may %s pods in namespace %s.", ", ".join(VERBS), gateway.namespace
+    )
+
+
+def cluster_probe(gateway: ApiGateway, *, selector: str) -> Callable[[], None]:
+    """A call that reaches the API server and costs it little (a list of at most one pod)."""
+
+    def probe() -> None:
+        gateway.list_pods_raw(selector, limit=1)
+
+    return probe
