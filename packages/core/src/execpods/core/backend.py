@@ -216,7 +216,6 @@ class ExecutorPodsBackend:
         self._sources = tuple(sources)
         self._close = close
         self._fanout = fanout
-        self._counted: tuple[ExecutorPodsSnapshot, ExecutorCounts] | None = None
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._started = False
         self._killer = GracefulKiller(
@@ -404,14 +403,9 @@ class ExecutorPodsBackend:
         return self._store.current_snapshot
 
     def counts(self) -> AllocationCounts:
-        # Counting walks every executor; a driver may ask hundreds of times a second while the
-        # snapshot changes far less often, so the counts of the latest snapshot are kept.
-        snapshot = self._store.current_snapshot
-        counted = self._counted
-        if counted is None or counted[0] is not snapshot:
-            counted = (snapshot, ExecutorCounts.of(snapshot))
-            self._counted = counted  # one assignment: safe to race, the result is the same
-        counts = counted[1]
+        # O(1): the snapshot keeps its counts per state (a driver may ask hundreds of times a
+        # second).
+        counts = ExecutorCounts.of(self._store.current_snapshot)
         return AllocationCounts(
             total=self._allocator.total_expected_executors,
             running=counts.running,

@@ -10,6 +10,9 @@ Each snapshot also records which executors differ from the snapshot it was deriv
 (`changed_ids`, with `parent_serial` naming that parent). That is bookkeeping, not identity: it is
 left out of equality. It lets a consumer that already holds the parent work on what changed
 instead of re-walking every executor (the lifecycle manager and the sidecar's delta stream do).
+It also keeps how many executors are in each state (`count`), adjusted by each update: a driver
+may ask for the counts hundreds of times a second, and a walk of 10,000 executors per changed
+snapshot was a large share of the sidecar's time under load.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ class ExecutorPodsSnapshot:
     serial: int = field(default_factory=_next_serial, compare=False, repr=False)
     parent_serial: int | None = field(default=None, compare=False, repr=False)
     changed_ids: frozenset[int] | None = field(default=None, compare=False, repr=False)
+    state_counts: Mapping[ExecutorState, int] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Executors per state (states with none may be missing); counted here when not given."""
+
+    def __post_init__(self) -> None:
+        if self.executor_pods and not self.state_counts:
+            counts: dict[ExecutorState, int] = {}
+            for observed in self.executor_pods.values():
+                counts[observed.state] = counts.get(observed.state, 0) + 1
+            object.__setattr__(self, "state_counts", counts)
 
     @classmethod
     def from_pods(
@@ -78,8 +92,15 @@ class ExecutorPodsSnapshot:
         executor_id = self.labels.executor_id_of(pod.name, pod.labels)
         if executor_id is None:
             return self
+        observed = self.classifier.classify(pod)
+        counts = dict(self.state_counts)
+        counts[observed.state] = counts.get(observed.state, 0) + 1
+        replaced = self.executor_pods.get(executor_id)
+        if replaced is not None:
+            counts[replaced.state] -= 1
         return ExecutorPodsSnapshot(
-            executor_pods=self.executor_pods.set(executor_id, self.classifier.classify(pod)),
+            executor_pods=self.executor_pods.set(executor_id, observed),
+            state_counts=counts,
             full_snapshot_ts=self.full_snapshot_ts,
             labels=self.labels,
             classifier=self.classifier,
@@ -112,8 +133,8 @@ class ExecutorPodsSnapshot:
         return self.executor_pods.items()
 
     def count(self, state: ExecutorState) -> int:
-        """How many executors are in `state` (a walk: O(n))."""
-        return sum(1 for s in self.executor_pods.values() if s.state is state)
+        """How many executors are in `state` (kept up to date by each update: O(1))."""
+        return self.state_counts.get(state, 0)
 
     def as_dict(self) -> Mapping[int, ObservedPod]:
         """A plain dict copy, handy in assertions."""

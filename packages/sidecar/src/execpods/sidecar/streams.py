@@ -20,7 +20,10 @@ as serialized bytes by (snapshot, previous snapshot), in one `EncodingCache` for
 stream on the same delta chain, and every stream that needs the same snapshot in full (a new
 stream, one that fell behind), shares one encoding, and a stream's message is those bytes followed
 by its own few serialized fields. Serializing a ~1 MB full snapshot once per stream on the event
-loop is what made 100 streams of 10,000 executors slow every other call.
+loop is what made 100 streams of 10,000 executors slow every other call. Streams that open in a
+burst each need a different snapshot in full (the store moves on between them), so a full
+encoding also reuses the serialized entry of every executor whose state object is the one the
+previous full encoding saw: a full snapshot costs what changed since, plus a join.
 
 Removals reach a feed numbered (`execpods.sidecar.resume.RemovalLog`), in order, and every message
 carries the stream's position after it (`StreamCursor`): the incarnation of this sidecar process
@@ -159,8 +162,12 @@ class EncodedSnapshot:
 
     @classmethod
     def of(cls, message: pb.ExecutorPodsSnapshot) -> EncodedSnapshot:
-        payload = message.SerializeToString()
-        return cls(full=message.full, frame=_SNAPSHOTS_TAG + _varint(len(payload)) + payload)
+        return cls.of_payload(full=message.full, payload=message.SerializeToString())
+
+    @classmethod
+    def of_payload(cls, *, full: bool, payload: bytes) -> EncodedSnapshot:
+        """From a serialized `pb.ExecutorPodsSnapshot`."""
+        return cls(full=full, frame=_SNAPSHOTS_TAG + _varint(len(payload)) + payload)
 
     def decode(self) -> pb.ExecutorPodsSnapshot:
         """The message again (for tests and tools: streams send `frame`)."""
@@ -174,6 +181,11 @@ class EncodingCache:
     `misses` counts those encodings. The newest entries are kept up to `max_bytes` in all (full
     snapshots of 10,000 executors are about a megabyte each) and `capacity` in number. Used only
     from the event loop's thread, so it needs no lock.
+
+    It also keeps, for the latest full encoding, each executor's serialized map entry with the
+    state object it was made from (`entries`; `entry_misses` counts the entries serialized): the
+    core's snapshots share unchanged executors' state objects, so the next full encoding
+    serializes only the executors that changed and joins the rest.
     """
 
     def __init__(self, capacity: int = 4096, *, max_bytes: int = 32 << 20) -> None:
@@ -181,8 +193,10 @@ class EncodingCache:
         self._max_bytes = max_bytes
         self._bytes = 0
         self._entries: OrderedDict[tuple[int, int | None], EncodedSnapshot] = OrderedDict()
+        self._entries_by_id: dict[int, tuple[ObservedPod, bytes]] = {}
         self.hits = 0
         self.misses = 0
+        self.entry_misses = 0
 
     @property
     def bytes_held(self) -> int:
@@ -202,10 +216,10 @@ class EncodingCache:
             self.hits += 1
             return found
         self.misses += 1
-        encoded = EncodedSnapshot.of(
-            _encode_full(snapshot)
+        encoded = (
+            self._encode_full(snapshot)
             if parent is None or changed is None
-            else _encode_delta(snapshot, parent, changed)
+            else EncodedSnapshot.of(_encode_delta(snapshot, parent, changed))
         )
         self._entries[key] = encoded
         self._bytes += len(encoded.frame)
@@ -215,6 +229,29 @@ class EncodingCache:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= len(evicted.frame)
         return encoded
+
+    @property
+    def entries(self) -> int:
+        """How many executors' serialized entries are kept (those of the latest full encoding)."""
+        return len(self._entries_by_id)
+
+    def _encode_full(self, snapshot: ExecutorPodsSnapshot) -> EncodedSnapshot:
+        # The map's entries (field 1), then the other fields, as protobuf writes them.
+        parts: list[bytes] = []
+        known = self._entries_by_id
+        kept: dict[int, tuple[ObservedPod, bytes]] = {}
+        for executor_id, state in snapshot.executor_pods.items():
+            entry = known.get(executor_id)
+            if entry is None or entry[0] is not state:
+                if not _encodable(executor_id):
+                    continue
+                self.entry_misses += 1
+                entry = (state, _encode_entry(executor_id, state))
+            kept[executor_id] = entry
+            parts.append(entry[1])
+        self._entries_by_id = kept  # executors gone since are forgotten
+        parts.append(_new_message(snapshot, full=True).SerializeToString())
+        return EncodedSnapshot.of_payload(full=True, payload=b"".join(parts))
 
 
 def _new_message(snapshot: ExecutorPodsSnapshot, *, full: bool) -> pb.ExecutorPodsSnapshot:
@@ -236,13 +273,12 @@ def _encodable(executor_id: int) -> bool:
     return False
 
 
-def _encode_full(snapshot: ExecutorPodsSnapshot) -> pb.ExecutorPodsSnapshot:
-    message = _new_message(snapshot, full=True)
-    target = message.executor_pods
-    for executor_id, state in snapshot.executor_pods.items():
-        if _encodable(executor_id):
-            _fill(target[executor_id], _visible(state))
-    return message
+def _encode_entry(executor_id: int, state: ObservedPod) -> bytes:
+    """One executor as a serialized `ExecutorPodsSnapshot` holding only it: its map entry,
+    tag included, which is what a full snapshot's payload is made of."""
+    message = pb.ExecutorPodsSnapshot()
+    _fill(message.executor_pods[executor_id], _visible(state))
+    return message.SerializeToString()
 
 
 def _encode_delta(
