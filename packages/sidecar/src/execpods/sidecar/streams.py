@@ -179,8 +179,11 @@ class EncodingCache:
 
     Each snapshot is built and serialized once per (serial, parent) however many streams send it;
     `misses` counts those encodings. The newest entries are kept up to `max_bytes` in all (full
-    snapshots of 10,000 executors are about a megabyte each) and `capacity` in number. Used only
-    from the event loop's thread, so it needs no lock.
+    snapshots of 10,000 executors are about a megabyte each) and `capacity` in number. Streams
+    share an encoding within moments of each other (they are on the same delta chain, or a full
+    list reaches all of them at once), so 8 MiB is plenty; a larger budget only held old full
+    snapshots (32 MiB of them at 10,000 executors, which the load's resident memory showed). Used
+    only from the event loop's thread, so it needs no lock.
 
     It also keeps, for the latest full encoding, each executor's serialized map entry with the
     state object it was made from (`entries`; `entry_misses` counts the entries serialized): the
@@ -188,7 +191,7 @@ class EncodingCache:
     serializes only the executors that changed and joins the rest.
     """
 
-    def __init__(self, capacity: int = 4096, *, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, capacity: int = 4096, *, max_bytes: int = 8 << 20) -> None:
         self._capacity = capacity
         self._max_bytes = max_bytes
         self._bytes = 0
