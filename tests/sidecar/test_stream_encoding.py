@@ -88,7 +88,7 @@ def test_streams_rebuild_the_chain_and_deltas_carry_only_changes(
         rebuilder = SnapshotRebuilder()
         for index, snapshot in enumerate(subscribed):
             before = rebuilder.current
-            wire = encoder.encode(snapshot)
+            wire = encoder.encode(snapshot).decode()
             rebuilt = rebuilder.apply_snapshot(wire)
             expected = {i: executor_from_proto(encode_state(s)) for i, s in snapshot.items()}
             assert rebuilt.executors == expected

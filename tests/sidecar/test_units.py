@@ -40,7 +40,7 @@ def test_first_and_listed_snapshots_are_full_others_carry_only_changes() -> None
     first, second, third = _chain()
     relisted = ExecutorPodsSnapshot.from_pods([running_executor(1), running_executor(2)])
     encoder = SnapshotEncoder(EncodingCache())
-    messages = [encoder.encode(s) for s in (first, second, third, relisted)]
+    messages = [encoder.encode(s).decode() for s in (first, second, third, relisted)]
     assert [m.full for m in messages] == [True, False, False, True]
     assert sorted(messages[0].executor_pods) == [1, 2]
     assert list(messages[1].executor_pods) == [1]
@@ -76,7 +76,10 @@ def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
     encoder = SnapshotEncoder(EncodingCache())
     pending = Pending(snapshots=[first, second], removals=[_numbered(4, 9)])
     cursor = StreamCursor(Position(incarnation="i", sequence=3))
-    head, rest = build_response(encoder, pending, first=True, cursor=cursor)
+    head, rest = (
+        pb.StreamSnapshotsResponse.FromString(b)
+        for b in build_response(encoder, pending, first=True, cursor=cursor)
+    )
     assert (head.position.incarnation, head.position.sequence) == ("i", 3)
     assert (rest.position.incarnation, rest.position.sequence) == ("i", 4)
     assert len(head.snapshots) == 1
@@ -84,6 +87,50 @@ def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
     assert not head.removed_executors
     assert [s.full for s in rest.snapshots] == [False]
     assert [r.executor_id for r in rest.removed_executors] == [9]
+
+
+def test_streams_send_one_shared_encoding_as_protobuf_would_serialize_it() -> None:
+    """Issue 12 (load): a snapshot is serialized once for all streams, the first message's full
+    snapshot included, and each stream's message is those very bytes plus its own fields."""
+    first, second, third = _chain()
+    cache = EncodingCache()
+    streams = [
+        (SnapshotEncoder(cache), StreamCursor(Position(incarnation="i", sequence=n)))
+        for n in range(5)
+    ]
+    sent: list[list[bytes]] = []
+    for encoder, cursor in streams:
+        pending = Pending(snapshots=[first, second], removals=[_numbered(7, 9, first.serial)])
+        messages = build_response(encoder, pending, first=True, cursor=cursor)
+        messages += build_response(encoder, Pending(snapshots=[third]), first=False, cursor=cursor)
+        sent.append(messages)
+    assert (cache.misses, cache.hits) == (3, 12)  # full first, two deltas: once each
+    frames = [s.frame for s in (cache.get(first, None), cache.get(second, first))]
+    frames.append(cache.get(third, second).frame)
+    for number, messages in enumerate(sent):
+        decoded = [pb.StreamSnapshotsResponse.FromString(m) for m in messages]
+        for message, wire in zip(decoded, messages, strict=True):
+            assert message.SerializeToString() == wire  # the contract's bytes, unchanged
+        for message, wire, frame in zip(decoded, messages, frames, strict=True):
+            assert len(message.snapshots) == 1
+            assert wire.startswith(frame)
+        assert [m.position.sequence for m in decoded] == [number, 7, 7]
+        assert [r.executor_id for r in decoded[1].removed_executors] == [9]
+        assert [m.snapshots[0].full for m in decoded] == [True, False, False]
+
+
+def test_the_encoding_cache_keeps_at_most_its_byte_budget() -> None:
+    cache = EncodingCache(max_bytes=1000)
+    pods = [running_executor(i) for i in range(1, 11)]
+    one = len(cache.get(ExecutorPodsSnapshot.from_pods(pods), None).frame)
+    assert 100 < one < 1000
+    for _ in range(20):
+        cache.get(ExecutorPodsSnapshot.from_pods(pods), None)
+        assert cache.bytes_held <= 1000
+    assert cache.bytes_held > 1000 - one  # it keeps what fits, not nothing
+    huge = EncodingCache(max_bytes=10)
+    encoded = huge.get(ExecutorPodsSnapshot.from_pods(pods), None)
+    assert huge.bytes_held == len(encoded.frame)  # the newest entry stays, for the next stream
 
 
 def test_a_feed_that_falls_behind_keeps_the_latest_snapshots() -> None:

@@ -24,10 +24,9 @@ import grpc
 from execpods.core import ShutdownReport
 from execpods.sidecar import security
 from execpods.sidecar.ops import OpsPlane
-from execpods.sidecar.service import AllocatorService
+from execpods.sidecar.service import AllocatorService, add_to_server
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
-from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -50,7 +49,7 @@ class SidecarServer:
             interceptors=security.interceptors(runtime.settings.security),
         )
         self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
-        pb_grpc.add_ExecutorAllocatorServicer_to_server(self.service, self._server)
+        add_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import grpc
 from execpods.core import (
@@ -39,6 +40,7 @@ from execpods.sidecar.streams import (
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
+from google.protobuf.message import Message
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +192,13 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         )
         return pb.UpdateDriverExecutorsResponse(known=known)
 
-    async def StreamSnapshots(  # noqa: N802 (the contract's names)
+    async def StreamSnapshots(  # type: ignore[override]  # noqa: N802 (the contract's names)
         self,
         request: pb.StreamSnapshotsRequest,
         context: Context[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse],
-    ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Serialized `StreamSnapshotsResponse`s (see `add_to_server`): the snapshots in them are
+        encoded once for all streams."""
         longest_ms = round(self._runtime.settings.sidecar.stream_max_batch_interval * 1000)
         if not 0 <= request.batch_interval_ms <= longest_ms:
             await context.abort(
@@ -258,9 +262,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
 
-    async def _messages(
-        self, feed: StreamFeed, opened: Opened
-    ) -> AsyncIterator[pb.StreamSnapshotsResponse]:
+    async def _messages(self, feed: StreamFeed, opened: Opened) -> AsyncIterator[bytes]:
         # The feed holds removals back until its first snapshot, so the first message that
         # carries anything carries the current snapshot.
         encoder = SnapshotEncoder(self._cache)
@@ -275,6 +277,37 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 first = False
             if feed.closed:
                 return
+
+
+def _serialize(response: bytes | Message) -> bytes:
+    """A response serializer that passes bytes through (StreamSnapshots' pre-serialized
+    messages) and serializes messages."""
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def add_to_server(service: AllocatorService, server: grpc.aio.Server) -> None:
+    """Serve `service` on `server`: the generated registration's handlers, built from the
+    contract's descriptor, with a response serializer that sends StreamSnapshots' bytes as they
+    are (the generated one would need a message, i.e. a per-stream copy and serialization)."""
+    descriptor = pb.DESCRIPTOR.services_by_name["ExecutorAllocator"]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in descriptor.methods:
+        if method.client_streaming:
+            raise TypeError(f"{method.full_name}: the contract has no client-streaming calls")
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(service, method.name),
+            request_deserializer=getattr(pb, method.input_type.name).FromString,
+            response_serializer=_serialize,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(descriptor.full_name, handlers)
 
 
 def _resumed(opened: Opened, resume_from: Position | None) -> str:

@@ -16,7 +16,11 @@ what the stream sent (the contract allows a full snapshot at any point).
 every snapshot made from a full list go whole (`full = true`); any other carries only the
 executors that changed since the stream's previous snapshot (`ExecutorPodsSnapshot.changes_since`).
 The stream therefore costs what changed, not executors x snapshots. Encoded snapshots are cached
-by (snapshot, previous snapshot): every stream on the same delta chain shares one encoding.
+as serialized bytes by (snapshot, previous snapshot), in one `EncodingCache` for all streams: every
+stream on the same delta chain, and every stream that needs the same snapshot in full (a new
+stream, one that fell behind), shares one encoding, and a stream's message is those bytes followed
+by its own few serialized fields. Serializing a ~1 MB full snapshot once per stream on the event
+loop is what made 100 streams of 10,000 executors slow every other call.
 
 Removals reach a feed numbered (`execpods.sidecar.resume.RemovalLog`), in order, and every message
 carries the stream's position after it (`StreamCursor`): the incarnation of this sidecar process
@@ -127,21 +131,67 @@ def encode_removal(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
     )
 
 
+_SNAPSHOTS_TAG = b"\x0a"
+"""`StreamSnapshotsResponse.snapshots` (field 1, length-delimited) as it opens each entry."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncodedSnapshot:
+    """One snapshot serialized once, framed as an entry of `StreamSnapshotsResponse.snapshots`.
+
+    A response is its snapshots' frames followed by the serialized rest of the message (fields
+    2 and up), which is byte for byte what protobuf writes for the whole message, since it writes
+    fields in number order: so every stream sends the shared bytes and serializes only its own
+    small part (removals, notices, position).
+    """
+
+    full: bool
+    frame: bytes
+
+    @classmethod
+    def of(cls, message: pb.ExecutorPodsSnapshot) -> EncodedSnapshot:
+        payload = message.SerializeToString()
+        return cls(full=message.full, frame=_SNAPSHOTS_TAG + _varint(len(payload)) + payload)
+
+    def decode(self) -> pb.ExecutorPodsSnapshot:
+        """The message again (for tests and tools: streams send `frame`)."""
+        return pb.StreamSnapshotsResponse.FromString(self.frame).snapshots[0]
+
+
 class EncodingCache:
     """Encoded snapshots by (serial, previous serial or None for full): shared by all streams.
 
-    Used only from the event loop's thread, so it needs no lock.
+    Each snapshot is built and serialized once per (serial, parent) however many streams send it;
+    `misses` counts those encodings. The newest entries are kept up to `max_bytes` in all (full
+    snapshots of 10,000 executors are about a megabyte each) and `capacity` in number. Used only
+    from the event loop's thread, so it needs no lock.
     """
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, *, max_bytes: int = 32 << 20) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[tuple[int, int | None], pb.ExecutorPodsSnapshot] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[int, int | None], EncodedSnapshot] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
+    @property
+    def bytes_held(self) -> int:
+        """The encoded bytes the cache keeps (at most `max_bytes`, or its one newest entry)."""
+        return self._bytes
+
     def get(
         self, snapshot: ExecutorPodsSnapshot, previous: ExecutorPodsSnapshot | None
-    ) -> pb.ExecutorPodsSnapshot:
+    ) -> EncodedSnapshot:
         """`snapshot` as a delta against `previous` when it derives from it, else in full."""
         changed = snapshot.changes_since(previous)
         parent = None if changed is None else previous  # changes_since is None without one
@@ -152,14 +202,18 @@ class EncodingCache:
             self.hits += 1
             return found
         self.misses += 1
-        encoded = (
+        encoded = EncodedSnapshot.of(
             _encode_full(snapshot)
             if parent is None or changed is None
             else _encode_delta(snapshot, parent, changed)
         )
         self._entries[key] = encoded
-        if len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+        self._bytes += len(encoded.frame)
+        while len(self._entries) > 1 and (
+            len(self._entries) > self._capacity or self._bytes > self._max_bytes
+        ):
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= len(evicted.frame)
         return encoded
 
 
@@ -229,7 +283,7 @@ class SnapshotEncoder:
         """Send the next snapshot in full (after snapshots were dropped)."""
         self._previous = None
 
-    def encode(self, snapshot: ExecutorPodsSnapshot) -> pb.ExecutorPodsSnapshot:
+    def encode(self, snapshot: ExecutorPodsSnapshot) -> EncodedSnapshot:
         encoded = self._cache.get(snapshot, self._previous)
         self._previous = snapshot
         return encoded
@@ -379,14 +433,22 @@ class StreamCursor:
         return message
 
 
+def _frame(snapshots: Sequence[EncodedSnapshot], rest: pb.StreamSnapshotsResponse) -> bytes:
+    """A serialized `StreamSnapshotsResponse`: the shared snapshot frames, then this stream's
+    own fields (`rest` has no snapshots)."""
+    return b"".join([*(s.frame for s in snapshots), rest.SerializeToString()])
+
+
 def build_response(
     encoder: SnapshotEncoder, pending: Pending, *, first: bool, cursor: StreamCursor
-) -> list[pb.StreamSnapshotsResponse]:
-    """The messages for what is pending: one, or two when the first message must stand alone.
+) -> list[bytes]:
+    """The serialized messages for what is pending: one, or two when the first message must stand
+    alone.
 
     The first message of a stream holds exactly one snapshot, the current one, in full; when later
     snapshots arrived with it, they and the removals go into a second message. Each message
-    carries the stream's position after it.
+    carries the stream's position after it. The snapshots are the cache's shared bytes: a stream
+    serializes only its removals, notices, failure and position.
     """
     snapshots = pending.snapshots
     removed = [encode_removal(r.removal) for r in pending.removals]
@@ -398,18 +460,17 @@ def build_response(
         encoder.reset()
     failure = pending.application_failure
     if first and len(snapshots) > 1:
-        head = pb.StreamSnapshotsResponse(snapshots=[encoder.encode(snapshots[0])])
+        head = cursor.stamp(pb.StreamSnapshotsResponse(), ())
         rest = pb.StreamSnapshotsResponse(
-            snapshots=[encoder.encode(s) for s in snapshots[1:]],
-            removed_executors=removed,
-            application_failure=failure,
-            allocator_notices=notices,
+            removed_executors=removed, application_failure=failure, allocator_notices=notices
         )
-        return [cursor.stamp(head, ()), cursor.stamp(rest, pending.removals)]
+        return [
+            _frame([encoder.encode(snapshots[0])], head),
+            _frame(
+                [encoder.encode(s) for s in snapshots[1:]], cursor.stamp(rest, pending.removals)
+            ),
+        ]
     message = pb.StreamSnapshotsResponse(
-        snapshots=[encoder.encode(s) for s in snapshots],
-        removed_executors=removed,
-        application_failure=failure,
-        allocator_notices=notices,
+        removed_executors=removed, application_failure=failure, allocator_notices=notices
     )
-    return [cursor.stamp(message, pending.removals)]
+    return [_frame([encoder.encode(s) for s in snapshots], cursor.stamp(message, pending.removals))]
