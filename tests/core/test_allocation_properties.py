@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from datetime import UTC, datetime
 from functools import partial
 
 from execpods.core import (
     CoreSettings,
-    ExecutorPod,
     PodAdmissionRejected,
     ResourceProfile,
     ResourceProfiles,
@@ -29,6 +27,7 @@ from execpods.core.testing import TEST_APP_ID
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from .allocator_support import pod
 from .conftest import AllocatorRig, make_allocator_rig
 
 START = 1_767_225_600.0
@@ -51,17 +50,6 @@ STEP = st.one_of(
     ROUND,
     ROUND,
 )
-
-
-def _pod(rig: AllocatorRig, executor_id: int, phase: str, rp: int) -> ExecutorPod:
-    labels = SPARK_LABELS.for_executor(TEST_APP_ID, executor_id)
-    labels[SPARK_LABELS.resource_profile_id] = str(rp)
-    return ExecutorPod(
-        name=f"{TEST_APP_ID}-exec-{executor_id}",
-        labels=labels,
-        phase=phase,
-        creation_timestamp=datetime.fromtimestamp(rig.clock.time(), UTC),
-    )
 
 
 class Cluster:
@@ -87,7 +75,7 @@ class Cluster:
 
     def move(self, executor_id: int, phase: str) -> None:
         self.phase[executor_id] = phase
-        self.rig.store.update_pod(_pod(self.rig, executor_id, phase, self.profile(executor_id)))
+        self.rig.store.update_pod(pod(self.rig, executor_id, phase, self.profile(executor_id)))
 
     def not_running(self, rp: int | None = None) -> int:
         return sum(

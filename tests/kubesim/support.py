@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,17 @@ from tests.kubesim.conftest import NS, CoreApi, pod_body
 def status_of(exc: ApiException) -> dict[str, Any]:
     body: dict[str, Any] = orjson.loads(exc.body or "{}")
     return body
+
+
+def eventually(condition: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Poll `condition` until it holds, for state with nothing to wait on; False after `timeout`."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.01)
+    return True
 
 
 def once_watching(sim: KubeSim, action: Callable[[], object]) -> threading.Thread:

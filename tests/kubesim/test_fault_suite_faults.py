@@ -15,22 +15,13 @@ from execpods.kubesim import ClusterConfig, KubeSim
 from kubernetes.client.exceptions import ApiException
 
 from tests.kubesim.conftest import NS, CoreApi, core_for, open_watch, pod_body, read_events
-from tests.kubesim.support import raw, status_of
+from tests.kubesim.support import eventually, raw, status_of
 
 
 def _ctl(sim: KubeSim, route: str, body: dict[str, Any] | None = None) -> Any:
     code, data = raw(sim, "POST", "/_kubesim/" + route, body or {})
     assert code == 200, data
     return data
-
-
-def _wait_until(condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_watches_are_cut_every_period_until_stopped(sim: KubeSim, core: CoreApi) -> None:
@@ -141,7 +132,7 @@ def test_a_restart_can_keep_the_event_window_and_be_down_for_a_while(
 def test_the_control_endpoint_restarts_the_server(sim: KubeSim, core: CoreApi) -> None:
     core.create_namespaced_pod(NS, pod_body("p"))
     assert _ctl(sim, "restart", {"downSeconds": 0})["restarts"] == 0
-    assert _wait_until(lambda: sim.restarts == 1)
+    assert eventually(lambda: sim.restarts == 1)
     code, state = raw(sim, "GET", "/_kubesim/state")
     assert (code, state["restarts"], state["pods"]) == (200, 1, 1)
 

@@ -17,6 +17,7 @@ import websocket
 from execpods.kubesim import ClusterConfig, KubeSim
 
 from tests.kubesim.conftest import NS, core_for, pod_body
+from tests.kubesim.support import eventually
 
 WATCH = f"/api/v1/namespaces/{NS}/pods?watch=true&labelSelector=app%3Dspark"
 
@@ -69,7 +70,7 @@ def test_client_close_ends_the_watch_on_the_server(live: KubeSim) -> None:
     conn = connect(live)
     assert live.wait_for_watchers(1, timeout=10)
     conn.close()
-    assert _wait_for(lambda: live.watch_count() == 0), "the server kept a closed watch"
+    assert eventually(lambda: live.watch_count() == 0), "the server kept a closed watch"
 
 
 def test_timeout_seconds_ends_with_a_close_frame(live: KubeSim) -> None:
@@ -119,14 +120,3 @@ def test_an_upgrade_without_a_key_is_a_bad_request(live: KubeSim) -> None:
         )
         answer = sock.recv(65536).decode("latin-1")
     assert answer.startswith("HTTP/1.1 400")
-
-
-def _wait_for(predicate: Any, timeout: float = 10.0) -> bool:
-    import threading
-
-    done = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return True
-        done.wait(0.02)
-    return bool(predicate())

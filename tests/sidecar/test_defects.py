@@ -10,9 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,6 +20,7 @@ from execpods.kubesim import KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
 from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
+from tests.sidecar.serve_process import serve
 
 
 def _running(client: AllocatorClient, count: int) -> None:
@@ -171,23 +170,14 @@ def test_an_interval_beyond_the_maximum_is_invalid(make_sidecar: SidecarFactory)
             assert next(iter(stream)).latest is not None
 
 
-SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
-
-
 @pytest.mark.parametrize("outage_s", [1.5, None], ids=["outage-ends-in-grace", "outage-outlasts"])
 def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
     sim: KubeSim, outage_s: float | None
 ) -> None:
     app_id = "outage"
-    command = [
-        str(SIDECAR),
-        "serve",
-        "--app-id",
+    with serve(
+        sim,
         app_id,
-        "--api-url",
-        sim.url,
-        "--listen",
-        "127.0.0.1:0",
         "--image",
         "spark:test",
         "--initial-executors",
@@ -196,14 +186,9 @@ def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
         "spark.kubernetes.allocation.batch.delay=150ms",
         "--conf",
         "execpods.shutdown.deleteGrace=4s",
-    ]
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as process:
-        assert process.stdout is not None
+        stderr=subprocess.PIPE,
+    ) as (process, _):
         assert process.stderr is not None
-        line = process.stdout.readline().strip()
-        assert line.startswith("execpods-sidecar: listening on "), line
         wait_for(lambda: running_ids(sim, app_id) == {1, 2, 3}, what="three running")
         sim.clear_requests()
         sim.fail_requests(503, seconds=outage_s)

@@ -8,8 +8,6 @@ real `execpods-sidecar serve` process.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +21,7 @@ from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.sidecar.conftest import FAST_CLUSTER, SidecarFactory, running_ids, wait_for
+from tests.sidecar.serve_process import serve
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -191,47 +190,35 @@ def test_a_plaintext_health_port_serves_health_only(make_sidecar: SidecarFactory
 
 
 def test_json_logs_carry_the_app_id_executor_id_and_reason(sim: KubeSim, tmp_path: Path) -> None:
-    sidecar = str(Path(sys.executable).parent / "execpods-sidecar")
     log_path = tmp_path / "sidecar.log"
-    command = [
-        sidecar,
-        "--log-format",
-        "json",
-        "--log-level",
-        "INFO",
-        "serve",
-        "--app-id",
-        "jsonlogs",
-        "--api-url",
-        sim.url,
-        "--listen",
-        "127.0.0.1:0",
-        "--image",
-        "x",
-        "--conf",
-        "spark.kubernetes.allocation.batch.delay=150ms",
-        "--conf",
-        "spark.kubernetes.executor.eventProcessingInterval=100ms",
-    ]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            assert process.stdout is not None
-            address = process.stdout.readline().strip().rsplit(" ", 1)[-1]
-            with AllocatorClient(address) as client:
-                client.request_total(2)
-                with client.stream_snapshots(batch_interval_ms=50) as stream:
-                    for update in stream:
-                        latest = update.latest
-                        if latest is not None and latest.count(ExecutorState.RUNNING) == 2:
-                            break
-                    client.kill_executors([1])
-                    for update in stream:
-                        if any(r.executor_id == 1 for r in update.removed):
-                            break
-        finally:
-            process.terminate()
-            assert process.wait(30) == 0
+    with (
+        log_path.open("w") as log,
+        serve(
+            sim,
+            "jsonlogs",
+            "--image",
+            "x",
+            "--conf",
+            "spark.kubernetes.allocation.batch.delay=150ms",
+            "--conf",
+            "spark.kubernetes.executor.eventProcessingInterval=100ms",
+            options=("--log-format", "json", "--log-level", "INFO"),
+            stderr=log,
+        ) as (process, address),
+    ):
+        with AllocatorClient(address) as client:
+            client.request_total(2)
+            with client.stream_snapshots(batch_interval_ms=50) as stream:
+                for update in stream:
+                    latest = update.latest
+                    if latest is not None and latest.count(ExecutorState.RUNNING) == 2:
+                        break
+                client.kill_executors([1])
+                for update in stream:
+                    if any(r.executor_id == 1 for r in update.removed):
+                        break
+        process.terminate()
+        assert process.wait(30) == 0
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert lines
     for line in lines:

@@ -10,12 +10,9 @@ app left while a bystander pod is untouched.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -23,8 +20,8 @@ from execpods.client import AllocatorClient, ExecutorState
 from execpods.kubesim import KubeSim
 
 from tests.sidecar.conftest import app_pods, running_ids, wait_for
+from tests.sidecar.serve_process import serve
 
-SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
 TARGET = 6
 
 
@@ -32,33 +29,16 @@ def _ids(sim: KubeSim, app_id: str) -> list[int]:
     return sorted(int(p["metadata"]["labels"]["spark-exec-id"]) for p in app_pods(sim, app_id))
 
 
-@contextmanager
 def sidecar(
     sim: KubeSim, app_id: str, properties: Path
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    command = [
-        str(SIDECAR),
-        "serve",
-        "--app-id",
+) -> AbstractContextManager[tuple[subprocess.Popen[str], str]]:
+    return serve(
+        sim,
         app_id,
-        "--api-url",
-        sim.url,
-        "--listen",
-        "127.0.0.1:0",
         "--properties-file",
         str(properties),
-    ]
-    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": str(TARGET), "EXECPODS_IMAGE": "spark:t"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline().strip()
-            assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
-            yield process, line.rsplit(" ", 1)[1]
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait(30)
+        env={"EXECPODS_INITIAL_EXECUTORS": str(TARGET), "EXECPODS_IMAGE": "spark:t"},
+    )
 
 
 @pytest.mark.slow

@@ -7,10 +7,7 @@ properties file), in which case they are left running.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +15,7 @@ from execpods.client import AllocatorClient, ExecutorState
 from execpods.kubesim import KubeSim
 
 from tests.sidecar.conftest import app_pods, running_ids, wait_for
-
-SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+from tests.sidecar.serve_process import serve
 
 
 @pytest.mark.parametrize(
@@ -37,24 +33,9 @@ def test_a_signal_ends_streams_and_deletes_the_executor_pods_unless_told_to_keep
         f"spark.kubernetes.executor.deleteOnTermination {str(delete_on_termination).lower()}\n",
         encoding="utf-8",
     )
-    command = [
-        str(SIDECAR),
-        "serve",
-        "--app-id",
-        app_id,
-        "--api-url",
-        sim.url,
-        "--listen",
-        "127.0.0.1:0",
-        "--properties-file",
-        str(properties),
-    ]
-    env = {**os.environ, "EXECPODS_INITIAL_EXECUTORS": "3", "EXECPODS_IMAGE": "spark:test"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as process:
+    env = {"EXECPODS_INITIAL_EXECUTORS": "3", "EXECPODS_IMAGE": "spark:test"}
+    with serve(sim, app_id, "--properties-file", str(properties), env=env) as (process, address):
         assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
-        address = line.rsplit(" ", 1)[1]
         with AllocatorClient(address) as client, client.stream_snapshots() as stream:
             for update in stream:
                 if update.latest is not None and update.latest.count(ExecutorState.RUNNING) == 3:

@@ -35,7 +35,6 @@ from execpods.core.allocation import (
 )
 from execpods.core.creation import (
     AllocatorNotice,
-    CreateResult,
     CreateRunner,
     NoticeKind,
     NoticeListener,
@@ -68,13 +67,6 @@ logger = logging.getLogger(__name__)
 class _Request:
     created_at: float
     resource_profile_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    executor_id: int
-    result: CreateResult
-    error: Exception | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +102,6 @@ class ExecutorPodsAllocator:
         """Shared with the lifecycle manager: refused and failed creates count as executor
         failures, and once too many executors failed no more are created."""
         self._labels: ExecutorLabels = settings.labels
-        self._builder = pod_builder
         self._pods = pod_operations
         self._store = store
         self._clock = clock

@@ -331,12 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
         api.faults.check_request()
         if name is None or watch_path:
             if method == "GET":
-                if watch_path or parse_bool(query.get("watch"), "watch"):
-                    if name is not None:
-                        sel = query.get("fieldSelector")
-                        extra = f"metadata.name={name}"
-                        query["fieldSelector"] = f"{sel},{extra}" if sel else extra
-                    self._watch(namespace, query, api)
+                if self._watched(namespace, name, query, api, watch_path=watch_path):
                     return 200
                 return self._reply(200, self._maybe_table(api.list(namespace, query), api))
             if namespace is None:
@@ -398,12 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The verbs on ConfigMaps, Services, PersistentVolumeClaims and Secrets."""
         if name is None or watch_path:
             if method == "GET":
-                if watch_path or parse_bool(query.get("watch"), "watch"):
-                    if name is not None:
-                        sel = query.get("fieldSelector")
-                        extra = f"metadata.name={name}"
-                        query["fieldSelector"] = f"{sel},{extra}" if sel else extra
-                    self._watch(namespace, query, api)
+                if self._watched(namespace, name, query, api, watch_path=watch_path):
                     return 200
                 return self._reply(200, api.list(namespace, query))
             if namespace is None:
@@ -425,6 +415,26 @@ class _Handler(BaseHTTPRequestHandler):
             options = self._json(body) if body.strip() else {}
             return self._reply(200, api.delete(namespace, name, options))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+    def _watched(
+        self,
+        namespace: str | None,
+        name: str | None,
+        query: dict[str, str],
+        api: WatchSource,
+        *,
+        watch_path: bool,
+    ) -> bool:
+        """Serve a watch if the GET asks for one (`?watch=true` or the legacy /watch/ path);
+        a watch of one named object is, as in kube-apiserver, a field selector on its name."""
+        if not (watch_path or parse_bool(query.get("watch"), "watch")):
+            return False
+        if name is not None:
+            sel = query.get("fieldSelector")
+            extra = f"metadata.name={name}"
+            query["fieldSelector"] = f"{sel},{extra}" if sel else extra
+        self._watch(namespace, query, api)
+        return True
 
     def _watch(self, namespace: str | None, query: dict[str, str], api: WatchSource) -> None:
         ctx = self.server.context
