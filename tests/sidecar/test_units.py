@@ -120,6 +120,10 @@ def test_streams_send_one_shared_encoding_as_protobuf_would_serialize_it() -> No
         assert [m.position.sequence for m in decoded] == [number, 7, 7]
         assert [r.executor_id for r in decoded[1].removed_executors] == [9]
         assert [m.snapshots[0].full for m in decoded] == [True, False, False]
+        # The full snapshot holds every executor of `first`, each as protobuf encodes it alone.
+        assert dict(decoded[0].snapshots[0].executor_pods) == {
+            executor_id: encode_state(state) for executor_id, state in first.executor_pods.items()
+        }
 
 
 def test_a_full_encoding_serializes_only_the_executors_changed_since_the_last_full_one() -> None:
