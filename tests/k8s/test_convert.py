@@ -14,6 +14,7 @@ from execpods.k8s import (
     pod_from_dict,
     pod_from_dict_strict,
     pod_from_model,
+    pod_page,
     pods_from_list_json,
 )
 from kubernetes.client import ApiClient
@@ -150,6 +151,16 @@ def test_a_list_skips_bad_items_and_keeps_its_version(caplog: pytest.LogCaptureF
     assert [p.name for p in pods] == ["app-exec-3"]
     assert version == "77"
     assert len([r for r in caplog.records if "malformed" in r.message]) == 2
+
+
+def test_a_page_carries_its_continue_token_and_an_empty_one_means_the_last_page() -> None:
+    body = {"metadata": {"resourceVersion": "9", "continue": "abc"}, "items": [full_pod()]}
+    page = pod_page(body)
+    assert (len(page.pods), page.resource_version, page.continue_token) == (1, "9", "abc")
+    assert pod_page({"metadata": {"resourceVersion": "9", "continue": ""}}).continue_token is None
+    assert pod_page({"metadata": {"resourceVersion": "9"}}).continue_token is None
+    with pytest.raises(MalformedPod, match="continue"):
+        pod_page({"metadata": {"continue": 5}, "items": []})
 
 
 def test_a_list_that_is_not_json_is_malformed() -> None:

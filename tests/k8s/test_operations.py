@@ -214,3 +214,82 @@ def test_creation_errors_reach_the_core_allocator_typed(
     assert [r.query["labelSelector"] for r in confirm] == [f"{APP_SELECTOR},spark-exec-id in (4)"]
     assert writes[6] == ("deletecollection", 200, f"{APP_SELECTOR},spark-exec-id in (5,6)")
     assert writes[7:] == [("create", 201, "")] * 3
+
+
+def _lists(sim: KubeSim) -> list[dict[str, str]]:
+    """The query of every list the simulator answered (watches are lists too: left out)."""
+    return [r.query for r in sim.requests() if r.verb == "list"]
+
+
+def test_lists_are_read_a_page_at_a_time_as_one_consistent_list(
+    sim: KubeSim, api_client: KubernetesApiClient
+) -> None:
+    for executor_id in range(1, 6):
+        sim.create_pod(executor_pod(executor_id))
+    version_before_pages = sim.resource_version
+    listed: list[str] = []
+
+    def between_pages(call: object) -> None:
+        # A pod created while the pages are read is not in this list: the pages are one snapshot.
+        if len(listed) == 0:
+            listed.append("first page")
+            sim.create_pod(executor_pod(6))
+
+    paged = KubernetesPodOperations(
+        ApiGateway(api_client, namespace="default", request_timeout=5, observer=between_pages),
+        page_size=2,
+    )
+    pods, version = paged.list_with_version(APP_SELECTOR)
+    assert sorted(int(p.labels["spark-exec-id"]) for p in pods) == [1, 2, 3, 4, 5]
+    assert version == version_before_pages
+    queries = _lists(sim)
+    assert [q.get("limit") for q in queries] == ["2", "2", "2"]
+    assert "continue" not in queries[0]
+    assert all(q.get("continue") for q in queries[1:])
+    assert all("resourceVersion" not in q for q in queries[1:])  # the token carries it
+    assert len(paged.list(APP)) == 6
+
+
+def test_an_expired_continue_token_restarts_the_list_in_one_answer(
+    sim: KubeSim, api_client: KubernetesApiClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    for executor_id in range(1, 6):
+        sim.create_pod(executor_pod(executor_id))
+    calls: list[object] = []
+
+    def expire_after_first_page(call: object) -> None:
+        calls.append(call)
+        if len(calls) == 1:  # the server moves on and forgets the first page's version
+            sim.create_pod(executor_pod(6))
+            sim.compact()
+
+    paged = KubernetesPodOperations(
+        ApiGateway(
+            api_client, namespace="default", request_timeout=5, observer=expire_after_first_page
+        ),
+        page_size=2,
+    )
+    with caplog.at_level(logging.INFO, logger="execpods.k8s.operations"):
+        pods, version = paged.list_with_version(APP_SELECTOR)
+    assert sorted(int(p.labels["spark-exec-id"]) for p in pods) == [1, 2, 3, 4, 5, 6]
+    assert version == sim.resource_version
+    pages = [
+        (r.query.get("limit"), "continue" in r.query, r.status)
+        for r in sim.requests()
+        if r.verb == "list"
+    ]
+    # The first page, the second refused (410), then one unpaginated list.
+    assert pages == [("2", False, 200), ("2", True, 410), (None, False, 200)]
+    assert "expired after 2 pods" in caplog.text
+
+
+def test_a_page_size_of_zero_lists_in_one_answer(
+    sim: KubeSim, api_client: KubernetesApiClient
+) -> None:
+    for executor_id in range(1, 4):
+        sim.create_pod(executor_pod(executor_id))
+    whole = KubernetesPodOperations(ApiGateway(api_client, namespace="default"), page_size=0)
+    assert len(whole.list(APP)) == 3
+    assert [q.get("limit") for q in _lists(sim)] == [None]
+    with pytest.raises(ValueError, match="page_size"):
+        KubernetesPodOperations(ApiGateway(api_client, namespace="default"), page_size=-1)

@@ -18,7 +18,8 @@ It prints:
 - messages the streams received (read raw: the subscribers do not rebuild snapshots, so the
   figures are the sidecar's, not the Python client's), replacements the churn caused;
 - the sidecar's CPU time over the run;
-- the sidecar's resident memory (VmRSS) when the executors first run and at the end, and its peak.
+- the sidecar's resident memory (VmRSS) when the executors first run and at the end, its peak,
+  and its course over the run (sampled every second, shown at every tenth): flat or growing.
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def rss_timeline(samples: Sequence[tuple[float, float]], end: float, elapsed: float) -> str:
+    """The RSS at every tenth of the run, from the per-second samples: flat or growing?"""
+    points: list[str] = []
+    for tenth in range(10):
+        at = elapsed * tenth / 10
+        nearest = min(samples, key=lambda s: abs(s[0] - at), default=None)
+        if nearest is not None:
+            points.append(f"{nearest[0]:.0f} s {nearest[1]:.0f}")
+    points.append(f"{elapsed:.0f} s {end:.0f} MiB")
+    return ", ".join(points)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -212,6 +225,7 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
     ]
     calls: set[asyncio.Task[None]] = set()
     peak = rss_start
+    timeline: list[tuple[float, float]] = []
     begin = time.monotonic()
     sent = 0
     next_rss = begin
@@ -225,7 +239,9 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
             task.add_done_callback(calls.discard)
             sent += 1
         if now >= next_rss:
-            peak = max(peak, rss_mib(sidecar_pid))
+            sample = rss_mib(sidecar_pid)
+            timeline.append((now - begin, sample))
+            peak = max(peak, sample)
             next_rss = now + 1.0
         await asyncio.sleep(TICK)
     elapsed = time.monotonic() - begin
@@ -245,6 +261,7 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
     for channel in channels:
         await channel.close()
     report(args, results, sent, elapsed, before, after, (rss_start, rss_end, max(peak, rss_end)))
+    print(f"sidecar RSS over the run: {rss_timeline(timeline, rss_end, elapsed)}")
     print(
         f"CPU over the {elapsed:.0f} s run: sidecar {cpu:.1f} s ({cpu / elapsed:.0%} of a core), "
         f"drivers (this process) {own:.1f} s"
@@ -298,6 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--failure-after", type=float, default=60.0, help="mean run time before a pod fails (s)"
     )
     parser.add_argument("--logs", default="/tmp", help="folder for the children's logs")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further sidecar setting (repeatable), e.g. to compare two values side by side",
+    )
     args = parser.parse_args(argv)
     logs = Path(args.logs)
     nodes = max(3, -(-args.executors * 12 // 10 // 110))
@@ -346,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "execpods.sidecar.metrics.enabled=true",
                 "--conf",
                 "execpods.sidecar.metrics.port=0",
+                *(part for conf in args.conf for part in ("--conf", conf)),
             ],
             logs / "execpods-load-sidecar.log",
         )

@@ -19,9 +19,11 @@ from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
 from execpods.k8s.convert import (
     MalformedPod,
+    PodPage,
     pod_from_dict,
     pod_from_dict_strict,
     pod_from_model,
+    pod_page,
     pods_from_list,
     pods_from_list_json,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "KubernetesPodOperations",
     "KubernetesSettings",
     "MalformedPod",
+    "PodPage",
     "PollSource",
     "ResourceExpired",
     "Waiter",
@@ -74,6 +77,7 @@ __all__ = [
     "pod_from_dict",
     "pod_from_dict_strict",
     "pod_from_model",
+    "pod_page",
     "pods_from_list",
     "pods_from_list_json",
     "resolve_namespace",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -217,22 +218,40 @@ def pod_from_dict(
         return None
 
 
-def pods_from_list(
-    obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id
-) -> tuple[list[ExecutorPod], str | None]:
-    """The pods of a parsed `PodList` (malformed ones skipped) and its resourceVersion."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodPage:
+    """One answer of a (possibly paginated) list: its pods, its resourceVersion, and the token
+    that asks for the next page (None on the last page or an unpaginated list)."""
+
+    pods: list[ExecutorPod]
+    resource_version: str | None
+    continue_token: str | None
+
+
+def pod_page(obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id) -> PodPage:
+    """The pods of a parsed `PodList` (malformed ones skipped), its resourceVersion and its
+    `metadata.continue`."""
     body = _mapping(obj, "pod list")
     items = body.get("items") or []
     if not isinstance(items, list):
         raise MalformedPod("items of the pod list is not a list")
     metadata = _mapping(body.get("metadata"), "list metadata")
     version = _opt_str(metadata.get("resourceVersion"), "list metadata.resourceVersion")
+    token = _opt_str(metadata.get("continue"), "list metadata.continue")
     pods = [
         pod
         for item in items
         if (pod := pod_from_dict(item, executor_id_label=executor_id_label)) is not None
     ]
-    return pods, version
+    return PodPage(pods=pods, resource_version=version, continue_token=token or None)
+
+
+def pods_from_list(
+    obj: object, *, executor_id_label: str = SPARK_LABELS.executor_id
+) -> tuple[list[ExecutorPod], str | None]:
+    """The pods of a parsed `PodList` (malformed ones skipped) and its resourceVersion."""
+    page = pod_page(obj, executor_id_label=executor_id_label)
+    return page.pods, page.resource_version
 
 
 def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:

@@ -171,10 +171,22 @@ class ApiGateway:
         field_selector: str | None = None,
         *,
         resource_version: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
     ) -> object:
-        """LIST the matching pods; the JSON answer (`resource_version="0"`: from the cache)."""
+        """LIST the matching pods; the JSON answer (`resource_version="0"`: from the cache).
+
+        With `limit`, one page of at most that many pods; the next page is asked for with the
+        answer's `metadata.continue` as `continue_token` (and no resource version: the token
+        carries it)."""
         return parse_json_body(
-            self.list_pods_raw(label_selector, field_selector, resource_version=resource_version),
+            self.list_pods_raw(
+                label_selector,
+                field_selector,
+                resource_version=resource_version,
+                limit=limit,
+                continue_token=continue_token,
+            ),
             what=f"list pods {label_selector!r}",
         )
 
@@ -185,6 +197,7 @@ class ApiGateway:
         *,
         resource_version: str | None = None,
         limit: int | None = None,
+        continue_token: str | None = None,
     ) -> bytes:
         """LIST the matching pods; the body as it came (for a caller that parses it itself)."""
         return self._bytes(
@@ -196,6 +209,7 @@ class ApiGateway:
                 field_selector=field_selector,
                 resource_version=resource_version,
                 limit=limit,
+                _continue=continue_token,
             ),
         )
 

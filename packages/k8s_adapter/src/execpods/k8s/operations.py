@@ -2,6 +2,14 @@
 
 Every call goes through the `ApiGateway` (timeouts, raw JSON, typed errors). Lists convert the raw
 JSON directly (`convert.py`) and skip malformed pods with a warning.
+
+Lists are paginated (`execpods.kubernetes.listPageSize`, 500 pods a page, as client-go's reflector
+and kubectl do): the API server then never builds one answer of every executor, and the sidecar
+parses one page at a time. A 10,000-pod answer is tens of megabytes of JSON whose parsed objects,
+interleaved with the pods kept from them, left CPython's allocator holding tens of megabytes more
+after every poll (the load command's resident memory at 10,000 executors). The pages of one list
+are one consistent snapshot (the continue token pins the first page's resourceVersion); when the
+token has expired (410) the list starts again unpaginated, as client-go's pager does.
 """
 
 from __future__ import annotations
@@ -11,10 +19,14 @@ import logging
 from collections.abc import Mapping
 
 from execpods.core import SPARK_LABELS, ExecutorPod, PodManifest, PodNotFound, PodSelector
-from execpods.k8s.convert import pods_from_list
+from execpods.k8s.convert import pod_page
+from execpods.k8s.errors import ResourceExpired, ResourceVersionTooLarge
 from execpods.k8s.gateway import ApiGateway
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 500
+"""Pods a list page holds by default (client-go's reflector and kubectl use 500 too)."""
 
 
 def _name_of(manifest: PodManifest) -> str:
@@ -31,10 +43,17 @@ class KubernetesPodOperations:
     """
 
     def __init__(
-        self, gateway: ApiGateway, *, executor_id_label: str = SPARK_LABELS.executor_id
+        self,
+        gateway: ApiGateway,
+        *,
+        executor_id_label: str = SPARK_LABELS.executor_id,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
+        if page_size < 0:
+            raise ValueError(f"page_size must be 0 (unpaginated) or more, not {page_size}")
         self._gateway = gateway
         self._executor_id_label = executor_id_label
+        self._page_size = page_size
 
     @property
     def namespace(self) -> str:
@@ -84,11 +103,48 @@ class KubernetesPodOperations:
         *,
         resource_version: str | None = None,
     ) -> tuple[builtins.list[ExecutorPod], str | None]:
-        """The matching pods and the list's resourceVersion (what a watch resumes from)."""
-        body = self._gateway.list_pods(
-            label_selector, field_selector, resource_version=resource_version
-        )
-        return pods_from_list(body, executor_id_label=self._executor_id_label)
+        """The matching pods and the list's resourceVersion (what a watch resumes from), read a
+        page at a time (see the module's docstring)."""
+        return self._list_pages(label_selector, field_selector, resource_version, self._page_size)
+
+    def _list_pages(
+        self,
+        label_selector: str,
+        field_selector: str | None,
+        resource_version: str | None,
+        page_size: int,
+    ) -> tuple[builtins.list[ExecutorPod], str | None]:
+        pods: builtins.list[ExecutorPod] = []
+        token: str | None = None
+        version: str | None = None
+        while True:
+            try:
+                body = self._gateway.list_pods(
+                    label_selector,
+                    field_selector,
+                    # A continued list must not name a version: its token carries the first's.
+                    resource_version=resource_version if token is None else None,
+                    limit=page_size or None,
+                    continue_token=token,
+                )
+            except ResourceExpired as error:
+                if token is None or isinstance(error, ResourceVersionTooLarge):
+                    raise
+                logger.info(
+                    "A paginated list of %r expired after %d pods (%s); listing again in one "
+                    "answer.",
+                    label_selector,
+                    len(pods),
+                    error,
+                )
+                return self._list_pages(label_selector, field_selector, resource_version, 0)
+            page = pod_page(body, executor_id_label=self._executor_id_label)
+            pods.extend(page.pods)
+            if version is None:
+                version = page.resource_version
+            token = page.continue_token
+            if token is None:
+                return pods, version
 
     def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""

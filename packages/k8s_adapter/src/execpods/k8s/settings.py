@@ -351,6 +351,15 @@ class KubernetesSettings(SettingsBase):
         "30s",
         "Client-side timeout of every non-watch API request.",
     )
+    list_page_size: int = setting(
+        "execpods.kubernetes.listPageSize",
+        500,
+        "Pods per page of the watch's and the poll's lists (limit and continue, as client-go "
+        "pages); 0 lists in one answer. Pages keep the API server's answers and the sidecar's "
+        "memory small at thousands of executors.",
+        parse=parse_int,
+        rule=non_negative,
+    )
     backoff_initial: float = duration_setting(
         "execpods.kubernetes.backoffInitial",
         "500ms",

@@ -146,7 +146,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         if settings.security.check_permissions:
             check_pod_permissions(gateway, selector=selector)
         operations = KubernetesPodOperations(
-            gateway, executor_id_label=settings.core.labels.executor_id
+            gateway,
+            executor_id_label=settings.core.labels.executor_id,
+            page_size=k8s.list_page_size,
         )
         profiles = ResourceProfiles()
         builder = ExecutorPodTemplateBuilder.create(
