@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -20,12 +18,22 @@ from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
 if TYPE_CHECKING:
     from execpods.kubesim.api import KubeSim
 
-__all__ = ["ROUTES", "Args", "make_control"]
+__all__ = ["ROUTES", "AnswerThen", "Args", "make_control"]
 
 Reply = object  # anything orjson can write: JSON values, pods, dataclass dicts
 Action = Callable[["KubeSim", "Args"], Reply]
 
 _MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerThen:
+    """A reply, and what to start on a thread of its own once the reply has been written (an
+    action that would cut the connection the reply goes out on)."""
+
+    reply: Reply
+    then: Callable[[], None]
+    name: str
 
 
 class Args:
@@ -87,20 +95,19 @@ def _distribution(value: object) -> Distribution:
     return cast(Distribution, value)
 
 
-def _restart_soon(sim: KubeSim, data: Args) -> JsonObject:
-    """Restart from another thread once this answer is out: the restart ends every connection,
-    this one included, and waits for their threads. Poll ``state`` for ``restarts``."""
+def _restart_soon(sim: KubeSim, data: Args) -> AnswerThen:
+    """Restart once this answer is written: the restart ends every connection, this one
+    included, and waits for their threads, so it runs on a thread of its own. Poll ``state`` for
+    ``restarts``."""
     down = data.number("downSeconds", 0)
     forget = data.flag("forgetEvents", True)
     before = sim.restarts
 
     def run() -> None:
-        time.sleep(0.2)
         with contextlib.suppress(RuntimeError):  # the simulator was closed meanwhile
             sim.restart(down_seconds=down, forget_events=forget)
 
-    threading.Thread(target=run, name="kubesim-restart", daemon=True).start()
-    return _ok(restarts=before)
+    return AnswerThen(reply=_ok(restarts=before), then=run, name="kubesim-restart")
 
 
 def _peak_rate(sim: KubeSim, data: Args) -> JsonObject:

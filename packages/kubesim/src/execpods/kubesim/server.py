@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
@@ -274,6 +275,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             data = orjson.loads(body) if body.strip() else {}
             code, result = ctx.control(method, path[len("/_kubesim/") :], data)
+            if isinstance(result, AnswerThen):
+                self._send(code, orjson.dumps(result.reply))
+                threading.Thread(target=result.then, name=result.name, daemon=True).start()
+                return
             self._send(code, orjson.dumps(result))
         except ApiError as err:
             self._send_error(err)
