@@ -78,8 +78,8 @@ def test_the_first_message_holds_exactly_the_current_snapshot() -> None:
     pending = Pending(snapshots=[first, second], removals=[_numbered(4, 9)])
     cursor = StreamCursor(Position(incarnation="i", sequence=3))
     head, rest = (
-        pb.StreamSnapshotsResponse.FromString(b)
-        for b in build_response(encoder, pending, first=True, cursor=cursor)
+        pb.StreamSnapshotsResponse.FromString(message.join())
+        for message in build_response(encoder, pending, first=True, cursor=cursor)
     )
     assert (head.position.incarnation, head.position.sequence) == ("i", 3)
     assert (rest.position.incarnation, rest.position.sequence) == ("i", 4)
@@ -100,14 +100,20 @@ def test_streams_send_one_shared_encoding_as_protobuf_would_serialize_it() -> No
         for n in range(5)
     ]
     sent: list[list[bytes]] = []
+    parts: list[list[tuple[bytes, ...]]] = []
     for encoder, cursor in streams:
         pending = Pending(snapshots=[first, second], removals=[_numbered(7, 9, first.serial)])
-        messages = build_response(encoder, pending, first=True, cursor=cursor)
-        messages += build_response(encoder, Pending(snapshots=[third]), first=False, cursor=cursor)
-        sent.append(messages)
+        outgoing = build_response(encoder, pending, first=True, cursor=cursor)
+        outgoing += build_response(encoder, Pending(snapshots=[third]), first=False, cursor=cursor)
+        assert [m.size for m in outgoing] == [len(m.join()) for m in outgoing]
+        sent.append([m.join() for m in outgoing])
+        parts.append([m.parts for m in outgoing])
     assert (cache.misses, cache.hits) == (3, 12)  # full first, two deltas: once each
     frames = [s.frame for s in (cache.get(first, None), cache.get(second, first))]
     frames.append(cache.get(third, second).frame)
+    for stream_parts in parts:  # until sent, a stream holds the shared frames themselves
+        assert [p[0] for p in stream_parts] == frames
+        assert all(p[0] is frame for p, frame in zip(stream_parts, frames, strict=True))
     for number, messages in enumerate(sent):
         decoded = [pb.StreamSnapshotsResponse.FromString(m) for m in messages]
         for message, wire in zip(decoded, messages, strict=True):

@@ -30,6 +30,7 @@ from execpods.core import (
 )
 from execpods.sidecar.profiles import check_totals_request
 from execpods.sidecar.resume import InvalidPosition, Opened, Position
+from execpods.sidecar.sendbudget import SendBudget
 from execpods.sidecar.streams import (
     EncodingCache,
     SnapshotEncoder,
@@ -105,6 +106,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._cache = EncodingCache()
+        self._budget = SendBudget(runtime.settings.sidecar.stream_send_budget_mib << 20)
         self._feeds: set[StreamFeed] = set()
         self._closing = False
 
@@ -272,8 +274,9 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             await feed.wait()
             pending = feed.take()
             if pending:
-                for response in build_response(encoder, pending, first=first, cursor=cursor):
-                    yield response
+                for message in build_response(encoder, pending, first=first, cursor=cursor):
+                    with await self._budget.turn(message.size):
+                        yield message.join()  # the share is held until gRPC has taken it
                 first = False
             if feed.closed:
                 return

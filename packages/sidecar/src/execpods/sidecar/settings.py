@@ -78,6 +78,15 @@ class SidecarSettings(SettingsBase):
         parse=parse_int,
         rule=positive,
     )
+    stream_send_budget_mib: int = setting(
+        "execpods.sidecar.stream.sendBudget",
+        8,
+        "MiB of large stream messages (full snapshots) on their way out at once, across all "
+        "streams; the others wait their turn, so memory does not grow with the number of "
+        "streams (a full snapshot of 10,000 executors is about 1 MiB).",
+        parse=parse_int,
+        rule=positive,
+    )
     stream_max_batch_interval: float = duration_setting(
         "execpods.sidecar.stream.maxBatchInterval",
         "60s",

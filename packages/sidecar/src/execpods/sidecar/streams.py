@@ -472,17 +472,33 @@ class StreamCursor:
         return message
 
 
-def _frame(snapshots: Sequence[EncodedSnapshot], rest: pb.StreamSnapshotsResponse) -> bytes:
-    """A serialized `StreamSnapshotsResponse`: the shared snapshot frames, then this stream's
-    own fields (`rest` has no snapshots)."""
-    return b"".join([*(s.frame for s in snapshots), rest.SerializeToString()])
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One serialized `StreamSnapshotsResponse` still in its parts: the shared snapshot frames,
+    then this stream's own fields. `join` makes the stream's own copy, done only when the message
+    is sent (after waiting for the send budget: `sendbudget.py`), so a waiting stream holds
+    references to shared bytes, not a megabyte of its own."""
+
+    parts: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _frame(snapshots: Sequence[EncodedSnapshot], rest: pb.StreamSnapshotsResponse) -> Outgoing:
+    """A `StreamSnapshotsResponse`: the shared snapshot frames, then this stream's own fields
+    (`rest` has no snapshots)."""
+    return Outgoing((*(s.frame for s in snapshots), rest.SerializeToString()))
 
 
 def build_response(
     encoder: SnapshotEncoder, pending: Pending, *, first: bool, cursor: StreamCursor
-) -> list[bytes]:
-    """The serialized messages for what is pending: one, or two when the first message must stand
-    alone.
+) -> list[Outgoing]:
+    """The messages for what is pending: one, or two when the first message must stand alone.
 
     The first message of a stream holds exactly one snapshot, the current one, in full; when later
     snapshots arrived with it, they and the removals go into a second message. Each message
