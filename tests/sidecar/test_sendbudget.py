@@ -152,6 +152,61 @@ def test_a_share_held_across_a_yield_comes_back_when_the_stream_is_closed() -> N
     _run(scenario)
 
 
+class ManualTimers:
+    """`call_later` whose timers fire only when the test says so."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, Callable[[], None], ManualTimer]] = []
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> ManualTimer:
+        timer = ManualTimer()
+        self.pending.append((delay, callback, timer))
+        return timer
+
+    def fire_all(self) -> None:
+        due, self.pending = self.pending, []
+        for _, callback, timer in due:
+            if not timer.cancelled:
+                callback()
+
+
+class ManualTimer:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_share_held_past_the_hold_limit_goes_back_to_the_others() -> None:
+    """A client that stops reading blocks its send, and the share with it: after the hold limit
+    the others may go on; when the stuck send ends at last, nothing is given back twice."""
+
+    async def scenario() -> None:
+        timers = ManualTimers()
+        budget = SendBudget(100 * KIB, small=1, hold_limit=1.0, call_later=timers)
+        stuck = await budget.turn(80 * KIB)
+        assert [delay for delay, _, _ in timers.pending] == [1.0]
+        other = asyncio.create_task(budget.turn(50 * KIB))
+        await _steps()
+        assert not other.done()  # 80 + 50 > 100
+        timers.fire_all()  # the hold limit passes with the send still blocked
+        await _steps()
+        assert other.done()
+        assert budget.forgiven == 1
+        assert budget.in_use == 50 * KIB
+        with stuck:
+            pass  # the stuck send ends: its share was already given back
+        assert budget.in_use == 50 * KIB
+        with other.result():
+            pass
+        assert budget.in_use == 0
+        timers.fire_all()  # the finished share's timer was cancelled: nothing happens
+        assert (budget.in_use, budget.forgiven) == (0, 1)
+
+    _run(scenario)
+
+
 def test_the_budget_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         SendBudget(0)
@@ -277,3 +332,50 @@ def test_many_streams_take_turns_for_full_snapshots_and_none_is_lost(
             assert snapshot.full
             assert len(snapshot.executor_pods) == EXECUTORS
             assert len(snapshot.SerializeToString()) >= SMALL
+
+
+def test_clients_that_stop_reading_do_not_hold_up_the_other_streams(
+    big_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    """Twenty streams whose clients never read block in their first send (the full snapshot is
+    larger than the flow-control window), holding the whole 1 MiB budget; a new stream still gets
+    its first snapshot, once the hold limit has given their shares back."""
+    sidecar = make_sidecar_on(
+        big_sim,
+        "stuck",
+        conf={
+            "execpods.sidecar.stream.sendBudget": "1",
+            "spark.kubernetes.allocation.batch.size": str(EXECUTORS),
+        },
+    )
+    with AllocatorClient(sidecar.address) as client:
+        client.request_total(EXECUTORS)
+        wait_for(
+            lambda: client.request_total(EXECUTORS).running == EXECUTORS,
+            timeout=60,
+            what=f"{EXECUTORS} running",
+        )
+    options = [("grpc.http2.bdp_probe", 0)]  # the window stays 64 KiB
+    with grpc.insecure_channel(sidecar.address, options=options) as stuck_channel:
+        stub = pb_grpc.ExecutorAllocatorStub(stuck_channel)
+        stuck = [
+            stub.StreamSnapshots(pb.StreamSnapshotsRequest(batch_interval_ms=50)) for _ in range(20)
+        ]
+        try:
+
+            async def one_first_snapshot() -> pb.ExecutorPodsSnapshot:
+                async with grpc.aio.insecure_channel(sidecar.address) as channel:
+                    call = pb_grpc.ExecutorAllocatorStub(channel).StreamSnapshots(
+                        pb.StreamSnapshotsRequest(batch_interval_ms=50)
+                    )
+                    message = await asyncio.wait_for(call.read(), 20)
+                    call.cancel()
+                    assert isinstance(message, pb.StreamSnapshotsResponse)
+                    return message.snapshots[0]
+
+            snapshot = asyncio.run(one_first_snapshot())
+            assert snapshot.full
+            assert len(snapshot.executor_pods) == EXECUTORS
+        finally:
+            for call in stuck:
+                call.cancel()

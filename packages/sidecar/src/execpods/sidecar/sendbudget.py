@@ -16,6 +16,11 @@ Streams wait their turn in order (first come, first served). A message larger th
 budget is sent when nothing else is, and small ones (deltas, removals: under `SMALL` bytes) never
 wait: they are most of the traffic and cost nothing to hold.
 
+A client that stops reading blocks its stream's send (gRPC's flow control), and with it the share
+that stream holds. So that slow clients stall nobody, a share held longer than `HOLD_LIMIT` is
+given back to the others while its send goes on (counted in `forgiven`): the bound holds for
+clients that read, and a few that do not cannot starve the rest.
+
 Used only from the event loop's thread. A share is a plain (synchronous) context manager, so a
 stream that ends while holding one (the client cancelled during the send) gives it back as its
 generator is closed:
@@ -28,25 +33,52 @@ generator is closed:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
 
 SMALL = 64 * 1024
 """Messages below this many bytes never wait for the budget."""
+
+HOLD_LIMIT = 1.0
+"""Seconds a share may be held before it is given back to the others (a client not reading)."""
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+CallLater = Callable[[float, Callable[[], None]], Timer]
+"""`loop.call_later` (the default), or a test's manual timer."""
 
 
 class SendBudget:
     """First-come, first-served shares of `limit` bytes (see the module's docstring)."""
 
-    def __init__(self, limit: int, *, small: int = SMALL) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        small: int = SMALL,
+        hold_limit: float = HOLD_LIMIT,
+        call_later: CallLater | None = None,
+    ) -> None:
         if limit <= 0:
             raise ValueError(f"the send budget must be positive, not {limit}")
         self._limit = limit
         self._small = small
+        self._hold_limit = hold_limit
+        self._call_later = call_later
         self._in_use = 0
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
         self.waits = 0
-        """How many messages had to wait for their turn (for tests and the curious)."""
+        """How many messages had to wait for their turn."""
+        self.forgiven = 0
+        """How many shares were given back while their send was still blocked."""
 
     @property
     def in_use(self) -> int:
@@ -57,7 +89,10 @@ class SendBudget:
         if not self.needs(size):
             return Share(self, 0)
         await self.acquire(size)
-        return Share(self, size)
+        share = Share(self, size)
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        share.timer = call_later(self._hold_limit, share.forgive)
+        return share
 
     def needs(self, size: int) -> bool:
         """Whether a message of `size` bytes takes a share (small ones do not)."""
@@ -102,13 +137,27 @@ class SendBudget:
 
 
 class Share:
-    """Bytes taken from a `SendBudget`, given back when the `with` block ends, however it ends."""
+    """Bytes taken from a `SendBudget`, given back when the `with` block ends, however it ends,
+    or earlier by `forgive` (its send outlasted the hold limit)."""
 
-    __slots__ = ("_budget", "_size")
+    __slots__ = ("_budget", "_size", "timer")
 
     def __init__(self, budget: SendBudget, size: int) -> None:
         self._budget = budget
         self._size = size
+        self.timer: Timer | None = None
+
+    def forgive(self) -> None:
+        """Give the bytes back while the send goes on (a client not reading holds it up)."""
+        size, self._size = self._size, 0
+        if size:
+            self._budget.forgiven += 1
+            logger.debug(
+                "A stream's send of %d bytes outlasted the hold limit (a client reading slowly); "
+                "its share goes back to the other streams.",
+                size,
+            )
+            self._budget.release(size)
 
     def __enter__(self) -> Share:
         return self
@@ -119,6 +168,8 @@ class Share:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         size, self._size = self._size, 0  # once only
         if size:
             self._budget.release(size)
