@@ -13,6 +13,7 @@ import grpc
 import pytest
 from execpods.client import AllocatorClient
 from execpods.kubesim import KubeSim
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.sidecar.sendbudget import SMALL, SendBudget
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -278,37 +279,39 @@ EXECUTORS = 1100
 
 
 @pytest.fixture
-def big_sim() -> Iterator[KubeSim]:
-    """Room for `EXECUTORS` (the default simulator has 3 nodes of 110 pods)."""
+def budget_sidecar(make_sidecar_on: SidecarOnFactory) -> Iterator[EmbeddedSidecar]:
+    """A sidecar with a 1 MiB send budget and `EXECUTORS` running, on a simulator with room for
+    them (the default one has 3 nodes of 110 pods)."""
     nodes = -(-EXECUTORS // 110)
     with KubeSim(cluster=dataclasses.replace(FAST_CLUSTER, nodes=nodes)) as simulator:
-        yield simulator
+        sidecar = make_sidecar_on(
+            simulator,
+            "budget",
+            conf={
+                "execpods.sidecar.stream.sendBudget": "1",
+                "spark.kubernetes.allocation.batch.size": str(EXECUTORS),
+            },
+        )
+        with AllocatorClient(sidecar.address) as client:
+            client.request_total(EXECUTORS)
+            wait_for(
+                lambda: client.request_total(EXECUTORS).running == EXECUTORS,
+                timeout=60,
+                what=f"{EXECUTORS} running",
+            )
+        yield sidecar
+        sidecar.stop()  # while its simulator still answers the deletes
 
 
 def test_many_streams_take_turns_for_full_snapshots_and_none_is_lost(
-    big_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+    budget_sidecar: EmbeddedSidecar,
 ) -> None:
     """Over real gRPC: with a 1 MiB budget, 30 streams opening at once each get their first full
     snapshot (the shares go round), streams cancelled on the way leave nothing held, and streams
     opened afterwards still get theirs."""
-    sidecar = make_sidecar_on(
-        big_sim,
-        "budget",
-        conf={
-            "execpods.sidecar.stream.sendBudget": "1",
-            "spark.kubernetes.allocation.batch.size": str(EXECUTORS),
-        },
-    )
-    with AllocatorClient(sidecar.address) as client:
-        client.request_total(EXECUTORS)
-        wait_for(
-            lambda: client.request_total(EXECUTORS).running == EXECUTORS,
-            timeout=60,
-            what=f"{EXECUTORS} running",
-        )
 
     async def first_snapshots(count: int, cancel_every: int) -> list[pb.ExecutorPodsSnapshot]:
-        async with grpc.aio.insecure_channel(sidecar.address) as channel:
+        async with grpc.aio.insecure_channel(budget_sidecar.address) as channel:
             stub = pb_grpc.ExecutorAllocatorStub(channel)
             calls = [
                 stub.StreamSnapshots(pb.StreamSnapshotsRequest(batch_interval_ms=50))
@@ -319,8 +322,9 @@ def test_many_streams_take_turns_for_full_snapshots_and_none_is_lost(
             kept = [c for i, c in enumerate(calls) if i % cancel_every]
 
             async def first(call: Any) -> pb.ExecutorPodsSnapshot:
-                message: pb.StreamSnapshotsResponse = await call.read()
+                message = await call.read()
                 call.cancel()
+                assert isinstance(message, pb.StreamSnapshotsResponse)
                 return message.snapshots[0]
 
             return await asyncio.wait_for(asyncio.gather(*(first(c) for c in kept)), 30)
@@ -335,28 +339,13 @@ def test_many_streams_take_turns_for_full_snapshots_and_none_is_lost(
 
 
 def test_clients_that_stop_reading_do_not_hold_up_the_other_streams(
-    big_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+    budget_sidecar: EmbeddedSidecar,
 ) -> None:
     """Twenty streams whose clients never read block in their first send (the full snapshot is
     larger than the flow-control window), holding the whole 1 MiB budget; a new stream still gets
     its first snapshot, once the hold limit has given their shares back."""
-    sidecar = make_sidecar_on(
-        big_sim,
-        "stuck",
-        conf={
-            "execpods.sidecar.stream.sendBudget": "1",
-            "spark.kubernetes.allocation.batch.size": str(EXECUTORS),
-        },
-    )
-    with AllocatorClient(sidecar.address) as client:
-        client.request_total(EXECUTORS)
-        wait_for(
-            lambda: client.request_total(EXECUTORS).running == EXECUTORS,
-            timeout=60,
-            what=f"{EXECUTORS} running",
-        )
     options = [("grpc.http2.bdp_probe", 0)]  # the window stays 64 KiB
-    with grpc.insecure_channel(sidecar.address, options=options) as stuck_channel:
+    with grpc.insecure_channel(budget_sidecar.address, options=options) as stuck_channel:
         stub = pb_grpc.ExecutorAllocatorStub(stuck_channel)
         stuck = [
             stub.StreamSnapshots(pb.StreamSnapshotsRequest(batch_interval_ms=50)) for _ in range(20)
@@ -364,7 +353,7 @@ def test_clients_that_stop_reading_do_not_hold_up_the_other_streams(
         try:
 
             async def one_first_snapshot() -> pb.ExecutorPodsSnapshot:
-                async with grpc.aio.insecure_channel(sidecar.address) as channel:
+                async with grpc.aio.insecure_channel(budget_sidecar.address) as channel:
                     call = pb_grpc.ExecutorAllocatorStub(channel).StreamSnapshots(
                         pb.StreamSnapshotsRequest(batch_interval_ms=50)
                     )
