@@ -10,7 +10,9 @@ A stream takes its message's size from the budget (`execpods.sidecar.stream.send
 joining it, and gives it back once gRPC has taken it: so the sidecar's own copies of large
 messages stay within that many bytes, however many streams there are (gRPC's transport may still
 be writing out messages it has taken; the budget cannot see those). Measured back to back, a
-budget of 8 MiB against none: peaks of 174 and 179 MiB against 212 and 223 (docs/benchmarks.md).
+budget of 8 MiB against none: peaks of 174 and 179 MiB against 212 and 223; then 2 MiB against
+8: 181 and 167 against 188 and 191, stream lag no worse (docs/benchmarks.md). 2 MiB is the
+default: one or two full snapshots of 10,000 executors at a time.
 
 Streams wait their turn in order (first come, first served). A message larger than the whole
 budget is sent when nothing else is, and small ones (deltas, removals: under `SMALL` bytes) never

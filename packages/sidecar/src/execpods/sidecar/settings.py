@@ -80,7 +80,7 @@ class SidecarSettings(SettingsBase):
     )
     stream_send_budget_mib: int = setting(
         "execpods.sidecar.stream.sendBudget",
-        8,
+        2,
         "MiB of large stream messages (full snapshots) on their way out at once, across all "
         "streams; the others wait their turn, so memory does not grow with the number of "
         "streams (a full snapshot of 10,000 executors is about 1 MiB).",
