@@ -58,7 +58,6 @@ def test_shares_within_the_budget_are_taken_at_once_and_later_ones_wait_in_order
         await _steps()
         assert order == ["big", "late"]
         assert budget.in_use == 280 * KIB
-        assert budget.waits == 2
         await asyncio.gather(big, late)
 
     _run(scenario)
@@ -194,8 +193,7 @@ def test_a_share_held_past_the_hold_limit_goes_back_to_the_others() -> None:
         timers.fire_all()  # the hold limit passes with the send still blocked
         await _steps()
         assert other.done()
-        assert budget.forgiven == 1
-        assert budget.in_use == 50 * KIB
+        assert budget.in_use == 50 * KIB  # the stuck share went back; the other one holds
         with stuck:
             pass  # the stuck send ends: its share was already given back
         assert budget.in_use == 50 * KIB
@@ -203,7 +201,7 @@ def test_a_share_held_past_the_hold_limit_goes_back_to_the_others() -> None:
             pass
         assert budget.in_use == 0
         timers.fire_all()  # the finished share's timer was cancelled: nothing happens
-        assert (budget.in_use, budget.forgiven) == (0, 1)
+        assert budget.in_use == 0
 
     _run(scenario)
 

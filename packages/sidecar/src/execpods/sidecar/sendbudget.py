@@ -20,7 +20,7 @@ wait: they are most of the traffic and cost nothing to hold.
 
 A client that stops reading blocks its stream's send (gRPC's flow control), and with it the share
 that stream holds. So that slow clients stall nobody, a share held longer than `HOLD_LIMIT` is
-given back to the others while its send goes on (counted in `forgiven`): the bound holds for
+given back to the others while its send goes on (logged at DEBUG): the bound holds for
 clients that read, and a few that do not cannot starve the rest.
 
 Used only from the event loop's thread. A share is a plain (synchronous) context manager, so a
@@ -77,10 +77,6 @@ class SendBudget:
         self._call_later = call_later
         self._in_use = 0
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self.waits = 0
-        """How many messages had to wait for their turn."""
-        self.forgiven = 0
-        """How many shares were given back while their send was still blocked."""
 
     @property
     def in_use(self) -> int:
@@ -105,7 +101,6 @@ class SendBudget:
         if not self._waiting and self._fits(size):
             self._in_use += size
             return
-        self.waits += 1
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((size, turn))
         try:
@@ -153,7 +148,6 @@ class Share:
         """Give the bytes back while the send goes on (a client not reading holds it up)."""
         size, self._size = self._size, 0
         if size:
-            self._budget.forgiven += 1
             logger.debug(
                 "A stream's send of %d bytes outlasted the hold limit (a client reading slowly); "
                 "its share goes back to the other streams.",
