@@ -62,7 +62,7 @@ def rss_mib(pid: int) -> float:
 
 
 def rss_timeline(samples: Sequence[tuple[float, float]], end: float, elapsed: float) -> str:
-    """The RSS at every tenth of the run, from the per-second samples: flat or growing?"""
+    """The RSS at every tenth of the run, from the samples (time, MiB): flat or growing?"""
     points: list[str] = []
     for tenth in range(10):
         at = elapsed * tenth / 10
@@ -227,7 +227,6 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
         for i in range(args.subscribers)
     ]
     calls: set[asyncio.Task[None]] = set()
-    peak = rss_start
     timeline: list[tuple[float, float]] = []
     begin = time.monotonic()
     sent = 0
@@ -242,9 +241,7 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
             task.add_done_callback(calls.discard)
             sent += 1
         if now >= next_rss:
-            sample = rss_mib(sidecar_pid)
-            timeline.append((now - begin, sample))
-            peak = max(peak, sample)
+            timeline.append((now - begin, rss_mib(sidecar_pid)))
             next_rss = now + RSS_EVERY
         await asyncio.sleep(TICK)
     elapsed = time.monotonic() - begin
@@ -263,11 +260,10 @@ async def drive(args: argparse.Namespace, address: str, sidecar_pid: int, metric
         await client.close()
     for channel in channels:
         await channel.close()
-    report(args, results, sent, elapsed, before, after, (rss_start, rss_end, max(peak, rss_end)))
+    at, peak = max([(0.0, rss_start), *timeline, (elapsed, rss_end)], key=lambda s: s[1])
+    report(args, results, sent, elapsed, before, after, (rss_start, rss_end, peak))
     print(f"sidecar RSS over the run: {rss_timeline(timeline, rss_end, elapsed)}")
-    if timeline:
-        at, top = max(timeline, key=lambda sample: sample[1])
-        print(f"sidecar RSS peak: {top:.0f} MiB at {at:.1f} s")
+    print(f"sidecar RSS peak: {peak:.0f} MiB at {at:.1f} s")
     print(
         f"CPU over the {elapsed:.0f} s run: sidecar {cpu:.1f} s ({cpu / elapsed:.0%} of a core), "
         f"drivers (this process) {own:.1f} s"

@@ -32,6 +32,7 @@ from execpods.k8s.mounts import (
     VOLUMES_PREFIX,
     volume_key_problem,
 )
+from execpods.k8s.operations import DEFAULT_PAGE_SIZE
 
 ENV_PREFIX = "spark.executorEnv."
 """Properties `spark.executorEnv.NAME=value` put `NAME=value` into every executor's environment."""
@@ -353,7 +354,7 @@ class KubernetesSettings(SettingsBase):
     )
     list_page_size: int = setting(
         "execpods.kubernetes.listPageSize",
-        500,
+        DEFAULT_PAGE_SIZE,
         "Pods per page of the watch's and the poll's lists (limit and continue, as client-go "
         "pages); 0 lists in one answer. Pages keep the API server's answers and the sidecar's "
         "memory small at thousands of executors.",
