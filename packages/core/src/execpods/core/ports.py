@@ -183,6 +183,25 @@ class LifecycleObserver(Protocol):
         application should fail; called once, with why."""
 
 
+class ExecutorIdLedger(Protocol):
+    """Where the highest executor id ever reserved for an application outlives the process.
+
+    A restarted sidecar must never issue an id again, even when every pod that carried it is
+    gone; the pods alone cannot tell. The allocator reserves ids in blocks through this port
+    *before* it uses any of them, and reads the mark back at start-up. The adapter keeps it in the
+    cluster; `execpods.core.testing.InMemoryIdLedger` is the same contract in memory.
+    """
+
+    def highest_reserved(self) -> int:
+        """The highest id ever reserved (0 when none was); raises `PodOperationError` when the
+        mark cannot be read."""
+
+    def reserve_through(self, executor_id: int) -> None:
+        """Record that ids up to `executor_id` may be in use; it never lowers the mark. Raises
+        `PodOperationError` when the mark cannot be written: no id above the old mark may then
+        be issued."""
+
+
 # Time and threads.
 
 

@@ -330,3 +330,24 @@ def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
             ),
         ),
     )
+
+
+class InMemoryIdLedger:
+    """`ExecutorIdLedger` in memory: one instance shared by two backends is a restart's cluster.
+
+    `fail_writes` makes every reservation fail, as a denied write would in the cluster.
+    """
+
+    def __init__(self, highest: int = 0) -> None:
+        self.highest = highest
+        self.writes = 0
+        self.fail_writes = False
+
+    def highest_reserved(self) -> int:
+        return self.highest
+
+    def reserve_through(self, executor_id: int) -> None:
+        if self.fail_writes:
+            raise PodOperationError(f"cannot reserve executor ids through {executor_id}")
+        self.writes += 1
+        self.highest = max(self.highest, executor_id)
