@@ -18,14 +18,18 @@ from execpods.core import (
     ManualClock,
     PodSelector,
     ResourceProfile,
-    ScheduledSnapshotsStore,
     compose_backend,
 )
-from execpods.core.store import SnapshotsCallback, Subscription
+from execpods.core.compose import scheduled_store
+from execpods.core.labels import ExecutorLabels
+from execpods.core.ports import Clock
+from execpods.core.states import PodClassifier
+from execpods.core.store import ScheduledSnapshotsStore, SnapshotsCallback, Subscription
 from execpods.core.testing import (
     TEST_APP_ID,
     DeleteCall,
     DeterministicSnapshotsStore,
+    HandFed,
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
@@ -42,8 +46,10 @@ APP_LABELS = {"spark-app-selector": TEST_APP_ID, "spark-role": "executor"}
 
 
 class LoggingStore(DeterministicSnapshotsStore):
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
+    def __init__(
+        self, log: list[str], *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock
+    ) -> None:
+        super().__init__(labels=labels, classifier=classifier, clock=clock)
         self.log = log
 
     def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
@@ -107,7 +113,14 @@ def make_backend(
     """A backend from the composition root, over a logging store, pods and sources."""
     settings = settings or CoreSettings.from_properties({"spark.executor.instances": "3"})
     log: list[str] = []
-    store = LoggingStore(log)
+    stores: list[LoggingStore] = []
+
+    def make_store(
+        *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock
+    ) -> LoggingStore:
+        stores.append(LoggingStore(log, labels=labels, classifier=classifier, clock=clock))
+        return stores[-1]
+
     pods = LoggingPods(log)
     clock = ManualClock()
     watch = RecordingSource("watch", log, fail_on_stop=watch_fails)
@@ -123,11 +136,11 @@ def make_backend(
         observers=observers,
         sources=lambda writer: [watch, poll],
         clock=clock,
-        store=store,
+        store=make_store,
         request_scheduler=requests,
         close=lambda: log.append("client.close"),
     )
-    return BackendRig(backend, store, pods, driver, requests, watch, poll, log)
+    return BackendRig(backend, stores[0], pods, driver, requests, watch, poll, log)
 
 
 def test_start_all_components_in_sparks_order() -> None:
@@ -254,17 +267,20 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
 
 def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuses_more() -> None:
     clock = ManualClock()
-    store = ScheduledSnapshotsStore(DeterministicScheduler(clock), clock=clock)
+    fed = HandFed()
     backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=CoreSettings(),
         pod_operations=InMemoryPodOperations(),
         pod_builder=SimpleExecutorPodBuilder(),
         driver=RecordingDriver(),
+        sources=fed,
         clock=clock,
-        store=store,
+        store=scheduled_store(DeterministicScheduler(clock)),
         request_scheduler=DeterministicScheduler(clock),
     )
+    store = fed.writer
+    assert isinstance(store, ScheduledSnapshotsStore)
     backend.start()
     reconcilers = store.subscriber_count
     subscription = backend.subscribe(1.0, lambda batch: None, on_removal=lambda removal: None)
