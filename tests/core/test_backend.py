@@ -18,6 +18,7 @@ from execpods.core import (
     ManualClock,
     PodSelector,
     ResourceProfile,
+    TotalsRequest,
     compose_backend,
 )
 from execpods.core.compose import scheduled_store
@@ -216,13 +217,14 @@ def test_a_negative_total_is_refused_before_anything_runs() -> None:
 def test_the_total_is_validated_once_at_the_boundary_for_every_profile() -> None:
     rig = make_backend()
     rig.backend.start()
-    with pytest.raises(ValueError, match=r"resource_profile_id=1 is invalid: .* never declared"):
+    with pytest.raises(ValueError, match=r"resource profile 1 was never declared"):
         rig.backend.request_total(2, resource_profile_id=1)
-    rig.backend.declare_profiles([ResourceProfile(id=1, cores=2)])
-    rig.backend.request_total(2, resource_profile_id=1)
+    rig.backend.request(TotalsRequest(totals={1: 2}, profiles=(ResourceProfile(id=1, cores=2),)))
     rig.requests.run_until_idle()
     assert rig.backend.counts().total == 5, "the default profile's 3 and profile 1's 2"
-    with pytest.raises(ValueError, match=r"total=-1 is invalid: it must not be negative"):
+    with pytest.raises(
+        ValueError, match=r"profile 1: total=-1 is invalid: it must not be negative"
+    ):
         rig.backend.request_total(-1, resource_profile_id=1)
     with pytest.raises(ValueError, match="negative"):
         make_backend().backend.start(initial_executors=-1)

@@ -85,6 +85,7 @@ from execpods.core.store import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.totals import TotalsRequest
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -157,6 +158,7 @@ __all__ = [
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",
+    "TotalsRequest",
     "SystemClock",
     "ThreadScheduler",
     "classify",

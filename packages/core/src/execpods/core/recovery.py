@@ -74,7 +74,7 @@ def adoption_of(pods: Iterable[ExecutorPod], labels: ExecutorLabels) -> Adoption
     found = 0
     live: dict[int, int] = {}
     for pod in pods:
-        executor_id = labels.executor_id_of(pod.name, pod.labels)
+        executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
             continue
         found += 1
@@ -129,7 +129,7 @@ class LostCreates:
             return []
         selector = PodSelector.executors_of(labels, app_id, waiting)
         try:
-            found = {labels.executor_id_of(pod.name, pod.labels) for pod in pods.list(selector)}
+            found = {labels.executor_id_of_pod(pod) for pod in pods.list(selector)}
         except PodOperationError as error:
             logger.debug("Could not read back executors %s yet (%s).", waiting, error)
             return []
