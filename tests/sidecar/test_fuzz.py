@@ -68,11 +68,11 @@ class Rig:
 
     @property
     def incarnation(self) -> str:
-        return self.sidecar.runtime.removal_log.incarnation
+        return self.sidecar.runtime.backend.removal_position.incarnation
 
     @property
     def sequence(self) -> int:
-        return self.sidecar.runtime.removal_log.sequence
+        return self.sidecar.runtime.backend.removal_position.sequence
 
 
 @pytest.fixture(scope="module")

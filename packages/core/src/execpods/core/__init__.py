@@ -10,8 +10,8 @@ from execpods.core.allocator import AllocatorStats, ExecutorPodsAllocator
 from execpods.core.backend import (
     AllocationCounts,
     ExecutorPodsBackend,
-    LifecycleFanout,
     ShutdownReport,
+    StreamHandle,
 )
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
@@ -58,11 +58,13 @@ from execpods.core.ports import (
     LifecycleObserver,
     PodOperations,
     PodSelector,
+    RoundObserver,
     SnapshotSource,
     SnapshotsReader,
     SnapshotsWriter,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
+from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import (
     Cancellable,
     DeterministicScheduler,
@@ -132,7 +134,11 @@ __all__ = [
     "ExecutorPodsLifecycleManager",
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
-    "LifecycleFanout",
+    "StreamHandle",
+    "InvalidPosition",
+    "NumberedRemoval",
+    "Position",
+    "RoundObserver",
     "LifecycleObserver",
     "ManualClock",
     "PodAdmissionRejected",

@@ -20,11 +20,14 @@ from execpods.core import (
     INT64_MAX,
     ApiThrottled,
     ApiUnavailable,
+    InvalidPosition,
     PodAdmissionRejected,
     PodForbidden,
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    Position,
+    StreamHandle,
     clip,
     summarize_ids,
 )
@@ -32,7 +35,6 @@ from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
 from execpods.sidecar.feed import StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response
 from execpods.sidecar.profiles import totals_request
-from execpods.sidecar.resume import InvalidPosition, Opened, Position
 from execpods.sidecar.sendbudget import SendBudget
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
@@ -220,24 +222,23 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             if request.HasField("resume_from")
             else None
         )
-        try:
-            opened = self._runtime.removal_log.open(resume_from, feed.on_removal)
-        except InvalidPosition as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        self._feeds.add(feed)
         observed = self._runtime.telemetry.stream()
         try:
-            subscription = self._runtime.backend.subscribe(
+            opened = self._runtime.backend.open_stream(
                 interval,
-                observed.arrived(feed.on_snapshots),
+                on_snapshots=observed.arrived(feed.on_snapshots),
+                on_removal=feed.on_removal,
                 on_application_failure=feed.on_application_failed,
+                on_notice=feed.on_notice,
+                resume_from=resume_from,
             )
-            unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
+        except InvalidPosition as error:
+            observed.close()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:
             observed.close()
-            opened.cancel()
-            self._feeds.discard(feed)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
+        self._feeds.add(feed)
         logger.debug(
             "A stream subscribed every %.3f s (%d open)%s.",
             interval,
@@ -250,13 +251,11 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 observed.sent()
         finally:
             observed.close()
-            unlisten()
-            subscription.cancel()
             opened.cancel()
             self._feeds.discard(feed)
             logger.debug("A stream ended (%d open).", len(self._feeds))
 
-    async def _messages(self, feed: StreamFeed, opened: Opened) -> AsyncIterator[bytes]:
+    async def _messages(self, feed: StreamFeed, opened: StreamHandle) -> AsyncIterator[bytes]:
         # The feed holds removals back until its first snapshot, so the first message that
         # carries anything carries the current snapshot.
         encoder = SnapshotEncoder(self._cache)
@@ -305,7 +304,7 @@ def add_to_server(service: AllocatorService, server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers(descriptor.full_name, handlers)
 
 
-def _resumed(opened: Opened, resume_from: Position | None) -> str:
+def _resumed(opened: StreamHandle, resume_from: Position | None) -> str:
     if resume_from is None:
         return ""
     flag = ", re-syncing" if opened.resync else ""

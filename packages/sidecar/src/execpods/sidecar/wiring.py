@@ -40,7 +40,6 @@ from execpods.k8s import (
 )
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
-from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
 
@@ -49,14 +48,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """A sidecar's allocation: the backend (the one facade), the driver view beside it, and
-    the numbered removals that streams resume from."""
+    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
 
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
     telemetry: Telemetry
-    removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
@@ -83,19 +80,19 @@ def assemble(
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
-    The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
-    log is the other observer.
+    The driver view is the backend's `DriverView`, and hears each lifecycle round before its
+    decisions (a round observer); the backend numbers the removals streams resume from.
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
-    removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
         pod_operations=CountedPodOperations(pod_operations, telemetry),
         pod_builder=pod_builder,
         driver=view,
-        observers=(view, removal_log),
+        round_observers=(view,),
+        removal_window=settings.sidecar.stream_removal_window,
         sources=sources,
         clock=clock,
         store=scheduled_store(store_scheduler),
@@ -110,7 +107,6 @@ def assemble(
         backend=backend,
         driver_view=view,
         telemetry=telemetry,
-        removal_log=removal_log,
         rate_limiter=rate_limiter,
     )
 
