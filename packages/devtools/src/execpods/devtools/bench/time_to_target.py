@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,13 @@ from execpods.core import (
 )
 from execpods.core.compose import scheduled_store
 from execpods.core.testing import HandFed, RecordingDriver, SimpleExecutorPodBuilder
+from execpods.devtools.bench.runs import (
+    SERVER_CREATE_RATE,
+    START_JITTER,
+    START_LATENCY,
+    Run,
+)
+from execpods.devtools.bench.spark_peers import spark_peers
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
@@ -62,11 +69,6 @@ from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 from matplotlib.figure import Figure
 
 APP_ID = "ttt"
-START_LATENCY = 1.0
-START_JITTER = 0.5
-SERVER_CREATE_RATE = 250.0
-"""kubesim's create-rate cap (creates/s; 429 beyond it). Above the client's default limit, so the
-client's own rate limit is what binds, as it should on a cluster shared with others."""
 STEP = 0.02
 """Virtual seconds per simulation step (the resolution of every time measured)."""
 MAX_VIRTUAL = 4 * 3600.0
@@ -93,27 +95,6 @@ POLICIES = (
     ),
     Policy(name="execpods defaults", properties={}),
 )
-
-
-@dataclass(slots=True)
-class Run:
-    """One policy at one size: what the benchmark prints and plots."""
-
-    policy: str
-    executors: int
-    seconds: float | None
-    """Virtual seconds to 100% Running (None: not reached within MAX_VIRTUAL)."""
-    bound: float
-    peak_rate: int
-    rate_limit: float
-    curve: list[tuple[float, int]] = field(default_factory=list)
-    creates: int = 0
-    throttled: int = 0
-    wall: float = 0.0
-
-    @property
-    def ratio(self) -> float | None:
-        return None if self.seconds is None else self.seconds / self.bound
 
 
 PEERS: dict[str, Callable[[int], Run]] = {}
@@ -437,9 +418,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.policy}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
     spark_sizes = [int(s) for s in args.spark.split(",") if s]
     if spark_sizes:
-        # Imported here: the peers module builds on this one's Run and cluster settings.
-        from execpods.devtools.bench.spark_peers import spark_peers  # noqa: PLC0415
-
         with tempfile.TemporaryDirectory(prefix="execpods-spark-") as tmp:
             peers = spark_peers(Path(tmp))
             for size in spark_sizes:
