@@ -10,7 +10,8 @@ import logging
 from typing import Any
 
 import pytest
-from execpods.core import INT64_MAX, SPARK_LABELS
+from execpods.core import SPARK_LABELS
+from execpods.core.idlists import INT64_MAX
 from execpods.k8s import MalformedPod, pod_from_dict, pod_from_dict_strict, pods_from_list
 
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import grpc
 import pytest
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -15,8 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 from execpods.client import AllocatorClient, ExecutorState
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 

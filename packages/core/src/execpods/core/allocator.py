@@ -30,7 +30,6 @@ from execpods.core.allocation import (
     Limits,
     ProfileState,
     excess_to_delete,
-    executors_to_request,
     request_counts,
 )
 from execpods.core.creation import (
@@ -58,7 +57,7 @@ from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
 
-__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+__all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
 

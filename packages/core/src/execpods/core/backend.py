@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from execpods.core.allocator import AllocatorStats, ExecutorCounts, ExecutorPodsAllocator
+from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.clock import SystemClock
 from execpods.core.creation import NoticeListener
 from execpods.core.errors import PodOperationError
@@ -305,10 +305,6 @@ class ExecutorPodsBackend:
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Hear every later allocator notice (refused or throttled creates, the id cap)."""
         return self._allocator.add_notice_listener(listener)
-
-    @property
-    def allocator_stats(self) -> AllocatorStats:
-        return self._allocator.stats
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);

@@ -34,8 +34,9 @@ from typing import Any
 
 from execpods.client import AllocatorClient
 from execpods.devtools.proxy import CuttableProxy
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 APP_ID = "faults-app"
 QPS = 20

@@ -17,7 +17,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from execpods.core import ExecpodsError, SettingsError, SettingSpec
+from execpods.core import ExecpodsError, SettingsError
+from execpods.core.settingkit import SettingSpec
 from execpods.sidecar.logformat import configure_log_format, stamp_app_id
 from execpods.sidecar.properties import read_properties_file
 from execpods.sidecar.server import SidecarServer

@@ -34,8 +34,6 @@ NAMESPACE_TYPO_RATIO = 0.92
 SPARK_ONLY_KEYS = frozenset(
     {
         "spark.kubernetes.allocation.driver.readinessTimeout",
-        "spark.kubernetes.allocation.executor.timeout",
-        "spark.kubernetes.allocation.maxPendingPods",
         "spark.kubernetes.allocation.pods.allocator",
         "spark.kubernetes.executor.decommissionLabel",
         "spark.kubernetes.executor.decommissionLabelValue",

@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 from execpods.core import (
-    INT64_MAX,
     ApiThrottled,
     ApiUnavailable,
     InvalidPosition,
@@ -28,9 +27,8 @@ from execpods.core import (
     PodOperationError,
     Position,
     StreamHandle,
-    clip,
-    summarize_ids,
 )
+from execpods.core.idlists import INT64_MAX, clip, summarize_ids
 from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
 from execpods.sidecar.feed import StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response

@@ -24,8 +24,9 @@ import grpc
 from execpods.client import AllocatorClient
 from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval, ExecutorState
 from execpods.core.removals import RemovalChannel
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 

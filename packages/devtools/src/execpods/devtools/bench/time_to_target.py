@@ -61,11 +61,12 @@ from execpods.devtools.bench.runs import (
     Run,
 )
 from execpods.devtools.bench.spark_peers import spark_peers
+from execpods.devtools.simulated import simulator_properties
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
 from execpods.kubesim.errors import ApiError
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from matplotlib.figure import Figure
 
 APP_ID = "ttt"
