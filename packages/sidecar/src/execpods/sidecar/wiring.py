@@ -26,7 +26,6 @@ from execpods.core import (
     SourcesFactory,
     compose_backend,
 )
-from execpods.core.compose import scheduled_store
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -72,7 +71,6 @@ def assemble(
     sources: SourcesFactory,
     close_client: Callable[[], None] | None = None,
     clock: Clock | None = None,
-    store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
@@ -95,7 +93,6 @@ def assemble(
         removal_window=settings.sidecar.stream_removal_window,
         sources=sources,
         clock=clock,
-        store=scheduled_store(store_scheduler),
         on_round=telemetry.round_finished,
         request_scheduler=request_scheduler,
         close=close_client,
