@@ -80,7 +80,12 @@ from execpods.core.states import (
     PodClassifier,
     classify,
 )
-from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
+from execpods.core.store import (
+    ScheduledSnapshotsStore,
+    SnapshotsCallback,
+    SnapshotsStore,
+    Subscription,
+)
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -150,7 +155,7 @@ __all__ = [
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "SnapshotsStoreImpl",
+    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",
