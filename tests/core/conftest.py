@@ -14,6 +14,7 @@ import pytest
 from execpods.core import (
     CoreSettings,
     CreateRunner,
+    ExecutorIdLedger,
     ExecutorPodsAllocator,
     ManualClock,
     ResourceProfiles,
@@ -55,9 +56,11 @@ def make_allocator_rig(
     profiles: ResourceProfiles | None = None,
     clock_start: float = 0.0,
     runner: CreateRunner | None = None,
+    pods: InMemoryPodOperations | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
-    pods = InMemoryPodOperations()
+    pods = pods if pods is not None else InMemoryPodOperations()
     clock = ManualClock(clock_start)
     driver = RecordingDriver()
     composed = compose_deterministic(
@@ -68,6 +71,7 @@ def make_allocator_rig(
         profiles=profiles,
         runner=runner,
         rng=random.Random(7),
+        id_ledger=id_ledger,
     )
     composed.allocator.start(TEST_APP_ID, driver)
     return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)
