@@ -35,6 +35,7 @@ from execpods.k8s.errors import (
     map_error,
 )
 from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.observe import ApiCall, ApiObserver
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
@@ -50,6 +51,7 @@ __all__ = [
     "ApiBackoffGate",
     "Backoff",
     "ClientConfiguration",
+    "ClusterIdLedger",
     "DriverPodNotFound",
     "EventWaiter",
     "ExecutorPodTemplateBuilder",

@@ -27,7 +27,7 @@ from execpods.k8s.errors import map_error
 from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
 from execpods.k8s.ratelimit import TokenBucket
 from kubernetes import client as k8s_client
-from kubernetes.client import V1Pod
+from kubernetes.client import V1ConfigMap, V1Pod
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -76,6 +76,9 @@ class ApiGateway:
             core.patch_namespaced_pod: "patch",
             core.delete_namespaced_pod: "delete",
             core.delete_collection_namespaced_pod: "deletecollection",
+            core.read_namespaced_config_map: "get",
+            core.create_namespaced_config_map: "create",
+            core.patch_namespaced_config_map: "patch",
         }
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -236,6 +239,52 @@ class ApiGateway:
                 resource_version=resource_version,
             ),
             timeout=(self.connect_timeout, read_timeout),
+        )
+
+    # --- the id ledger's ConfigMap (see ledger.py) ----------------------------------------
+
+    def read_config_map(self, name: str) -> object:
+        """One ConfigMap's JSON; raises `PodNotFound` (the core's 404) when there is none."""
+        return self._json(
+            f"get configmap {name}",
+            partial(self._core.read_namespaced_config_map, name, self.namespace),
+        )
+
+    def create_config_map(
+        self, name: str, manifest: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """POST a ConfigMap; its JSON as stored (409 `PodConflict` when it exists)."""
+        return self._json(
+            f"create configmap {name}",
+            partial(
+                self._core.create_namespaced_config_map,
+                self.namespace,
+                cast(V1ConfigMap, dict(manifest)),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_config_map(
+        self, name: str, patch: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """A merge patch of one ConfigMap (a `metadata.resourceVersion` in it is a
+        precondition: 409 `PodConflict` when another writer came first); its JSON."""
+        return self._json(
+            f"patch configmap {name}",
+            partial(
+                self._core.patch_namespaced_config_map,
+                name,
+                self.namespace,
+                dict(patch),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_pod_json(self, name: str, patch: Mapping[str, object], *, what: str) -> object:
+        """A strategic merge patch of one pod; the pod's JSON as stored."""
+        return self._json(
+            f"{what} of pod {name}",
+            partial(self._core.patch_namespaced_pod, name, self.namespace, dict(patch)),
         )
 
     # --- the machinery -----------------------------------------------------------------------

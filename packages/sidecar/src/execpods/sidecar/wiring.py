@@ -29,6 +29,7 @@ from execpods.core import (
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
@@ -60,6 +61,8 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    id_ledger: ClusterIdLedger | None = None
+    """Where the highest executor id ever issued is kept in the cluster (None: no API)."""
 
     @property
     def app_id(self) -> str:
@@ -144,7 +147,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             settings.core.labels, settings.sidecar.app_id
         ).label_selector()
         if settings.security.check_permissions:
-            check_pod_permissions(gateway, selector=selector)
+            check_pod_permissions(
+                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+            )
         operations = KubernetesPodOperations(
             gateway,
             executor_id_label=settings.core.labels.executor_id,
@@ -157,6 +162,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             labels=settings.core.labels,
             profiles=profiles,
             container_name=settings.core.executor_container_name,
+        )
+        id_ledger = ClusterIdLedger(
+            gateway,
+            app_id=settings.sidecar.app_id,
+            labels=settings.core.labels,
+            driver_pod_name=k8s.driver_pod_name,
+            owner=builder.owner,
         )
     except BaseException:
         api_client.close()
@@ -182,4 +194,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         rate_limiter=limiter,
         observers=observers,
     )
-    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
+    return dataclasses.replace(
+        runtime, probe=cluster_probe(gateway, selector=selector), id_ledger=id_ledger
+    )
