@@ -7,7 +7,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 (`SnapshotsWriter`).
 """
 
-from execpods.k8s.backoff import ApiBackoffGate, Backoff, EventWaiter, Waiter
+from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
     executor_pod_name,
@@ -49,6 +49,7 @@ __all__ = [
     "ApiGateway",
     "ApiObserver",
     "ApiBackoffGate",
+    "ApiHeldBack",
     "Backoff",
     "ClientConfiguration",
     "ClusterIdLedger",

@@ -131,9 +131,11 @@ class ApiGateway:
 
     def delete_pod(
         self, name: str, *, grace_period_seconds: int | None = None, dry_run: bool = False
-    ) -> None:
-        """DELETE one pod (with the pod's own grace period unless one is given)."""
-        self._bytes(
+    ) -> object:
+        """DELETE one pod (with the pod's own grace period unless one is given); the answer's
+        JSON (the pod as deleted), or None when it is not JSON: the pod was deleted all the
+        same."""
+        data = self._bytes(
             f"delete pod {name}",
             partial(
                 self._core.delete_namespaced_pod,
@@ -143,6 +145,10 @@ class ApiGateway:
                 dry_run=_dry(dry_run),
             ),
         )
+        try:
+            return orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return None
 
     def delete_pods(
         self,
