@@ -18,7 +18,7 @@ from execpods.core import (
     ManualClock,
     PodSelector,
     ResourceProfile,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
     compose_backend,
 )
 from execpods.core.store import SnapshotsCallback, Subscription
@@ -254,7 +254,7 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
 
 def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuses_more() -> None:
     clock = ManualClock()
-    store = SnapshotsStoreImpl(DeterministicScheduler(clock), clock=clock)
+    store = ScheduledSnapshotsStore(DeterministicScheduler(clock), clock=clock)
     backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=CoreSettings(),

@@ -17,7 +17,7 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorState,
     ManualClock,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
 )
 from execpods.core.testing import (
     deleted_executor,
@@ -57,7 +57,7 @@ def test_any_event_order_then_a_full_list_converges_to_that_list(
     events: list[ExecutorPod], final: list[ExecutorPod], deliver_every: int
 ) -> None:
     scheduler = DeterministicScheduler(ManualClock())
-    store = SnapshotsStoreImpl(scheduler, clock=scheduler.clock)
+    store = ScheduledSnapshotsStore(scheduler, clock=scheduler.clock)
     received: list[ExecutorPodsSnapshot] = []
     store.add_subscriber(float(deliver_every), received.extend)
     for event in events:

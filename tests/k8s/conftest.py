@@ -13,7 +13,7 @@ from execpods.core import (
     DeterministicScheduler,
     ExecutorPod,
     ExecutorPodsSnapshot,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
 )
 from execpods.k8s import (
     ApiGateway,
@@ -30,7 +30,7 @@ IMAGE = "spark:test"
 WAIT = 10.0
 
 
-class RecordingStore(SnapshotsStoreImpl):
+class RecordingStore(ScheduledSnapshotsStore):
     """A real store that also records what the sources pushed and lets a test wait on it."""
 
     def __init__(self) -> None:

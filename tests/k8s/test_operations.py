@@ -236,7 +236,7 @@ def test_lists_are_read_a_page_at_a_time_as_one_consistent_list(
             sim.create_pod(executor_pod(6))
 
     paged = KubernetesPodOperations(
-        ApiGateway(api_client, namespace="default", request_timeout=5, observer=between_pages),
+        ApiGateway(api_client, namespace="default", request_timeout=5, telemetry=between_pages),
         page_size=2,
     )
     pods, version = paged.list_with_version(APP_SELECTOR)
@@ -265,7 +265,7 @@ def test_an_expired_continue_token_restarts_the_list_in_one_answer(
 
     paged = KubernetesPodOperations(
         ApiGateway(
-            api_client, namespace="default", request_timeout=5, observer=expire_after_first_page
+            api_client, namespace="default", request_timeout=5, telemetry=expire_after_first_page
         ),
         page_size=2,
     )

@@ -79,7 +79,12 @@ from execpods.core.states import (
     PodClassifier,
     classify,
 )
-from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
+from execpods.core.store import (
+    ScheduledSnapshotsStore,
+    SnapshotsCallback,
+    SnapshotsStore,
+    Subscription,
+)
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -148,7 +153,7 @@ __all__ = [
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "SnapshotsStoreImpl",
+    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",

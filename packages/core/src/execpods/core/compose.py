@@ -37,7 +37,7 @@ from execpods.core.profiles import ResourceProfiles
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.states import PodClassifier
-from execpods.core.store import SnapshotsStoreImpl
+from execpods.core.store import ScheduledSnapshotsStore
 
 SourcesFactory = Callable[[SnapshotsWriter], Sequence[SnapshotSource]]
 """Makes the sources that feed a store, in start order (watch before poll); may make none."""
@@ -67,7 +67,7 @@ def compose_backend(
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
-    `store` replaces the `SnapshotsStoreImpl` on `store_scheduler` (a deterministic store in
+    `store` replaces the `ScheduledSnapshotsStore` on `store_scheduler` (a deterministic store in
     tests); `close` runs last on stop (the API client). Without schedulers, the store delivers
     on two worker threads and requests run on one, as in production. `profiles` are the declared
     resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
@@ -75,7 +75,7 @@ def compose_backend(
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:
-        store = SnapshotsStoreImpl(
+        store = ScheduledSnapshotsStore(
             store_scheduler
             if store_scheduler is not None
             else ThreadScheduler(workers=2, name="execpods-subscribers"),

@@ -36,18 +36,18 @@ from execpods.k8s.errors import (
 )
 from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.ledger import ClusterIdLedger
-from execpods.k8s.observe import ApiCall, ApiObserver
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
 from execpods.k8s.ratelimit import TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
+from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
     "ApiCall",
     "TokenBucket",
     "ApiGateway",
-    "ApiObserver",
+    "ApiCallListener",
     "ApiBackoffGate",
     "ApiHeldBack",
     "Backoff",

@@ -24,8 +24,8 @@ from execpods.core import ApiUnavailable, PodOperationError
 from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
-from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
 from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1Pod
 from urllib3 import BaseHTTPResponse
@@ -63,10 +63,10 @@ class ApiGateway:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         rate_limiter: TokenBucket | None = None,
         backoff: ApiBackoffGate | None = None,
-        observer: ApiObserver | None = None,
+        telemetry: ApiCallListener | None = None,
     ) -> None:
         self._api_client = api_client
-        self._observer = observer
+        self._telemetry = telemetry
         self._core = k8s_client.CoreV1Api(api_client)
         core = self._core
         self._verbs: dict[object, str] = {
@@ -304,7 +304,7 @@ class ApiGateway:
     def _response(
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
-        """Make the call for its raw response (the caller must release it); the observer, if
+        """Make the call for its raw response (the caller must release it); its telemetry, if
         any, hears of every call that went out (verb, outcome, time to the response headers;
         the back-off gate's and the rate limiter's waits not included)."""
         gate = self.backoff
@@ -329,8 +329,8 @@ class ApiGateway:
             outcome = type(error).__name__
             raise
         finally:
-            if self._observer is not None:
-                self._observer(
+            if self._telemetry is not None:
+                self._telemetry(
                     ApiCall(
                         verb=self._verb_of(call),
                         outcome=outcome,

@@ -14,20 +14,11 @@ from dataclasses import dataclass
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
     SPARK_LABELS,
-    AllocatorNotice,
-    NoticeKind,
     ResourceProfile,
     SettingsError,
 )
 from execpods.k8s import parse_pod_template
 from execpods.v1 import allocator_pb2 as pb
-
-_NOTICE_KINDS = {
-    NoticeKind.CREATE_REFUSED: pb.AllocatorNotice.KIND_CREATE_REFUSED,
-    NoticeKind.CREATE_THROTTLED: pb.AllocatorNotice.KIND_CREATE_THROTTLED,
-    NoticeKind.CREATE_FAILED: pb.AllocatorNotice.KIND_CREATE_FAILED,
-    NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
-}
 
 
 class InvalidProfiles(ValueError):
@@ -109,13 +100,3 @@ def check_totals_request(
             )
         totals[profile_id] = total
     return TotalsRequest(profiles=profiles, totals=totals)
-
-
-def encode_notice(notice: AllocatorNotice) -> pb.AllocatorNotice:
-    return pb.AllocatorNotice(
-        kind=_NOTICE_KINDS[notice.kind],
-        message=notice.message,
-        resource_profile_id=notice.resource_profile_id,
-        count=notice.count,
-        retry_in_ms=round(notice.retry_in * 1000),
-    )

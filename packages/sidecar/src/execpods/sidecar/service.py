@@ -29,16 +29,12 @@ from execpods.core import (
     summarize_ids,
 )
 from execpods.k8s import ApiHeldBack
+from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
+from execpods.sidecar.feed import StreamFeed
+from execpods.sidecar.messages import StreamCursor, build_response
 from execpods.sidecar.profiles import check_totals_request
 from execpods.sidecar.resume import InvalidPosition, Opened, Position
 from execpods.sidecar.sendbudget import SendBudget
-from execpods.sidecar.streams import (
-    EncodingCache,
-    SnapshotEncoder,
-    StreamCursor,
-    StreamFeed,
-    build_response,
-)
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -139,7 +135,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
-        self._runtime.observers.target_set(counts.total)
+        self._runtime.telemetry.target_set(counts.total)
         logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
             total=counts.total,
@@ -239,7 +235,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except InvalidPosition as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._feeds.add(feed)
-        observed = self._runtime.observers.stream()
+        observed = self._runtime.telemetry.stream()
         try:
             subscription = self._runtime.backend.subscribe(
                 interval,

@@ -39,10 +39,10 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_store
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
+from execpods.sidecar.telemetry import CountedPodOperations, Telemetry, timed_store
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Runtime:
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
-    observers: Observers
+    telemetry: Telemetry
     removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
@@ -81,7 +81,7 @@ def assemble(
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
-    observers: Observers | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -89,18 +89,18 @@ def assemble(
     log is the other observer.
     """
     view = InferredDriverView(clock=clock)
-    observers = observers if observers is not None else Observers()
+    telemetry = telemetry if telemetry is not None else Telemetry()
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
-        pod_operations=ObservedPodOperations(pod_operations, observers),
+        pod_operations=CountedPodOperations(pod_operations, telemetry),
         pod_builder=pod_builder,
         driver=view,
         observers=(view, removal_log),
         sources=sources,
         clock=clock,
-        store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
+        store=timed_store(settings.core, telemetry, clock=clock, scheduler=store_scheduler),
         request_scheduler=request_scheduler,
         close=close_client,
         profiles=profiles,
@@ -110,7 +110,7 @@ def assemble(
         settings=settings,
         backend=backend,
         driver_view=view,
-        observers=observers,
+        telemetry=telemetry,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
     )
@@ -131,7 +131,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
-    observers = Observers()
+    telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
         limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
@@ -141,7 +141,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
             backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
-            observer=observers.api_call,
+            telemetry=telemetry.api_call,
         )
         selector = PodSelector.executors_of(
             settings.core.labels, settings.sidecar.app_id
@@ -192,7 +192,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         clock=clock,
         profiles=profiles,
         rate_limiter=limiter,
-        observers=observers,
+        telemetry=telemetry,
     )
     return dataclasses.replace(
         runtime, probe=cluster_probe(gateway, selector=selector), id_ledger=id_ledger

@@ -18,7 +18,7 @@ from execpods.core.pods import ExecutorPod
 from execpods.core.scheduling import DeterministicScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.store import SnapshotsStoreImpl
+from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import (
     DeterministicSnapshotsStore,
     InMemoryPodOperations,
@@ -62,7 +62,7 @@ def store_throughput(executors: int = 10_000, updates: int = 100_000) -> float:
 
     def run() -> float:
         scheduler = DeterministicScheduler(ManualClock())
-        store = SnapshotsStoreImpl(scheduler, clock=scheduler.clock)
+        store = ScheduledSnapshotsStore(scheduler, clock=scheduler.clock)
         store.replace_snapshot(running_pods(executors))
         received = [0, 0]
 

@@ -33,7 +33,7 @@ from execpods.core import (
     DeterministicScheduler,
     ExecutorPod,
     PodSelector,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
 )
 from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
@@ -47,7 +47,7 @@ APP_ID = "bench-app"
 SELECTOR = PodSelector.executors_of(SPARK_LABELS, APP_ID).label_selector()
 
 
-class CountingStore(SnapshotsStoreImpl):
+class CountingStore(ScheduledSnapshotsStore):
     """A real store that signals when it has taken `target` updates.
 
     With `hold`, the first update waits for `release()`: the watch that delivers it stops reading,

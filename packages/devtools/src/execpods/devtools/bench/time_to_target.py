@@ -50,7 +50,7 @@ from execpods.core import (
     PodManifest,
     PodNotFound,
     PodSelector,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
 )
 from execpods.core.testing import RecordingDriver, SimpleExecutorPodBuilder
 from execpods.k8s import TokenBucket, pod_from_dict
@@ -216,7 +216,7 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         qps=settings.api_qps, burst=settings.api_burst, clock=clock.monotonic, sleep=wait
     )
     pods = SimPodOperations(sim, limiter, wait)
-    store = SnapshotsStoreImpl(scheduler, clock=clock, labels=settings.labels)
+    store = ScheduledSnapshotsStore(scheduler, clock=clock, labels=settings.labels)
     running: set[str] = set()
     curve: list[tuple[float, int]] = [(0.0, 0)]
     start = clock.monotonic()

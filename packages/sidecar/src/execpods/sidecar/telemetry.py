@@ -3,7 +3,7 @@
 The core stays pure and the adapter knows nothing of Prometheus: the gateway reports each API
 call to one callback, the pod operations the reconcilers use are wrapped to report pods created,
 deleted and refused, and the store the reconcilers subscribe to is wrapped to time each of their
-rounds. Everything reports to one `Observers` hub; a listener overrides the methods it cares
+rounds. Everything reports to one `Telemetry` hub; a listener overrides the methods it cares
 about. Listeners run on the reporting thread and must be quick and never raise (a failing
 listener is logged and skipped, so observation can never break allocation).
 """
@@ -30,10 +30,10 @@ from execpods.core import (
     PodOperationError,
     PodOperations,
     PodSelector,
+    ScheduledSnapshotsStore,
     Scheduler,
     SnapshotsCallback,
     SnapshotsStore,
-    SnapshotsStoreImpl,
     Subscription,
     SystemClock,
     ThreadScheduler,
@@ -46,7 +46,7 @@ REFUSALS = (PodForbidden, PodInvalid, PodAdmissionRejected, ApiThrottled)
 """Errors by which the API refused a create (as opposed to not answering)."""
 
 
-class Listener:
+class TelemetryListener:
     """What a listener may hear; every method does nothing unless overridden."""
 
     def api_call(self, call: ApiCall) -> None:
@@ -77,22 +77,22 @@ class Listener:
         """A stream sent snapshots `lag` seconds after the oldest of them reached it."""
 
 
-class Observers(Listener):
+class Telemetry(TelemetryListener):
     """The hub: reports go to every registered listener."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listeners: tuple[Listener, ...] = ()
+        self._listeners: tuple[TelemetryListener, ...] = ()
 
-    def add(self, listener: Listener) -> None:
+    def add(self, listener: TelemetryListener) -> None:
         with self._lock:
             self._listeners = (*self._listeners, listener)
 
-    def remove(self, listener: Listener) -> None:
+    def remove(self, listener: TelemetryListener) -> None:
         with self._lock:
             self._listeners = tuple(x for x in self._listeners if x is not listener)
 
-    def _each(self) -> Iterable[Listener]:
+    def _each(self) -> Iterable[TelemetryListener]:
         return self._listeners  # an immutable tuple: read without the lock
 
     def api_call(self, call: ApiCall) -> None:
@@ -131,23 +131,23 @@ class Observers(Listener):
         for listener in self._each():
             _safely(listener.stream_sent, lag)
 
-    def stream(self) -> StreamObservation:
+    def stream(self) -> StreamTelemetry:
         """Observation of one new stream (reported as opened now)."""
-        return StreamObservation(self)
+        return StreamTelemetry(self)
 
 
-class StreamObservation:
+class StreamTelemetry:
     """One stream's lag: from its subscriber callback receiving snapshots to their sending.
 
     `arrived` wraps the store callback (a scheduler thread) and notes when the oldest unsent
     snapshots arrived; `sent` (the stream's coroutine, after a message went out) reports the lag.
     """
 
-    def __init__(self, observers: Listener) -> None:
-        self._observers = observers
+    def __init__(self, telemetry: TelemetryListener) -> None:
+        self._telemetry = telemetry
         self._oldest: float | None = None
         self._open = True
-        observers.stream_opened()
+        telemetry.stream_opened()
 
     def arrived(self, callback: SnapshotsCallback) -> SnapshotsCallback:
         def stamped(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
@@ -160,12 +160,12 @@ class StreamObservation:
     def sent(self) -> None:
         oldest, self._oldest = self._oldest, None
         if oldest is not None:
-            self._observers.stream_sent(time.monotonic() - oldest)
+            self._telemetry.stream_sent(time.monotonic() - oldest)
 
     def close(self) -> None:
         if self._open:
             self._open = False
-            self._observers.stream_closed()
+            self._telemetry.stream_closed()
 
 
 def _safely(method: object, *args: object) -> None:
@@ -175,21 +175,21 @@ def _safely(method: object, *args: object) -> None:
         logger.exception("An observer failed; observation goes on without it.")
 
 
-class ObservedPodOperations:
-    """`PodOperations` that report what the API did with each pod to `observers`."""
+class CountedPodOperations:
+    """`PodOperations` that report what the API did with each pod to `telemetry`."""
 
-    def __init__(self, inner: PodOperations, observers: Listener) -> None:
+    def __init__(self, inner: PodOperations, telemetry: TelemetryListener) -> None:
         self._inner = inner
-        self._observers = observers
+        self._telemetry = telemetry
 
     def create(self, manifest: PodManifest) -> None:
         try:
             self._inner.create(manifest)
         except PodOperationError as error:
             if isinstance(error, REFUSALS):
-                self._observers.pod_refused(type(error).__name__)
+                self._telemetry.pod_refused(type(error).__name__)
             raise
-        self._observers.pods_created(1)
+        self._telemetry.pods_created(1)
 
     def delete(self, name: str) -> None:
         # Counted by the adapter when it can tell (a pod an earlier call deleted counts once).
@@ -200,14 +200,14 @@ class ObservedPodOperations:
             self._inner.delete(name)
             count = 1
         if count:
-            self._observers.pods_deleted(count)
+            self._telemetry.pods_deleted(count)
 
     def delete_by_selector(
         self, selector: PodSelector, *, grace_period_seconds: int | None = None
     ) -> int:
         count = self._inner.delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
         if count:
-            self._observers.pods_deleted(count)
+            self._telemetry.pods_deleted(count)
         return count
 
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
@@ -237,22 +237,22 @@ class TimedRounds:
     subscribes unchanged.
     """
 
-    def __init__(self, store: SnapshotsStore, observers: Listener) -> None:
+    def __init__(self, store: SnapshotsStore, telemetry: TelemetryListener) -> None:
         self._store = store
-        self._observers = observers
+        self._telemetry = telemetry
 
     def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
         kind = _round_kind(callback)
         if kind is None:
             return self._store.add_subscriber(interval, callback)
-        observers = self._observers
+        telemetry = self._telemetry
 
         def timed(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
             started = time.perf_counter()
             try:
                 callback(snapshots)
             finally:
-                observers.round_finished(kind, time.perf_counter() - started)
+                telemetry.round_finished(kind, time.perf_counter() - started)
 
         timed.__qualname__ = getattr(callback, "__qualname__", kind)
         return self._store.add_subscriber(interval, timed)
@@ -282,19 +282,19 @@ class TimedRounds:
 
 def timed_store(
     settings: CoreSettings,
-    observers: Listener,
+    telemetry: TelemetryListener,
     *,
     clock: Clock | None = None,
     scheduler: Scheduler | None = None,
 ) -> TimedRounds:
     """The production store (as `compose_backend` would make it), with reconciler rounds timed."""
     return TimedRounds(
-        SnapshotsStoreImpl(
+        ScheduledSnapshotsStore(
             scheduler
             if scheduler is not None
             else ThreadScheduler(workers=2, name="execpods-subscribers"),
             clock=clock if clock is not None else SystemClock(),
             labels=settings.labels,
         ),
-        observers,
+        telemetry,
     )
