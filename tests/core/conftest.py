@@ -10,6 +10,7 @@ from execpods.core import (
     CoreSettings,
     CreateRunner,
     ExecutorFailureTracker,
+    ExecutorIdLedger,
     ExecutorPodsAllocator,
     ManualClock,
     ResourceProfiles,
@@ -52,10 +53,12 @@ def make_allocator_rig(
     clock_start: float = 0.0,
     runner: CreateRunner | None = None,
     failures: ExecutorFailureTracker | None = None,
+    pods: InMemoryPodOperations | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
     store = DeterministicSnapshotsStore()
-    pods = InMemoryPodOperations()
+    pods = pods if pods is not None else InMemoryPodOperations()
     clock = ManualClock(clock_start)
     driver = RecordingDriver()
     allocator = ExecutorPodsAllocator(
@@ -68,6 +71,7 @@ def make_allocator_rig(
         profiles=profiles,
         runner=runner,
         rng=random.Random(7),
+        id_ledger=id_ledger,
     )
     allocator.start(TEST_APP_ID, driver)
     return AllocatorRig(allocator, store, pods, clock, settings, driver)

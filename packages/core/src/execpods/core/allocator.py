@@ -42,18 +42,20 @@ from execpods.core.creation import (
 from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.ids import ExecutorIds
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
     DriverView,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
-from execpods.core.recovery import ExecutorIds, LostCreates, recover
+from execpods.core.recovery import LostCreates, recover
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
@@ -96,6 +98,7 @@ class ExecutorPodsAllocator:
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        id_ledger: ExecutorIdLedger | None = None,
     ) -> None:
         self._settings = settings
         self._failures = failure_tracker
@@ -106,7 +109,14 @@ class ExecutorPodsAllocator:
         self._store = store
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
-        self._ids = ExecutorIds()
+        self._ids = ExecutorIds(
+            maximum=settings.allocation_maximum,
+            clock=clock,
+            ledger=id_ledger,
+            block=settings.id_block,
+            retry_base=settings.batch_delay,
+        )
+        self._reservation_reported = False
         self._recovered = False
         self._lost = LostCreates()
         self._lock = threading.Lock()
@@ -241,14 +251,29 @@ class ExecutorPodsAllocator:
             self._outstanding = pending_unknown + len(self._unseen)
 
     def _recover(self) -> bool:
-        """Before the first create, adopt the pods in the cluster (`recovery.py`)."""
-        adoption = recover(self._pods, self._labels, self._app_or_fail())
-        if adoption is not None:
-            now = self._clock.monotonic()
-            self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
-            self._ids.continue_above(adoption.highest_id)
-            self._recovered = True
-        return adoption is not None
+        """Before the first create, adopt the pods in the cluster (`recovery.py`) and read the
+        id ledger's mark (`ids.py`); both are retried next round when they fail."""
+        try:
+            mark = self._ids.read_mark()
+        except PodOperationError as error:
+            logger.warning("Could not read the executor id ledger (%s); retrying.", error)
+            return False
+        adoption = recover(
+            self._pods,
+            self._labels,
+            self._app_or_fail(),
+            maximum=self._settings.allocation_maximum,
+            reserved_through=mark,
+        )
+        if adoption is None:
+            return False
+        first = self._ids.start(mark, adoption.highest_id)
+        if first > 1:
+            logger.info("New executor ids start at %d.", first)
+        now = self._clock.monotonic()
+        self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
+        self._recovered = True
+        return True
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Drop the requests any snapshot of the batch shows.
@@ -417,17 +442,23 @@ class ExecutorPodsAllocator:
             batch_sizes={s.profile_id: self._creator.round_cap(s.profile_id) for s in states},
             held=held,
         )
+        short: dict[int, int] = {}
         for profile_id, count in counts.items():
-            allowed = self._ids_left()
-            if count > allowed:
-                self._report_maximum(profile_id, count - allowed)
+            allowed = self._ids.reserve(count)
+            if allowed < count:
+                if self._ids.left < count:
+                    short[profile_id] = count - self._ids.left
+                else:
+                    self._report_reservation_failure(profile_id, count - allowed)
+            elif self._ids.last_error is None:
+                self._reservation_reported = False
             if allowed <= 0:
-                return
+                continue
             state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "
                 "(target %d, %d running, %d not running).",
-                count,
+                allowed,
                 profile_id,
                 state.target,
                 state.running,
@@ -436,16 +467,28 @@ class ExecutorPodsAllocator:
             requested = self._creator.create(
                 app_id=self._app_or_fail(),
                 profile_id=profile_id,
-                count=min(count, allowed),
-                issue_id=self._ids.next,
+                count=allowed,
+                ids=self._ids,
             )
             for r in requested:
                 self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
             self._lost.add(r.executor_id for r in requested if r.answer_lost)
+        # Told after the round issued the ids it still could: the numbers are then final.
+        if short and self._ids.left == 0:
+            profile_id = min(short)
+            self._report_maximum(profile_id, short[profile_id])
 
-    def _ids_left(self) -> int:
-        """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
-        return max(0, self._settings.allocation_maximum - 1 - self._ids.issued)
+    def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
+        if self._reservation_reported:
+            return
+        self._reservation_reported = True
+        error = self._ids.last_error
+        message = (
+            f"Could not reserve executor ids in the id ledger ({error}): {held_back} executors of "
+            f"resource profile {profile_id} wait until it can be written (retried with back-off); "
+            "no id above the last reserved one is used, so none can ever be issued twice."
+        )
+        self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
 
     def _report_maximum(self, profile_id: int, short: int) -> None:
         if self._maximum_reported:
@@ -458,14 +501,12 @@ class ExecutorPodsAllocator:
             f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
+        self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
+
+    def _tell(self, kind: NoticeKind, message: str, profile_id: int, count: int) -> None:
         logger.error(message)
         self._creator.notify(
-            AllocatorNotice(
-                kind=NoticeKind.ALLOCATION_MAXIMUM_REACHED,
-                message=message,
-                resource_profile_id=profile_id,
-                count=short,
-            )
+            AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
         )
 
     def _app_or_fail(self) -> str:

@@ -25,6 +25,7 @@ from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     Clock,
     DriverView,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     LifecycleObserver,
     PodOperations,
@@ -64,6 +65,7 @@ def compose_backend(
     close: Callable[[], None] | None = None,
     profiles: ResourceProfiles | None = None,
     concurrent_creates: bool = False,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -72,6 +74,10 @@ def compose_backend(
     on two worker threads and requests run on one, as in production. `profiles` are the declared
     resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
     run on up to `spark.kubernetes.allocation.batch.concurrency` threads (else one after another).
+    `id_ledger` keeps the highest reserved executor id beyond the process (the adapter's keeps it
+    in the cluster): ids are reserved through it before use and never issued twice across
+    restarts; None keeps the mark in the process only (restarts are then safe only while the pods
+    of the highest ids exist).
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:
@@ -100,6 +106,7 @@ def compose_backend(
         failure_tracker=failures,
         profiles=profiles,
         runner=runner,
+        id_ledger=id_ledger,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,

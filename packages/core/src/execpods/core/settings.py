@@ -121,6 +121,15 @@ class CoreSettings(SettingsBase):
         "dropped it (SPARK-33262); kept as an explicit policy.",
         parse=parse_bool,
     )
+    id_block: int = setting(
+        "execpods.allocation.idBlock",
+        2000,
+        "Executor ids reserved at once in the id ledger before any of them is used (a round "
+        "that needs more reserves what it needs): a scale-up to 10,000 costs five writes; a "
+        "restart skips at most this many unused ids.",
+        parse=parse_int,
+        rule=positive,
+    )
     api_qps: int = setting(
         "execpods.kubernetes.api.qps",
         200,
