@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from execpods.k8s import ClusterIdLedger
 from execpods.sidecar.permissions import CONFIG_MAP_VERBS, MissingPermissions
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.wiring import connect
@@ -64,7 +65,7 @@ def test_with_a_driver_configmaps_are_not_needed(tmp_path: Path) -> None:
     try:
         runtime = connect(Settings.from_properties(properties(kubeconfig)))
         try:
-            assert runtime.id_ledger is not None
+            assert isinstance(runtime.id_ledger, ClusterIdLedger)
             assert not runtime.id_ledger.uses_config_map
         finally:
             runtime.backend.stop()

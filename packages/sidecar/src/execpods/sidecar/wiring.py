@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
@@ -61,8 +62,8 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
-    id_ledger: ClusterIdLedger | None = None
-    """Where the highest executor id ever issued is kept in the cluster (None: no API)."""
+    id_ledger: ExecutorIdLedger | None = None
+    """Where the highest executor id ever reserved is kept (None: in the process only)."""
 
     @property
     def app_id(self) -> str:
@@ -82,11 +83,13 @@ def assemble(
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
     telemetry: Telemetry | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
     The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
-    log is the other observer.
+    log is the other observer. `id_ledger` keeps the highest executor id ever reserved beyond
+    the process (`connect` passes the cluster's, `execpods.k8s.ClusterIdLedger`).
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -105,6 +108,7 @@ def assemble(
         close=close_client,
         profiles=profiles,
         concurrent_creates=True,
+        id_ledger=id_ledger,
     )
     return Runtime(
         settings=settings,
@@ -113,6 +117,7 @@ def assemble(
         telemetry=telemetry,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
+        id_ledger=id_ledger,
     )
 
 
@@ -193,7 +198,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         profiles=profiles,
         rate_limiter=limiter,
         telemetry=telemetry,
+        id_ledger=id_ledger,
     )
-    return dataclasses.replace(
-        runtime, probe=cluster_probe(gateway, selector=selector), id_ledger=id_ledger
-    )
+    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
