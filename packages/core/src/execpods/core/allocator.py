@@ -56,9 +56,15 @@ from execpods.core.ports import (
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
 from execpods.core.recovery import LostCreates, recover
+from execpods.core.scaledown import ScaleDownDeletions
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
+
+
+def _still_running(phase: str | None) -> bool:
+    return (phase or "").lower() == "running"
+
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -123,7 +129,7 @@ class ExecutorPodsAllocator:
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
         self._unseen: dict[int, _Request] = {}
         self._unseen_known: dict[int, int] = {}
-        self._deleted: frozenset[int] = frozenset()
+        self._deleted = ScaleDownDeletions(batch_delay=settings.batch_delay)
         self._outstanding = 0
         self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
@@ -198,7 +204,8 @@ class ExecutorPodsAllocator:
             return dict(self._targets)
 
     def is_deleted(self, executor_id: int) -> bool:
-        """Whether scale-down deleted this executor whose pod may still show (Spark: isDeleted)."""
+        """Whether scale-down deleted this executor whose pod may still show (Spark: isDeleted):
+        true only while the delete was accepted or is being retried (`scaledown.py`)."""
         return executor_id in self._deleted
 
     @property
@@ -241,8 +248,9 @@ class ExecutorPodsAllocator:
         self._expire_unseen_requests()
         if snapshots:
             self._last_snapshot = snapshots[-1]
-            self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
-        self._creator.observe_starts(self._last_snapshot)
+        self._deleted.revisit(self._last_snapshot, self._delete_pending, self._clock.monotonic())
+        self._deleted.forget_gone(self._last_snapshot)
+        self._creator.observe_starts(snapshots)
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -322,9 +330,13 @@ class ExecutorPodsAllocator:
         running: dict[int, int] = dict.fromkeys(targets, 0)
         pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
         pending_known: dict[int, int] = dict.fromkeys(targets, 0)
-        deleted = self._deleted
+        deleted = self._deleted.ids
         for executor_id, observed in self._last_snapshot.executor_pods.items():
             kind = observed.state
+            if kind is ExecutorState.TERMINATING and _still_running(observed.pod.phase):
+                # Spark 4.3 counts a Running pod being deleted as running until it is gone
+                # (its toState makes it PodRunning): no replacement while it shuts down.
+                kind = ExecutorState.RUNNING
             if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
                 executor_id in deleted
             ):
@@ -384,14 +396,8 @@ class ExecutorPodsAllocator:
             state.profile_id,
             ",".join(map(str, ids)),
         )
-        self._deleted = self._deleted | frozenset(ids)
-        selector = PodSelector(
-            labels=self._labels.for_app(self._app_or_fail()),
-            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
-            phase="Pending",
-        )
-        if not self._delete(selector):
-            return state
+        # Deleted or being retried, the ids count as deleted (`scaledown.py`): never orphaned.
+        self._deleted.delete(ids, self._delete_pending, self._clock.monotonic())
         for executor_id in excess.unseen:
             self._unseen.pop(executor_id, None)
         self._creator.starts.forget(ids)
@@ -405,6 +411,15 @@ class ExecutorPodsAllocator:
             unseen=tuple(i for i in state.unseen if i not in dropped),
             unseen_known=state.unseen_known,
         )
+
+    def _delete_pending(self, ids: frozenset[int]) -> None:
+        """Scale-down's one call: the Pending pods of `ids`, never one that turned Running."""
+        selector = PodSelector(
+            labels=self._labels.for_app(self._app_or_fail()),
+            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
+            phase="Pending",
+        )
+        self._pods.delete_by_selector(selector)
 
     def _delete(self, selector: PodSelector) -> bool:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -120,9 +120,12 @@ class PodCreator:
         """The most creates the profile's next round may make."""
         return self._batch(profile_id).round_cap
 
-    def observe_starts(self, snapshot: ExecutorPodsSnapshot) -> None:
-        """Note executors that failed to start since the last round: every profile slows down."""
-        failures = self.starts.observe(snapshot)
+    def observe_starts(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """Note executors that failed to start since the last round: every profile slows down.
+
+        Every snapshot of the batch is seen: an executor that ran and then failed within one
+        batch delay started (its failure is the lifecycle manager's), it did not fail to start."""
+        failures = self.starts.observe_all(snapshots)
         if failures:
             self.counts["starts"] += failures
             logger.warning("%d executors failed to start; creating more slowly.", failures)

@@ -57,8 +57,19 @@ class ExecutorLabels:
                 raw,
             )
             return None
+        if len(raw) > 1 and raw[0] == "0":
+            # "0007" would alias executor 7 beside the real one, and a kill of "7" selects only
+            # the label "7": one id, one spelling, as the allocator writes it.
+            logger.warning(
+                "Skipping pod %s: its %s label %r is not written as executor ids are (no leading "
+                "zeros).",
+                name,
+                self.executor_id,
+                raw[:40],
+            )
+            return None
         # The length first: int() refuses (ValueError) strings of over 4,300 digits.
-        digits = raw.lstrip("0") or "0"
+        digits = raw
         executor_id = int(digits) if len(digits) <= len(str(INT64_MAX)) else INT64_MAX + 1
         if executor_id > INT64_MAX:
             # A valid label value, but no executor id: the contract carries ids as int64.

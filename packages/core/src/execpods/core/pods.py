@@ -103,6 +103,10 @@ class ExecutorPod:
     pod_ip: str | None = None
     resource_version: str | None = None
     restart_policy: str | None = None
+    disruption: str | None = None
+    """Why Kubernetes disrupted the pod, when its `DisruptionTarget` condition is True: the
+    condition's reason (`EvictionByEvictionAPI`, `PreemptionByScheduler`,
+    `DeletionByTaintManager`, `TerminationByKubelet`...), else "DisruptionTarget"."""
     gone: bool = False
     """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
     its last status said (a force-deleted pod's last status can still read Running)."""

@@ -120,6 +120,8 @@ class InMemoryPodOperations:
         self.deletes: list[DeleteCall] = []
         self.patches: list[tuple[str, dict[str, str]]] = []
         self.create_errors: list[PodOperationError] = []
+        self.delete_errors: list[PodOperationError] = []
+        """Raised, first first, by the next deletes (by name or selector): a denied delete."""
         self._lock = threading.Lock()
 
     def fail_next_create(self, error: PodOperationError) -> None:
@@ -141,9 +143,14 @@ class InMemoryPodOperations:
                 phase="Pending",
             )
 
+    def fail_next_delete(self, error: PodOperationError) -> None:
+        self.delete_errors.append(error)
+
     def delete(self, name: str) -> None:
         with self._lock:
             self.deletes.append(DeleteCall(name=name))
+            if self.delete_errors:
+                raise self.delete_errors.pop(0)
             self.pods.pop(name, None)
 
     def delete_by_selector(
@@ -153,6 +160,8 @@ class InMemoryPodOperations:
             self.deletes.append(
                 DeleteCall(selector=selector, grace_period_seconds=grace_period_seconds)
             )
+            if self.delete_errors:
+                raise self.delete_errors.pop(0)
             doomed = [name for name, pod in self.pods.items() if selector.matches(pod)]
             for name in doomed:
                 del self.pods[name]

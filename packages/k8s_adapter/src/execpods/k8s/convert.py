@@ -196,7 +196,24 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
+        disruption=_disruption(status.get("conditions")),
     )
+
+
+def _disruption(value: object) -> str | None:
+    """The reason of a True `DisruptionTarget` condition (Kubernetes 1.26+ marks pods it evicts,
+    preempts or removes from a tainted node), else None; odd conditions are ignored, never fatal."""
+    if not isinstance(value, list):
+        return None
+    for condition in value:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+        ):
+            reason = condition.get("reason")
+            return reason if isinstance(reason, str) and reason else "DisruptionTarget"
+    return None
 
 
 def _name_of(obj: object) -> str:
