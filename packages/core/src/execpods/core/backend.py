@@ -394,6 +394,12 @@ class ExecutorPodsBackend:
             pending=counts.pending,
         )
 
+    @property
+    def failed_executors(self) -> int:
+        """Executor failures counted toward `spark.executor.maxNumFailures` (those within
+        `spark.executor.failuresValidityInterval`): what the fault suite reports."""
+        return self._lifecycle.failures.failed_executors
+
     def subscribe(
         self,
         interval: float,

@@ -28,6 +28,7 @@ from execpods.core import (
     clip,
     summarize_ids,
 )
+from execpods.k8s import ApiHeldBack
 from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
 from execpods.sidecar.feed import StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response
@@ -78,7 +79,12 @@ def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
 
 
 def status_of(error: PodOperationError) -> grpc.StatusCode:
-    """The gRPC status code that best tells a client what a failed pod operation means."""
+    """The gRPC status code that best tells a client what a failed pod operation means.
+
+    A call the back-off gate held after 5xx answers or refused connections is an outage
+    (UNAVAILABLE, which drivers retry), not a quota (RESOURCE_EXHAUSTED, for 429s)."""
+    if isinstance(error, ApiHeldBack) and error.outage:
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(error, ApiThrottled):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(error, ApiUnavailable):

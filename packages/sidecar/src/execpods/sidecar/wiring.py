@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
@@ -30,6 +31,7 @@ from execpods.core.compose import scheduled_store
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
@@ -61,6 +63,8 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    id_ledger: ExecutorIdLedger | None = None
+    """Where the highest executor id ever reserved is kept (None: in the process only)."""
 
     @property
     def app_id(self) -> str:
@@ -80,11 +84,13 @@ def assemble(
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
     telemetry: Telemetry | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
     The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
-    log is the other observer.
+    log is the other observer. `id_ledger` keeps the highest executor id ever reserved beyond
+    the process (`connect` passes the cluster's, `execpods.k8s.ClusterIdLedger`).
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -104,6 +110,7 @@ def assemble(
         close=close_client,
         profiles=profiles,
         concurrent_creates=True,
+        id_ledger=id_ledger,
     )
     return Runtime(
         settings=settings,
@@ -112,6 +119,7 @@ def assemble(
         telemetry=telemetry,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
+        id_ledger=id_ledger,
     )
 
 
@@ -146,7 +154,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             settings.core.labels, settings.sidecar.app_id
         ).label_selector()
         if settings.security.check_permissions:
-            check_pod_permissions(gateway, selector=selector)
+            check_pod_permissions(
+                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+            )
         operations = KubernetesPodOperations(
             gateway,
             executor_id_label=settings.core.labels.executor_id,
@@ -159,6 +169,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             labels=settings.core.labels,
             profiles=profiles,
             container_name=settings.core.executor_container_name,
+        )
+        id_ledger = ClusterIdLedger(
+            gateway,
+            app_id=settings.sidecar.app_id,
+            labels=settings.core.labels,
+            driver_pod_name=k8s.driver_pod_name,
+            owner=builder.owner,
         )
     except BaseException:
         api_client.close()
@@ -183,5 +200,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         profiles=profiles,
         rate_limiter=limiter,
         telemetry=telemetry,
+        id_ledger=id_ledger,
     )
     return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
