@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ManualClock, ResourceProfiles
+from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
@@ -51,9 +51,11 @@ def make_allocator_rig(
     profiles: ResourceProfiles | None = None,
     clock_start: float = 0.0,
     runner: CreateRunner | None = None,
+    pods: InMemoryPodOperations | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
-    pods = InMemoryPodOperations()
+    pods = pods if pods is not None else InMemoryPodOperations()
     clock = ManualClock(clock_start)
     driver = RecordingDriver()
     composed = compose_deterministic(
@@ -64,6 +66,7 @@ def make_allocator_rig(
         profiles=profiles,
         runner=runner,
         rng=random.Random(7),
+        id_ledger=id_ledger,
     )
     composed.allocator.start(TEST_APP_ID, driver)
     return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)

@@ -124,6 +124,9 @@ def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocat
     rig.clock.advance(600)  # past the refusal's back-off
     rig.pods.fail_next_create(ApiThrottled("slow down"))
     rig.store.notify_subscribers()
+    rig.clock.advance(600)  # the unseen requests expire: the next round creates again
+    rig.store.notify_subscribers()
+    assert rig.allocator.stats.throttled == 1
     assert tracker.failed_executors == 1, "throttling only paces creates: not a failure"
     rig.clock.advance(600)
     rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))

@@ -150,7 +150,7 @@ class _Reference:
 
     known: set[int]
     told: dict[int, float] = field(default_factory=dict)
-    """When each executor was reported: the cache forgets it after its timeout."""
+    """When each executor was reported: never again for the manager's life (issue 20)."""
     last_full_ts: float = 0.0
 
     def round(
@@ -158,12 +158,11 @@ class _Reference:
     ) -> tuple[set[int], Counter[str]]:
         told_now: set[int] = set()
         finished: dict[int, str] = {}
-        ttl = CoreSettings().deleted_executors_cache_timeout
 
         def tell(executor_id: int) -> None:
             if executor_id in told_now:
                 return
-            if now - self.told.get(executor_id, -ttl) >= ttl:
+            if executor_id not in self.told:
                 self.told[executor_id] = now
                 told_now.add(executor_id)
                 self.known.discard(executor_id)

@@ -68,6 +68,7 @@ class VirtualWaiter:
         self._event = threading.Event()
         self._cond = threading.Condition()
         self.waits: list[float] = []
+        self.wakes = 0
         self.on_wait: list[Callable[[], None]] = []
 
     def wait(self, seconds: float) -> bool:
@@ -89,6 +90,9 @@ class VirtualWaiter:
         """Block until `predicate()` holds after a wait (the only thing that moves virtual time)."""
         with self._cond:
             return self._cond.wait_for(predicate, timeout)
+
+    def wake(self) -> None:
+        self.wakes += 1
 
     def stop(self) -> None:
         self._event.set()

@@ -347,6 +347,12 @@ class ExecutorPodsBackend:
             pending=counts.pending,
         )
 
+    @property
+    def failed_executors(self) -> int:
+        """Executor failures counted toward `spark.executor.maxNumFailures` (those within
+        `spark.executor.failuresValidityInterval`): what the fault suite reports."""
+        return self._lifecycle.failures.failed_executors
+
     def subscribe(self, interval: float, on_snapshots: SnapshotsCallback) -> Subscription:
         """`on_snapshots` gets the current snapshot, then every `interval` s the ones since, until
         the returned subscription is cancelled (a stream also hears removals: `open_stream`).

@@ -35,6 +35,7 @@ from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.ports import (
     Clock,
     DriverView,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     LifecycleObserver,
     PodOperations,
@@ -117,6 +118,7 @@ def compose_backend(
     concurrent_creates: bool = False,
     runner: CreateRunner | None = None,
     rng: random.Random | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -126,6 +128,10 @@ def compose_backend(
     declared resource profiles (shared with the pod builder). A round's creates run one after
     another, or through `runner`, or with `concurrent_creates` on up to
     `spark.kubernetes.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
+    `id_ledger` keeps the highest reserved executor id beyond the process (the adapter's keeps it
+    in the cluster): ids are reserved through it before use and never issued twice across
+    restarts; None keeps the mark in the process only (restarts are then safe only while the pods
+    of the highest ids exist).
     """
     clock = clock if clock is not None else SystemClock()
     make_store = store if store is not None else scheduled_store()
@@ -157,6 +163,7 @@ def compose_backend(
         profiles=profiles,
         runner=runner,
         rng=rng,
+        id_ledger=id_ledger,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,

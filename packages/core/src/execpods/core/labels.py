@@ -67,6 +67,17 @@ class ExecutorLabels:
                 raw,
             )
             return None
+        if len(raw) > 1 and raw[0] == "0":
+            # "0007" would alias executor 7 beside the real one, and a kill of "7" selects only
+            # the label "7": one id, one spelling, as the allocator writes it.
+            logger.warning(
+                "Skipping pod %s: its %s label %r is not written as executor ids are (no leading "
+                "zeros).",
+                name,
+                self.executor_id,
+                raw[:40],
+            )
+            return None
         # A valid label value, but no executor id: the contract carries ids as int64.
         logger.warning(
             "Skipping pod %s: its %s label %r is beyond 64 bits.", name, self.executor_id, raw
@@ -75,14 +86,16 @@ class ExecutorLabels:
 
 
 def parse_executor_id(raw: str | None) -> int | None:
-    """An executor id label's value as an id (a decimal integer up to 2^63-1), else None."""
+    """An executor id label's value as an id (a decimal integer up to 2^63-1, written as the
+    allocator writes it: no leading zeros), else None."""
     if raw is None or not (raw.isascii() and raw.isdigit()):
         return None
-    # The length first: int() refuses (ValueError) strings of over 4,300 digits.
-    digits = raw.lstrip("0") or "0"
-    if len(digits) > len(str(INT64_MAX)):
+    if len(raw) > 1 and raw[0] == "0":
         return None
-    executor_id = int(digits)
+    # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+    if len(raw) > len(str(INT64_MAX)):
+        return None
+    executor_id = int(raw)
     return executor_id if executor_id <= INT64_MAX else None
 
 

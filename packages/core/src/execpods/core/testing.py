@@ -36,6 +36,7 @@ from execpods.core.ports import (
     Clock,
     DriverView,
     ExecutorExited,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
@@ -140,6 +141,8 @@ class InMemoryPodOperations:
         self.deletes: list[DeleteCall] = []
         self.patches: list[tuple[str, dict[str, str]]] = []
         self.create_errors: list[PodOperationError] = []
+        self.delete_errors: list[PodOperationError] = []
+        """Raised, first first, by the next deletes (by name or selector): a denied delete."""
         self._lock = threading.Lock()
 
     def fail_next_create(self, error: PodOperationError) -> None:
@@ -161,9 +164,14 @@ class InMemoryPodOperations:
                 phase="Pending",
             )
 
+    def fail_next_delete(self, error: PodOperationError) -> None:
+        self.delete_errors.append(error)
+
     def delete(self, name: str) -> None:
         with self._lock:
             self.deletes.append(DeleteCall(name=name))
+            if self.delete_errors:
+                raise self.delete_errors.pop(0)
             self.pods.pop(name, None)
 
     def delete_by_selector(
@@ -173,6 +181,8 @@ class InMemoryPodOperations:
             self.deletes.append(
                 DeleteCall(selector=selector, grace_period_seconds=grace_period_seconds)
             )
+            if self.delete_errors:
+                raise self.delete_errors.pop(0)
             doomed = [name for name, pod in self.pods.items() if selector.matches(pod)]
             for name in doomed:
                 del self.pods[name]
@@ -416,6 +426,7 @@ def compose_deterministic(
     runner: CreateRunner | None = None,
     rng: random.Random | None = None,
     request_scheduler: Scheduler | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
     `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler:
@@ -443,6 +454,7 @@ def compose_deterministic(
         request_scheduler=(
             request_scheduler if request_scheduler is not None else DeterministicScheduler(manual)
         ),
+        id_ledger=id_ledger,
         profiles=profiles,
         runner=runner,
         rng=rng,

@@ -7,7 +7,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 (`SnapshotsWriter`).
 """
 
-from execpods.k8s.backoff import ApiBackoffGate, Backoff, EventWaiter, Waiter
+from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
     executor_pod_name,
@@ -34,6 +34,7 @@ from execpods.k8s.errors import (
     map_error,
 )
 from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
 from execpods.k8s.ratelimit import TokenBucket
@@ -47,8 +48,10 @@ __all__ = [
     "ApiGateway",
     "ApiCallListener",
     "ApiBackoffGate",
+    "ApiHeldBack",
     "Backoff",
     "ClientConfiguration",
+    "ClusterIdLedger",
     "DriverPodNotFound",
     "EventWaiter",
     "ExecutorPodTemplateBuilder",

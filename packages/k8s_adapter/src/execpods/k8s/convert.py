@@ -85,7 +85,13 @@ def _labels(value: object, executor_id_label: str) -> tuple[Mapping[str, str], i
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
     raw_id = labels.get(executor_id_label)
     executor_id = parse_executor_id(raw_id)
-    if executor_id is None and raw_id is not None and raw_id.isascii() and raw_id.isdigit():
+    if (
+        executor_id is None
+        and raw_id is not None
+        and raw_id.isascii()
+        and raw_id.isdigit()
+        and raw_id[0] != "0"  # leading zeros: the core's label parser skips such a pod (issue 20)
+    ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
         )
@@ -187,7 +193,24 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
+        disruption=_disruption(status.get("conditions")),
     )
+
+
+def _disruption(value: object) -> str | None:
+    """The reason of a True `DisruptionTarget` condition (Kubernetes 1.26+ marks pods it evicts,
+    preempts or removes from a tainted node), else None; odd conditions are ignored, never fatal."""
+    if not isinstance(value, list):
+        return None
+    for condition in value:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+        ):
+            reason = condition.get("reason")
+            return reason if isinstance(reason, str) and reason else "DisruptionTarget"
+    return None
 
 
 def _name_of(obj: object) -> str:

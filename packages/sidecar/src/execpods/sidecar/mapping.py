@@ -22,6 +22,7 @@ from execpods.core import (
     Position,
 )
 from execpods.core.idlists import INT64_MAX, clip
+from execpods.k8s import ApiHeldBack
 from execpods.v1 import allocator_pb2 as pb
 
 _DECIMAL = re.compile(r"[0-9]+")
@@ -61,7 +62,12 @@ def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
 
 
 def status_of(error: PodOperationError) -> grpc.StatusCode:
-    """The gRPC status code that best tells a client what a failed pod operation means."""
+    """The gRPC status code that best tells a client what a failed pod operation means.
+
+    A call the back-off gate held after 5xx answers or refused connections is an outage
+    (UNAVAILABLE, which drivers retry), not a quota (RESOURCE_EXHAUSTED, for 429s)."""
+    if isinstance(error, ApiHeldBack) and error.outage:
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(error, ApiThrottled):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(error, ApiUnavailable):

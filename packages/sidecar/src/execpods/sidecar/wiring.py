@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
@@ -29,6 +30,7 @@ from execpods.core import (
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
@@ -57,6 +59,8 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    id_ledger: ExecutorIdLedger | None = None
+    """Where the highest executor id ever reserved is kept (None: in the process only)."""
 
     @property
     def app_id(self) -> str:
@@ -75,11 +79,14 @@ def assemble(
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
     telemetry: Telemetry | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
     The driver view is the backend's `DriverView`, and hears each lifecycle round before its
     decisions (a round observer); the backend numbers the removals streams resume from.
+    `id_ledger` keeps the highest executor id ever reserved beyond the process (`connect` passes
+    the cluster's, `execpods.k8s.ClusterIdLedger`).
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -98,6 +105,7 @@ def assemble(
         close=close_client,
         profiles=profiles,
         concurrent_creates=True,
+        id_ledger=id_ledger,
     )
     return Runtime(
         settings=settings,
@@ -105,6 +113,7 @@ def assemble(
         driver_view=view,
         telemetry=telemetry,
         rate_limiter=rate_limiter,
+        id_ledger=id_ledger,
     )
 
 
@@ -139,7 +148,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             settings.core.labels, settings.sidecar.app_id
         ).label_selector()
         if settings.security.check_permissions:
-            check_pod_permissions(gateway, selector=selector)
+            check_pod_permissions(
+                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+            )
         operations = KubernetesPodOperations(
             gateway,
             executor_id_label=settings.core.labels.executor_id,
@@ -152,6 +163,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             labels=settings.core.labels,
             profiles=profiles,
             container_name=settings.core.executor_container_name,
+        )
+        id_ledger = ClusterIdLedger(
+            gateway,
+            app_id=settings.sidecar.app_id,
+            labels=settings.core.labels,
+            driver_pod_name=k8s.driver_pod_name,
+            owner=builder.owner,
         )
     except BaseException:
         api_client.close()
@@ -176,5 +194,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         profiles=profiles,
         rate_limiter=limiter,
         telemetry=telemetry,
+        id_ledger=id_ledger,
     )
     return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
