@@ -3,14 +3,16 @@
 `python3 tools/dev.py bench --only time-to-target` (or `.venv/bin/python -m
 execpods.devtools.bench.time_to_target [--sizes 1000,10000] [--plot docs/time-to-target.png]`).
 
-Every policy runs the real core allocator (`ExecutorPodsAllocator`, the real snapshot store) against
-kubesim's real scheduler and kubelet on kubesim's *virtual clock*: the allocator's rounds, the
-pods' start latencies (1 s +/- 0.5 s, uniform), the client's token bucket and kubesim's server-side
-create-rate cap (429 with Retry-After beyond it, as API Priority and Fairness) all run on one
-simulated timeline, so 10,000 executors under the slowest policy finish in bounded wall time and
-every run is reproducible. What is simulated is the API's transport: creates and deletes call
-kubesim in process (no HTTP), and pod events reach the store as the watch would deliver them, at
-once. Each create still takes a token from the client's rate limit and passes the server's cap.
+Every policy runs the real core backend as `compose_backend` assembles it (the allocator, the
+lifecycle manager and the real snapshot store; kubesim's events feed the store instead of the watch
+and the poll) against kubesim's real scheduler and kubelet on kubesim's *virtual clock*: the
+allocator's rounds, the pods' start latencies (1 s +/- 0.5 s, uniform), the client's token bucket
+and kubesim's server-side create-rate cap (429 with Retry-After beyond it, as API Priority and
+Fairness) all run on one simulated timeline, so 10,000 executors under the slowest policy finish in
+bounded wall time and every run is reproducible. What is simulated is the API's transport: creates
+and deletes call kubesim in process (no HTTP), and pod events reach the store as the watch would
+deliver them, at once. Each create still takes a token from the client's rate limit and passes the
+server's cap.
 
 Policies:
 - the 2018 rule (SPARK-24248): batch 5 every 1 s, no new batch while any pod is pending;
