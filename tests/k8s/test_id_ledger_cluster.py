@@ -22,6 +22,7 @@ from execpods.k8s.ledger import (
     ledger_config_map_name,
 )
 from execpods.kubesim import KubeSim
+from kubernetes import client
 
 APP = "spark-app-1"
 GROUP = "rbac.authorization.k8s.io"
@@ -168,3 +169,12 @@ def test_config_map_names_are_valid_and_distinct() -> None:
     assert "_" not in odd
     assert ledger_config_map_name("Spark_App") != ledger_config_map_name("spark-app")
     assert len(ledger_config_map_name("a" * 400)) <= 253
+
+
+def test_a_config_map_deleted_by_hand_is_written_again(sim: KubeSim) -> None:
+    ledger = ledger_over(sim)
+    ledger.reserve_through(10)
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    core.delete_namespaced_config_map(ledger_config_map_name(APP), "default")  # by hand
+    ledger.reserve_through(20)  # its version is gone: 404, then a create from its own mark
+    assert config_map(sim)["data"] == {DATA_KEY: "20"}
