@@ -86,6 +86,7 @@ from execpods.core.store import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.totals import TotalsRequest
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -159,6 +160,7 @@ __all__ = [
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",
+    "TotalsRequest",
     "SystemClock",
     "ThreadScheduler",
     "classify",

@@ -170,17 +170,9 @@ class ExecutorPodsAllocator:
     def set_totals(self, totals: Mapping[int, int]) -> None:
         """Set targets per profile; re-evaluate at once when nothing is outstanding (fast scale-up).
 
-        All or nothing: a negative total or an undeclared profile raises `ValueError` and changes
-        nothing. Profiles not named keep their targets (Spark never forgets a profile).
+        The totals were judged by the backend (`TotalsRequest.check`): non-negative, of declared
+        profiles. Profiles not named keep their targets (Spark never forgets a profile).
         """
-        for profile_id, total in totals.items():
-            if total < 0:
-                raise ValueError(
-                    f"the total number of executors must not be negative, not {total} "
-                    f"(resource profile {profile_id})"
-                )
-            if profile_id not in self.profiles:
-                raise ValueError(f"resource profile {profile_id} was never declared")
         with self._lock:
             changed = any(self._targets.get(p) != total for p, total in totals.items())
             self._targets.update(totals)

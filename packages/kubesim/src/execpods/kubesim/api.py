@@ -16,7 +16,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from execpods.kubesim.affinity import fits_node
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
+from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
@@ -83,6 +85,11 @@ class KubeSim:
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
+        #: Claims' phases and pods waiting for their claims (`claims.py`).
+        self.claim_binding = ClaimBinding(
+            claims=self.object_apis["persistentvolumeclaims"], pods=self.store, cluster=self.cluster
+        )
+        self.cluster.node_filters.append(fits_node)
         self._websocket_watch = websocket_watch
         if rbac is not None:
             self.enable_rbac(rbac)
@@ -333,6 +340,14 @@ class KubeSim:
 
     def nodes(self) -> list[NodeInfo]:
         return self.cluster.nodes()
+
+    def crash_pods_on(self, node: str, *, crashing: bool = True) -> None:
+        """Make ``node`` a bad node: every pod its kubelet starts from now on fails at once with
+        exit code 1 (``crashing=False`` heals it)."""
+        if crashing:
+            self.cluster.crashing_nodes.add(node)
+        else:
+            self.cluster.crashing_nodes.discard(node)
 
     def pause_kubelet(self) -> None:
         """Hold back every kubelet action (starts, exits, graceful-deletion finishes)."""

@@ -32,7 +32,7 @@ from execpods.k8s import ApiHeldBack
 from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
 from execpods.sidecar.feed import StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response
-from execpods.sidecar.profiles import check_totals_request
+from execpods.sidecar.profiles import totals_request
 from execpods.sidecar.resume import InvalidPosition, Opened, Position
 from execpods.sidecar.sendbudget import SendBudget
 from execpods.sidecar.wiring import Runtime
@@ -124,13 +124,9 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
-            # Everything is checked before anything applies: profiles, then totals.
-            checked = check_totals_request(
-                request, declared=backend.declared_profile_ids(), app_id=self._runtime.app_id
-            )
-            backend.declare_profiles(checked.profiles)
-            await asyncio.wrap_future(backend.request_totals(checked.totals))
-        except ValueError as error:  # includes a conflicting profile declaration
+            applied = backend.request(totals_request(request, app_id=self._runtime.app_id))
+            await asyncio.wrap_future(applied)
+        except ValueError as error:  # the message's or the backend's judgement: one wording
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")

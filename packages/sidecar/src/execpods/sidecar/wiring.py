@@ -27,6 +27,7 @@ from execpods.core import (
     SourcesFactory,
     compose_backend,
 )
+from execpods.core.compose import scheduled_store
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -43,7 +44,7 @@ from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
-from execpods.sidecar.telemetry import CountedPodOperations, Telemetry, timed_store
+from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ def assemble(
         observers=(view, removal_log),
         sources=sources,
         clock=clock,
-        store=timed_store(settings.core, telemetry, clock=clock, scheduler=store_scheduler),
+        store=scheduled_store(store_scheduler),
+        on_round=telemetry.round_finished,
         request_scheduler=request_scheduler,
         close=close_client,
         profiles=profiles,
