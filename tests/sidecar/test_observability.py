@@ -97,8 +97,9 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
         )
         assert value(during, "execpods_target_executors") == 4
         assert value(during, "execpods_pods_created_total") == 4
-        assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 4
-        assert value(during, "execpods_api_call_duration_seconds_count", verb="create") == 4
+        # Four pods, and the id ledger's ConfigMap (no driver pod here) before them.
+        assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 5
+        assert value(during, "execpods_api_call_duration_seconds_count", verb="create") == 5
         assert value(during, "execpods_api_calls_total", verb="watch", outcome="success") >= 1
         assert value(during, "execpods_api_calls_total", verb="list", outcome="success") >= 1
         assert value(during, "execpods_round_duration_seconds_count", reconciler="allocator") > 0
