@@ -450,6 +450,12 @@ class AllocatorNotice(_message.Message):
         """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
         allocation has stopped.
         """
+        KIND_RECOVERY_MODE: AllocatorNotice._Kind.ValueType  # 5
+        """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
+        false: executors created from now on are Spark's recovery-mode executors (their
+        SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
+        Sent once, after the removal that caused it; `count` is 0.
+        """
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -464,6 +470,12 @@ class AllocatorNotice(_message.Message):
     KIND_ALLOCATION_MAXIMUM_REACHED: AllocatorNotice.Kind.ValueType  # 4
     """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
     allocation has stopped.
+    """
+    KIND_RECOVERY_MODE: AllocatorNotice.Kind.ValueType  # 5
+    """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
+    false: executors created from now on are Spark's recovery-mode executors (their
+    SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
+    Sent once, after the removal that caused it; `count` is 0.
     """
 
     KIND_FIELD_NUMBER: _builtins.int

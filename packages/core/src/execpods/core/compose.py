@@ -22,6 +22,7 @@ from execpods.core.clock import SystemClock
 from execpods.core.creation import ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.oom_recovery import OomRecoveryMode, RecoveryModePodBuilder
 from execpods.core.ports import (
     Clock,
     DriverView,
@@ -86,7 +87,13 @@ def compose_backend(
                 check_all_containers=settings.check_all_containers,
             ),
         )
-    fanout = LifecycleFanout(observers)
+    recovery = OomRecoveryMode(
+        enabled=settings.recovery_mode_enabled, cores=settings.recovery_cores
+    )
+    pod_builder = RecoveryModePodBuilder(
+        pod_builder, recovery, container_name=settings.executor_container_name
+    )
+    fanout = LifecycleFanout([*observers, recovery])
     runner = ThreadPoolRunner(workers=settings.batch_concurrency) if concurrent_creates else None
     if runner is not None:
         close = _then(runner.shutdown, close)  # the create threads go with the backend
@@ -101,6 +108,7 @@ def compose_backend(
         profiles=profiles,
         runner=runner,
     )
+    recovery.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
         pod_operations=pod_operations,

@@ -113,6 +113,8 @@ class NoticeKind(enum.Enum):
     CREATE_THROTTLED = "create_throttled"
     CREATE_FAILED = "create_failed"
     ALLOCATION_MAXIMUM_REACHED = "allocation_maximum_reached"
+    RECOVERY_MODE = "recovery_mode"
+    """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -119,6 +119,7 @@ class InMemoryPodOperations:
         self.created: list[PodManifest] = []
         self.deletes: list[DeleteCall] = []
         self.patches: list[tuple[str, dict[str, str]]] = []
+        self.annotation_patches: list[tuple[str, dict[str, str]]] = []
         self.create_errors: list[PodOperationError] = []
         self._lock = threading.Lock()
 
@@ -164,6 +165,10 @@ class InMemoryPodOperations:
             pod = self.pods.get(name)
             if pod is not None:
                 self.pods[name] = replace(pod, labels={**pod.labels, **labels})
+
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        with self._lock:
+            self.annotation_patches.append((name, dict(annotations)))
 
     def patches_of(self, name: str) -> int:
         return sum(1 for patched, _ in self.patches if patched == name)

@@ -277,6 +277,7 @@ class ExecutorPodTemplateBuilder:
             metadata["ownerReferences"] = [dict(self.owner)]
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
+        spec["terminationGracePeriodSeconds"] = self.settings.termination_grace_period_seconds
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = name
         self._set_scheduling(spec)
@@ -294,6 +295,11 @@ class ExecutorPodTemplateBuilder:
             container.get("env"), self._env(executor_id, app_id, name, profile)
         )
         self._set_resources(_section(container, "resources"), profile)
+        security = _section(container, "securityContext")
+        security["allowPrivilegeEscalation"] = self.settings.executor_privilege_escalation
+        if self.settings.decommission_enabled:  # Spark's BasicExecutorFeatureStep does the same
+            lifecycle = _section(container, "lifecycle")
+            lifecycle["preStop"] = {"exec": {"command": [self.settings.decommission_script]}}
         return pod
 
     def _template_of(self, profile: ResourceProfile | None) -> PodManifest:

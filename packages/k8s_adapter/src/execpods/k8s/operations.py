@@ -150,6 +150,22 @@ class KubernetesPodOperations:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""
         self._gateway.patch_pod(name, {"metadata": {"labels": dict(labels)}}, what="patch labels")
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations of one pod with a strategic merge patch."""
+        self._gateway.patch_pod(
+            name, {"metadata": {"annotations": dict(annotations)}}, what="patch annotations"
+        )
+
+    def is_ready(self, name: str) -> bool:
+        """Whether pod `name` has condition Ready=True (fabric8's `waitUntilReady` test, which
+        Spark waits on for the driver); raises `PodNotFound` when it is gone."""
+        status = self.get(name).get("status")
+        conditions = status.get("conditions") if isinstance(status, dict) else None
+        return any(
+            isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in conditions or ()
+        )
+
     def get(self, name: str) -> dict[str, object]:
         """One pod's raw JSON; raises `PodNotFound`."""
         body = self._gateway.read_pod(name)

@@ -27,6 +27,7 @@ _NOTICE_KINDS = {
     NoticeKind.CREATE_THROTTLED: pb.AllocatorNotice.KIND_CREATE_THROTTLED,
     NoticeKind.CREATE_FAILED: pb.AllocatorNotice.KIND_CREATE_FAILED,
     NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
+    NoticeKind.RECOVERY_MODE: pb.AllocatorNotice.KIND_RECOVERY_MODE,
 }
 
 

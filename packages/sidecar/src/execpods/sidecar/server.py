@@ -92,6 +92,8 @@ class SidecarServer:
             self.address = f"{host}:{port}"
         await self._server.start()
         await self.ops.start()
+        if self.runtime.before_start is not None:
+            await asyncio.to_thread(self.runtime.before_start)  # e.g. the driver's readiness
         await asyncio.to_thread(self.runtime.backend.start)
         await self.ops.running()
         logger.info(
