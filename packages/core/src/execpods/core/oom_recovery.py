@@ -36,6 +36,20 @@ logger = logging.getLogger(__name__)
 OOM_MARKER = "OOM"
 """Spark's test: a loss reason whose message contains this switches recovery mode on."""
 
+OOM_EXIT_CODES = frozenset({52, 137})
+"""Exit codes Spark's descriptions call OOM: 52 "(JVM OOM)", 137 "(SIGKILL, possible container
+OOM)"; execpods' own descriptions word them differently, so they are named here."""
+
+
+def lost_to_oom(removal: ExecutorRemoval) -> bool:
+    """Spark's rule on execpods' removals: the loss reason speaks of OOM (its exit code's
+    description, or the API's OOMKilled), and the driver did not kill the executor itself."""
+    reason = removal.reason
+    if reason.killed_by_driver:
+        return False
+    return reason.exit_code in OOM_EXIT_CODES or OOM_MARKER in reason.message
+
+
 CORES_ENV = "SPARK_EXECUTOR_CORES"
 
 
@@ -75,7 +89,7 @@ class OomRecoveryMode:
         """Nothing to do: allocation has stopped for good."""
 
     def executor_removed(self, removal: ExecutorRemoval) -> None:
-        if OOM_MARKER not in removal.reason.message or self._enabled is False:
+        if self._enabled is False or not lost_to_oom(removal):
             return
         with self._lock:
             if self._active:
