@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from execpods.core import PodNotFound
+from execpods.core import PodNotFound, ResourceProfile, ResourceProfiles
 from execpods.k8s import ExecutorPodTemplateBuilder, KubernetesPodOperations, KubernetesSettings
 from execpods.kubesim import KubeSim
 
@@ -76,3 +76,27 @@ def test_the_driver_pods_readiness_is_its_ready_condition(
     assert operations.is_ready("driver"), "Running with its containers ready"
     with pytest.raises(PodNotFound):
         operations.is_ready("nobody")
+
+
+def test_a_pod_spark_built_keeps_sparks_termination_values() -> None:
+    """The plugin's pods come from Spark's own builder, which applied the driver's
+    terminationGracePeriodSeconds, preStop hook and security context: they are kept."""
+    spark_pod = (
+        "spec:\n"
+        "  terminationGracePeriodSeconds: 45\n"
+        "  containers:\n"
+        "    - name: spark-kubernetes-executor\n"
+        "      lifecycle: {preStop: {exec: {command: [/opt/decom.sh]}}}\n"
+        "      securityContext: {allowPrivilegeEscalation: true}\n"
+    )
+    settings = KubernetesSettings.from_properties({"spark.kubernetes.container.image": IMAGE})
+    profiles = ResourceProfiles()
+    profiles.declare([ResourceProfile(id=1, pod_template=spark_pod)])
+    builder = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
+    pod = builder.build(executor_id=1, app_id="app", resource_profile_id=1)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 45
+    (container,) = pod["spec"]["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["/opt/decom.sh"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is True
+    own = builder.build(executor_id=2, app_id="app")
+    assert own["spec"]["terminationGracePeriodSeconds"] == 30, "the sidecar's own pods: its own"
