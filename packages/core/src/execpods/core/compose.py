@@ -72,7 +72,7 @@ def compose_backend(
     tests); `close` runs last on stop (the API client). Without schedulers, the store delivers
     on two worker threads and requests run on one, as in production. `profiles` are the declared
     resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
-    run on up to `spark.kubernetes.allocation.batch.concurrency` threads (else one after another).
+    run on up to `execpods.allocation.batch.concurrency` threads (else one after another).
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:

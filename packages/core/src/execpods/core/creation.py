@@ -1,6 +1,6 @@
 """Creating executor pods: concurrency within a round, classified failures, backoff, notices.
 
-A round's creates run concurrently up to `spark.kubernetes.allocation.batch.concurrency` through a
+A round's creates run concurrently up to `execpods.allocation.batch.concurrency` through a
 `CreateRunner` (serial in deterministic tests, a thread pool in the sidecar); the API client's rate
 limiter paces them, so concurrency only hides each call's latency and never raises the request rate.
 
