@@ -25,7 +25,6 @@ from execpods.core import (
     NoticeKind,
     PodNotFound,
     SettingsError,
-    compose_backend,
 )
 from execpods.core.creation import AllocatorNotice
 from execpods.core.decommission import POD_DELETION_COST_ANNOTATION
@@ -35,10 +34,9 @@ from execpods.core.ports import ExecutorRemoval
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.testing import (
     TEST_APP_ID,
-    DeterministicSnapshotsStore,
     InMemoryPodOperations,
-    RecordingDriver,
     SimpleExecutorPodBuilder,
+    compose_deterministic,
     failed_executor,
     running_executor,
 )
@@ -117,18 +115,8 @@ def test_the_backend_starts_at_the_dynamic_allocation_floor() -> None:
         }
     )
     pods = InMemoryPodOperations()
-    store = DeterministicSnapshotsStore()
-    clock = ManualClock()
-    backend = compose_backend(
-        app_id=TEST_APP_ID,
-        settings=settings,
-        pod_operations=pods,
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        clock=clock,
-        store=store,
-        request_scheduler=DeterministicScheduler(clock),
-    )
+    composed = compose_deterministic(settings=settings, pod_operations=pods)
+    backend, store = composed.backend, composed.store
     backend.start()
     store.notify_subscribers()
     assert backend.counts().total == 4
@@ -339,18 +327,12 @@ def test_recovery_cores_follow_spark_task_cpus() -> None:
 def test_through_the_backend_executors_after_an_oom_announce_one_core() -> None:
     """End to end in the core: an executor OOM-killed in a snapshot, its replacement's pod."""
     pods = InMemoryPodOperations()
-    store = DeterministicSnapshotsStore()
-    clock = ManualClock()
-    backend = compose_backend(
-        app_id=TEST_APP_ID,
+    composed = compose_deterministic(
         settings=_core(**{"spark.executor.instances": "2"}),
         pod_operations=pods,
         pod_builder=_FourCores(),
-        driver=RecordingDriver(),
-        clock=clock,
-        store=store,
-        request_scheduler=DeterministicScheduler(clock),
     )
+    backend, store = composed.backend, composed.store
     notices: list[AllocatorNotice] = []
     backend.add_notice_listener(notices.append)
     backend.start()

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 from execpods.core import PodNotFound, ResourceProfile, ResourceProfiles
-from execpods.k8s import ExecutorPodTemplateBuilder, KubernetesPodOperations, KubernetesSettings
+from execpods.k8s import (
+    ExecutorPodTemplateBuilder,
+    KubernetesPodOperations,
+    KubernetesSettings,
+    parse_pod_template,
+)
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import IMAGE
@@ -91,7 +96,9 @@ def test_a_pod_spark_built_keeps_sparks_termination_values() -> None:
     )
     settings = KubernetesSettings.from_properties({"spark.kubernetes.container.image": IMAGE})
     profiles = ResourceProfiles()
-    profiles.declare([ResourceProfile(id=1, pod_template=spark_pod)])
+    profiles.declare(
+        [ResourceProfile(id=1, pod_template=parse_pod_template(spark_pod, what="test"))]
+    )
     builder = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
     pod = builder.build(executor_id=1, app_id="app", resource_profile_id=1)
     assert pod["spec"]["terminationGracePeriodSeconds"] == 45

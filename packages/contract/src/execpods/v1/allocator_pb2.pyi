@@ -450,7 +450,11 @@ class AllocatorNotice(_message.Message):
         """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
         allocation has stopped.
         """
-        KIND_RECOVERY_MODE: AllocatorNotice._Kind.ValueType  # 5
+        KIND_ID_RESERVATION_FAILED: AllocatorNotice._Kind.ValueType  # 5
+        """The executor id ledger could not be written: no id above its mark is used, so creates
+        wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+        """
+        KIND_RECOVERY_MODE: AllocatorNotice._Kind.ValueType  # 6
         """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
         false: executors created from now on are Spark's recovery-mode executors (their
         SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
@@ -471,7 +475,11 @@ class AllocatorNotice(_message.Message):
     """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
     allocation has stopped.
     """
-    KIND_RECOVERY_MODE: AllocatorNotice.Kind.ValueType  # 5
+    KIND_ID_RESERVATION_FAILED: AllocatorNotice.Kind.ValueType  # 5
+    """The executor id ledger could not be written: no id above its mark is used, so creates
+    wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+    """
+    KIND_RECOVERY_MODE: AllocatorNotice.Kind.ValueType  # 6
     """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
     false: executors created from now on are Spark's recovery-mode executors (their
     SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
