@@ -287,3 +287,12 @@ def test_the_configuration_doc_shows_every_catalogued_spark_key_with_its_status(
         row = next(line for line in doc.splitlines() if line.startswith(f"| {shown} |"))
         assert f"| {status[0].value} |" in row, key
     assert "**missing**" not in doc
+
+
+def test_settings_effective_names_the_line_of_a_bad_value(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text("spark.a 1\nspark.task.cpus 0\n", encoding="utf-8")
+    assert main(["settings", "--effective", "--properties-file", str(conf)], environ={}) == 2
+    assert f"{conf}:2: spark.task.cpus=0.0 is invalid" in capsys.readouterr().err

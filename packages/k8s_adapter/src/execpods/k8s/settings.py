@@ -105,10 +105,6 @@ def _dns_subdomain(name: str) -> str | None:
     return "is not a secret name (a DNS-1123 subdomain)"
 
 
-def _fraction(value: float) -> str | None:
-    return None if 0 <= value < 1 else "must be at least 0 and below 1"
-
-
 def _pull_policy(value: str) -> str | None:
     if value in ("Always", "Never", "IfNotPresent"):
         return None
@@ -260,7 +256,7 @@ class KubernetesSettings(SettingsBase):
         "Overhead as a fraction of the memory when memoryOverhead is unset "
         "(default: spark.kubernetes.memoryOverheadFactor).",
         parse=parse_optional_float,
-        rule=if_set(_fraction),
+        rule=if_set(positive),
     )
     kubernetes_memory_overhead_factor: float = setting(
         "spark.kubernetes.memoryOverheadFactor",
@@ -268,7 +264,7 @@ class KubernetesSettings(SettingsBase):
         "Overhead fraction when neither memoryOverhead nor spark.executor.memoryOverheadFactor "
         "is set.",
         parse=parse_float,
-        rule=_fraction,
+        rule=non_negative,
     )
     min_memory_overhead_mib: int = setting(
         "spark.executor.minMemoryOverhead",

@@ -222,7 +222,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             raise UsageError(f"--log-format {args.log_format!r}: use text or json")
         if args.command == "settings":
             if args.effective:
-                print_effective(collect_sourced(args, env))
+                sourced = collect_sourced(args, env)
+                try:
+                    print_effective(sourced)
+                except SettingsError as error:
+                    raise UsageError(_with_origin(_with_flag(str(error)), sourced)) from None
             else:
                 print_settings()
             return 0
