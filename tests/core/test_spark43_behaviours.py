@@ -181,6 +181,15 @@ def test_kill_labels_and_annotates_the_chosen_pods_before_deleting_them() -> Non
     )
 
 
+def test_spark_kill_executors_marks_only_the_pods_that_exist() -> None:
+    """Ported from KubernetesClusterSchedulerBackendSuite's "Kill executors": killing 1 and 2
+    with no pods edits none; with only pod 1 listed, only pod 1 is edited (labelled)."""
+    settings = _core(**{"spark.kubernetes.executor.decommissionLabel": "decom"})
+    assert _kill(settings, [1, 2], live=[]).patches == []
+    pods = _kill(settings, [1, 2], live=[1])
+    assert pods.patches == [("spark-executor-1", {"decom": ""})]
+
+
 def test_the_label_value_is_empty_by_default_as_spark() -> None:
     settings = _core(**{"spark.kubernetes.executor.decommissionLabel": "decom"})
     pods = _kill(settings, [1], live=[1, 2])

@@ -290,13 +290,15 @@ class CoreSettings(SettingsBase):
     dynamic_allocation_enabled: bool = setting(
         "spark.dynamicAllocation.enabled",
         False,
-        "Whether the driver scales executors itself (read for the failure limit's default).",
+        "Whether the driver scales executors itself: the initial target then follows Spark's "
+        "dynamic-allocation rule, and the failure limit's default counts maxExecutors.",
         parse=parse_bool,
     )
     dynamic_allocation_max_executors: int = setting(
         "spark.dynamicAllocation.maxExecutors",
         2**31 - 1,
-        "Most executors under dynamic allocation (read for the failure limit's default).",
+        "Most executors under dynamic allocation: the initial target's ceiling and the failure "
+        "limit's default.",
         parse=parse_int,
         rule=non_negative,
     )
