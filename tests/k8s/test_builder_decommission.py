@@ -15,6 +15,7 @@ from execpods.k8s import (
     parse_pod_template,
 )
 from execpods.kubesim import KubeSim
+from execpods.kubesim.bodies import JsonValue
 
 from tests.k8s.conftest import IMAGE
 
@@ -107,3 +108,35 @@ def test_a_pod_spark_built_keeps_sparks_termination_values() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is True
     own = builder.build(executor_id=2, app_id="app")
     assert own["spec"]["terminationGracePeriodSeconds"] == 30, "the sidecar's own pods: its own"
+
+
+def test_a_driver_pod_shared_with_the_sidecar_is_ready_when_the_driver_container_is(
+    sim: KubeSim, operations: KubernetesPodOperations
+) -> None:
+    """The pod's Ready condition waits for every container, the sidecar's too; the driver's own
+    container being ready is enough."""
+    sim.create_pod(
+        {
+            "metadata": {"name": "shared"},
+            "spec": {
+                "containers": [
+                    {"name": "spark-kubernetes-driver", "image": IMAGE},
+                    {"name": "execpods", "image": IMAGE},
+                ]
+            },
+        }
+    )
+    sim.run_until_idle()
+    status: JsonValue = {
+        "status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "spark-kubernetes-driver", "ready": True},
+                {"name": "execpods", "ready": False},
+            ],
+        }
+    }
+    sim.api.patch("default", "shared", "application/merge-patch+json", status, status=True)
+    assert not operations.is_ready("shared")
+    assert operations.is_ready("shared", container="spark-kubernetes-driver")
+    assert not operations.is_ready("shared", container="execpods")

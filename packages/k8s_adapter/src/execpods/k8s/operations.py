@@ -204,14 +204,22 @@ class KubernetesPodOperations:
             name, {"metadata": {"annotations": dict(annotations)}}, what="patch annotations"
         )
 
-    def is_ready(self, name: str) -> bool:
+    def is_ready(self, name: str, *, container: str | None = None) -> bool:
         """Whether pod `name` has condition Ready=True (fabric8's `waitUntilReady` test, which
-        Spark waits on for the driver); raises `PodNotFound` when it is gone."""
+        Spark waits on for the driver), or, when `container` is named, that container is ready
+        (a driver pod with the sidecar in it is Ready only once the sidecar is too). Raises
+        `PodNotFound` when the pod is gone."""
         status = self.get(name).get("status")
-        conditions = status.get("conditions") if isinstance(status, dict) else None
-        return any(
+        if not isinstance(status, dict):
+            return False
+        if any(
             isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-            for c in conditions or ()
+            for c in status.get("conditions") or ()
+        ):
+            return True
+        return container is not None and any(
+            isinstance(c, dict) and c.get("name") == container and c.get("ready") is True
+            for c in status.get("containerStatuses") or ()
         )
 
     def get(self, name: str) -> dict[str, object]:

@@ -215,6 +215,10 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     )
 
 
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+"""Spark's driver container: its readiness is the driver's when the sidecar shares the pod."""
+
+
 def driver_readiness_wait(
     k8s: KubernetesSettings,
     operations: KubernetesPodOperations,
@@ -231,7 +235,7 @@ def driver_readiness_wait(
 
     def wait() -> None:
         wait_for_driver_ready(
-            lambda: operations.is_ready(driver_pod),
+            lambda: operations.is_ready(driver_pod, container=DRIVER_CONTAINER),
             timeout=k8s.driver_readiness_timeout,
             clock=clock if clock is not None else SystemClock(),
             sleep=sleep,
