@@ -197,6 +197,12 @@ def test_the_label_value_is_empty_by_default_as_spark() -> None:
     assert pods.annotation_patches == [], "no podDeletionCost, no annotation"
 
 
+def test_a_deletion_cost_beyond_32_bits_is_refused() -> None:
+    with pytest.raises(SettingsError, match="32-bit integer"):
+        _core(**{"spark.kubernetes.executor.podDeletionCost": str(2**31)})
+    assert _core(**{"spark.kubernetes.executor.podDeletionCost": str(-(2**31))})
+
+
 def test_without_the_properties_a_kill_only_deletes() -> None:
     pods = _kill(CoreSettings(), [1], live=[1])
     assert [call for call, _ in pods.calls] == ["delete"]

@@ -42,6 +42,11 @@ def above_100ms(value: float) -> str | None:
     return None if value > 0.1 else "must be greater than 0.1s (100ms)"
 
 
+def _int32(value: int) -> str | None:
+    """Spark's intConf, and what Kubernetes takes in pod-deletion-cost."""
+    return None if -(2**31) <= value <= INT_MAX else "must be a 32-bit integer"
+
+
 def _label_value_or_empty(value: str) -> str | None:
     """A label value, or empty (Spark's default decommission label value)."""
     return None if value == "" else label_value(value)
@@ -355,6 +360,7 @@ class CoreSettings(SettingsBase):
         "controller.kubernetes.io/pod-deletion-cost annotation set on the pods of executors the "
         "driver kills, before they are deleted, so a ReplicaSet-style victim choice prefers them.",
         parse=parse_int,
+        rule=if_set(_int32),
     )
     recovery_mode_enabled: bool | None = setting(
         "spark.kubernetes.allocation.recoveryMode.enabled",
