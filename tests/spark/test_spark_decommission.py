@@ -17,7 +17,6 @@ from typing import Any, cast
 
 import pytest
 from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
-from execpods.devtools.spark_plugin import build
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
 
@@ -32,11 +31,6 @@ APP = "spark-decommission-test"
 LABEL = "spark.example.com/decommissioning"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 EXECUTORS = 2
-
-
-@pytest.fixture(scope="module")
-def plugin_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("plugin"))
 
 
 @pytest.fixture
