@@ -202,18 +202,34 @@ def spark_key_status(key: str) -> tuple[KeyStatus, str] | None:
 
 def spark_keys_table(spark_keys: Mapping[str, str]) -> str:
     """Every catalogued Spark key with what the sidecar does with it (docs/configuration.md)."""
+
+    def shown_in_rows(key: str) -> bool:
+        return key.startswith(CATALOGUED_NAMESPACES) or reads(key) or key in all_families()
+
     rows = []
     for key, default in sorted(spark_keys.items()):
-        if not key.startswith(CATALOGUED_NAMESPACES):
+        if not shown_in_rows(key):
             continue
         status = spark_key_status(key)
         shown = f"`{key}NAME`" if key.endswith(".") else f"`{key}`"
         spark_default = "-" if default in ("", "<undefined>") else f"`{_markdown(default)}`"
         what, why = ("**missing**", "") if status is None else (status[0].value, status[1])
         rows.append(f"| {shown} | {spark_default} | {what} | {_markdown(why)} |")
+    others = sorted(
+        key
+        for key in spark_keys
+        if not key.startswith(CATALOGUED_NAMESPACES)
+        and not reads(key)
+        and key not in all_families()
+    )
+    listing = ", ".join(f"`{key}NAME`" if key.endswith(".") else f"`{key}`" for key in others)
     return (
         "| Spark 4.3 key | Spark's default | here | what execpods does, or why not |\n"
-        "| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+        "| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n\n"
+        f"The other {len(others)} keys of Spark 4.3's core and Kubernetes modules are not "
+        f"applicable ({_markdown(OTHER_SPARK_KEYS)}):\n\n<details><summary>the keys</summary>\n\n"
+        + listing
+        + "\n\n</details>\n"
     )
 
 
