@@ -11,14 +11,22 @@ from __future__ import annotations
 import importlib.util
 import logging
 import shutil
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from execpods.core import SettingsError
+from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings, main
-from execpods.sidecar.settings import Settings, all_families, all_specs, spark_key_status
+from execpods.sidecar.settings import (
+    Settings,
+    all_families,
+    all_specs,
+    review_properties,
+    spark_key_status,
+)
 from execpods.sidecar.sparkkeys import (
     CATALOGUED_NAMESPACES,
     NOT_APPLICABLE,
@@ -28,6 +36,9 @@ from execpods.sidecar.sparkkeys import (
     listed_keys,
     parse_key_snapshot,
 )
+
+from tests.sidecar.conftest import app_pods, wait_for
+from tests.sidecar.serve_process import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "tools" / "spark-keys.tsv"
@@ -296,3 +307,43 @@ def test_settings_effective_names_the_line_of_a_bad_value(
     conf.write_text("spark.a 1\nspark.task.cpus 0\n", encoding="utf-8")
     assert main(["settings", "--effective", "--properties-file", str(conf)], environ={}) == 2
     assert f"{conf}:2: spark.task.cpus=0.0 is invalid" in capsys.readouterr().err
+
+
+def test_every_key_spark_43_defines_is_accepted() -> None:
+    """No key of Spark 4.3's core and Kubernetes modules (a family: one member of it) is
+    refused, whatever the sidecar makes of it."""
+    spark = parse_key_snapshot(SNAPSHOT.read_text(encoding="utf-8"))
+    keys = [f"{key}x" if key.endswith(".") else key for key in spark]
+    assert review_properties(dict.fromkeys(keys, "1")).refused == ()
+
+
+def test_the_sidecar_starts_on_it_and_logs_each_kind_of_key_once(
+    sim: KubeSim, tmp_path: Path
+) -> None:
+    """`execpods-sidecar serve --properties-file` a real process: it serves, allocates the
+    dynamic-allocation floor the file asks for, and its start-up log names the keys once."""
+    log = tmp_path / "stderr.log"
+    with (
+        log.open("w", encoding="utf-8") as stderr,
+        serve(
+            sim,
+            "etl",
+            "--properties-file",
+            str(SPARK_43_CONF),
+            "--conf",
+            "execpods.sidecar.checkPermissions=false",
+            stderr=stderr,
+        ) as (process, _address),
+    ):
+        wait_for(lambda: len(app_pods(sim, "etl")) == 3, what="the floor of three executors")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    lines = log.read_text(encoding="utf-8").splitlines()
+    not_implemented = [line for line in lines if "does not implement yet" in line]
+    not_applicable = [line for line in lines if "do not apply to the sidecar" in line]
+    assert len(not_implemented) == 1
+    assert " WARNING " in not_implemented[0]
+    assert "spark.kubernetes.executor.pvc.resizeInterval" in not_implemented[0]
+    assert len(not_applicable) == 1
+    assert " INFO " in not_applicable[0]
+    assert "spark.sql.adaptive.enabled" in not_applicable[0]
