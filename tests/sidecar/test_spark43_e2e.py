@@ -159,7 +159,9 @@ def test_after_the_readiness_timeout_executors_are_created_anyway(sim: KubeSim) 
         assert waited >= 1.0, "Spark waits the whole timeout for a driver that is not ready"
         wait_for(lambda: len(app_pods(sim, "late")) == 2, what="executors despite the driver")
         log = sim.requests()
-        first_create = next(i for i, r in enumerate(log) if r.verb == "create")
+        first_create = next(
+            i for i, r in enumerate(log) if r.verb == "create" and r.path.endswith("/pods")
+        )
         reads = [
             i for i, r in enumerate(log) if r.verb == "get" and r.path.endswith("/late-driver")
         ]
