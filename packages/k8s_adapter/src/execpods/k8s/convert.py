@@ -86,7 +86,13 @@ def _labels(value: object, executor_id_label: str) -> tuple[Mapping[str, str], i
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
     raw_id = labels.get(executor_id_label)
     executor_id = parse_executor_id(raw_id)
-    if executor_id is None and raw_id is not None and raw_id.isascii() and raw_id.isdigit():
+    if (
+        executor_id is None
+        and raw_id is not None
+        and raw_id.isascii()
+        and raw_id.isdigit()
+        and raw_id[0] != "0"  # leading zeros: the core's label parser skips such a pod (issue 20)
+    ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
         )
