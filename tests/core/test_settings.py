@@ -78,7 +78,7 @@ def test_prefixed_label_keys_are_accepted() -> None:
 
 def test_constructing_in_code_is_validated_too() -> None:
     with pytest.raises(SettingsError, match=r"spark\.executor\.instances=-1"):
-        CoreSettings(initial_executors=-1)
+        CoreSettings(executor_instances=-1)
 
 
 def test_unset_optional_settings_are_left_out_of_properties() -> None:

@@ -221,6 +221,10 @@ class ExecutorPodsAllocator:
         """Call `listener` with every later notice; returns a function that unregisters it."""
         return self._creator.add_listener(listener)
 
+    def notify(self, notice: AllocatorNotice) -> None:
+        """Tell every notice listener (also other policies' notices: OOM recovery mode)."""
+        self._creator.notify(notice)
+
     # One round (the store calls it serially).
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:

@@ -32,6 +32,7 @@ from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.oom_recovery import OomRecoveryMode, RecoveryModePodBuilder
 from execpods.core.ports import (
     Clock,
     DriverView,
@@ -127,7 +128,7 @@ def compose_backend(
     a request scheduler, requests run on one worker thread, as in production. `profiles` are the
     declared resource profiles (shared with the pod builder). A round's creates run one after
     another, or through `runner`, or with `concurrent_creates` on up to
-    `spark.kubernetes.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
+    `execpods.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
     `id_ledger` keeps the highest reserved executor id beyond the process (the adapter's keeps it
     in the cluster): ids are reserved through it before use and never issued twice across
     restarts; None keeps the mark in the process only (restarts are then safe only while the pods
@@ -143,8 +144,14 @@ def compose_backend(
         ),
         clock=clock,
     )
+    recovery = OomRecoveryMode(
+        enabled=settings.recovery_mode_enabled, cores=settings.recovery_cores
+    )
+    pod_builder = RecoveryModePodBuilder(
+        pod_builder, recovery, container_name=settings.executor_container_name
+    )
     removals = RemovalChannel(
-        window=removal_window, observers=observers, round_observers=round_observers
+        window=removal_window, observers=[*observers, recovery], round_observers=round_observers
     )
     if concurrent_creates:
         if runner is not None:
@@ -165,6 +172,7 @@ def compose_backend(
         rng=rng,
         id_ledger=id_ledger,
     )
+    recovery.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
         pod_operations=pod_operations,

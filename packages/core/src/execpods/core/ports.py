@@ -109,6 +109,9 @@ class PodOperations(Protocol):
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
         """Set labels on one pod (a merge: other labels stay)."""
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations on one pod (a merge: other annotations stay)."""
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         """The matching pods (malformed ones are skipped with a warning)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,12 +28,15 @@ from execpods.core import (
     SourcesFactory,
     compose_backend,
 )
+from execpods.core.clock import SystemClock
+from execpods.core.readiness import wait_for_driver_ready
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
+    KubernetesSettings,
     PollSource,
     TokenBucket,
     WatchSource,
@@ -61,6 +65,8 @@ class Runtime:
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
     id_ledger: ExecutorIdLedger | None = None
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
+    before_start: Callable[[], None] | None = None
+    """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
 
     @property
     def app_id(self) -> str:
@@ -196,4 +202,38 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         telemetry=telemetry,
         id_ledger=id_ledger,
     )
-    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
+    return dataclasses.replace(
+        runtime,
+        probe=cluster_probe(gateway, selector=selector),
+        before_start=driver_readiness_wait(k8s, operations, clock=clock),
+    )
+
+
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+"""Spark's driver container: its readiness is the driver's when the sidecar shares the pod."""
+
+
+def driver_readiness_wait(
+    k8s: KubernetesSettings,
+    operations: KubernetesPodOperations,
+    *,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Callable[[], None] | None:
+    """Spark's wait for the driver pod to be Ready before the first executors
+    (`spark.kubernetes.allocation.driver.readinessTimeout`); None without a driver pod."""
+    name = k8s.driver_pod_name
+    if name is None:
+        return None
+    driver_pod = name
+
+    def wait() -> None:
+        wait_for_driver_ready(
+            lambda: operations.is_ready(driver_pod, container=DRIVER_CONTAINER),
+            timeout=k8s.driver_readiness_timeout,
+            clock=clock if clock is not None else SystemClock(),
+            sleep=sleep,
+            driver=f"driver pod {driver_pod}",
+        )
+
+    return wait

@@ -160,9 +160,15 @@ class SimPodOperations:
         return len(doomed)
 
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        self._patch_metadata(name, "labels", labels)
+
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        self._patch_metadata(name, "annotations", annotations)
+
+    def _patch_metadata(self, name: str, field: str, values: Mapping[str, str]) -> None:
         self._limiter.acquire()
-        label_values: dict[str, JsonValue] = dict(labels)
-        body: JsonValue = {"metadata": {"labels": label_values}}
+        merged: dict[str, JsonValue] = dict(values)
+        body: JsonValue = {"metadata": {field: merged}}
         self._sim.api.patch(
             "default", name, "application/strategic-merge-patch+json", body, status=False
         )
