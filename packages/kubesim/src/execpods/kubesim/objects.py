@@ -74,6 +74,8 @@ KINDS: tuple[Kind, ...] = (
         short_names=("pvc",),
     ),
     Kind(plural="secrets", kind="Secret", singular="secret"),
+    # The kubelet's FailedMount warnings (mounts.py); clients may write events too.
+    Kind(plural="events", kind="Event", singular="event", short_names=("ev",)),
 )
 
 
