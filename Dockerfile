@@ -7,7 +7,8 @@
 # the lock as committed, never re-resolved), installs exactly those wheels into a virtual
 # environment, then the workspace's own runtime packages without their dependencies. `runtime`
 # copies only that environment onto the same pinned base: no uv, no pip, no compilers, no
-# sources, and a non-root user. The simulator, the client and the development tools are not in
+# sources, and a non-root user. The kubernetes client's asyncio half (kubernetes/aio, 68 MB of
+# the image) goes too: execpods uses only its synchronous client. The simulator, the client and the development tools are not in
 # the image. `build/wheelhouse` (filled by tools/image.py) lets pip install without an index:
 # with `--build-arg PIP_NO_INDEX=1` the build needs no network at all.
 
@@ -29,7 +30,8 @@ RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install uv==0.13.9 \
         -r /tmp/requirements.txt \
     && /opt/execpods/bin/pip install --no-deps \
         ./packages/core ./packages/k8s_adapter ./packages/contract ./packages/sidecar \
-    && /opt/execpods/bin/pip uninstall --yes pip
+    && rm -rf /opt/execpods/lib/python3*/site-packages/kubernetes/aio \
+    && /opt/execpods/bin/pip uninstall --yes setuptools pip
 
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --system --gid 10001 execpods \

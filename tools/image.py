@@ -222,7 +222,7 @@ def run_checks(tag: str) -> None:
                 finally:
                     # buildah run kills its child on SIGTERM: signal the sidecar itself, which
                     # must stop cleanly (delete its pods, exit 0) as under a kubelet.
-                    for pid in _descendants(process.pid):
+                    for pid in _descendants(process.pid, "execpods-sidecar"):
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGTERM)
                     process.wait(60)
@@ -233,8 +233,9 @@ def run_checks(tag: str) -> None:
             _say("SIGTERM: it deleted its executor pods and exited 0")
 
 
-def _descendants(root: int) -> list[int]:
-    """The processes under `root` (from /proc), leaves first."""
+def _descendants(root: int, named: str) -> list[int]:
+    """The leaf processes under `root` (from /proc) whose command line mentions `named`: the
+    container's own process, not buildah's helpers between (they carry the same arguments)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -246,13 +247,22 @@ def _descendants(root: int) -> list[int]:
         pid = todo.pop()
         found.append(pid)
         todo.extend(children.get(pid, []))
-    return found[::-1]
+    leaves = [pid for pid in found if not children.get(pid)]
+    return [pid for pid in leaves if named.encode() in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/dev.py image", description=__doc__)
     parser.add_argument("--rebuild-base", action="store_true", help="debootstrap the base again")
     parser.add_argument("--no-run", action="store_true", help="build only")
+    parser.add_argument("--no-build", action="store_true", help="run the image built last")
     args = parser.parse_args(argv)
     tag = f"localhost/execpods/sidecar:{version()}"
     started = time.monotonic()
@@ -270,8 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mark = step("base image", mark)
     wheelhouse()
     mark = step("wheelhouse", mark)
-    build(tag)
-    mark = step("image build", mark)
+    if not args.no_build:
+        build(tag)
+        mark = step("image build", mark)
     if not args.no_run:
         run_checks(tag)
         mark = step("run and health", mark)
