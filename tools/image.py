@@ -146,8 +146,9 @@ def build(tag: str) -> None:
     )  # fmt: skip
 
 
-def image_size(tag: str) -> int:
-    return int(buildah("inspect", "--type", "image", "--format", "{{.Size}}", tag, capture=True))
+def image_size(tag: str) -> str:
+    """The image's size as buildah reports it (its layers' uncompressed content)."""
+    return buildah("images", "--format", "{{.Size}}", tag, capture=True).strip()
 
 
 @contextmanager
@@ -228,6 +229,9 @@ def run_checks(tag: str) -> None:
                     process.wait(60)
             if process.returncode != 0:
                 sys.exit(f"the image's sidecar exited with {process.returncode}")
+            deadline = time.monotonic() + 30  # deleted pods go once their grace period ends
+            while sim.pods() and time.monotonic() < deadline:
+                time.sleep(0.1)
             if sim.pods():
                 sys.exit("the image's sidecar left executor pods behind when it stopped")
             _say("SIGTERM: it deleted its executor pods and exited 0")
@@ -286,9 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_run:
         run_checks(tag)
         mark = step("run and health", mark)
-    size = image_size(tag)
+    buildah("rmi", "--prune")  # the previous builds' layers, now untagged (vfs copies them whole)
     timings = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in steps)
-    print(f"image {tag}: {size / 1e6:.0f} MB; {timings}; total {mark - started:.0f} s")
+    print(f"image {tag}: {image_size(tag)}; {timings}; total {mark - started:.0f} s")
     return 0
 
 
