@@ -7,6 +7,7 @@
     python3 tools/dev.py bench    # the benchmarks (prints figures)
     python3 tools/dev.py gen      # regenerate the gRPC code and the settings doc's tables
     python3 tools/dev.py spark-plugin   # build integrations/spark's jar (javac, pyspark's jars)
+    python3 tools/dev.py image    # build the sidecar image (buildah), run it against kubesim
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -113,6 +114,11 @@ def spark_plugin() -> None:
     _run(_tool("python"), "-m", "execpods.devtools.spark_plugin", *sys.argv[2:])
 
 
+def image() -> None:
+    """Build the Dockerfile's image with buildah and run its sidecar against kubesim (root)."""
+    _run(_tool("python"), ROOT / "tools" / "image.py", *sys.argv[2:])
+
+
 def gen() -> None:
     """The gRPC code from proto/, and the settings tables of docs/configuration.md."""
     _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
@@ -126,6 +132,7 @@ JOBS = {
     "bench": bench,
     "gen": gen,
     "spark-plugin": spark_plugin,
+    "image": image,
 }
 
 

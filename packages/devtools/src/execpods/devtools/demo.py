@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import TextIO
 
 import grpc
@@ -322,6 +323,9 @@ def _wait_for_no_pods(sim: KubeSim, labels: Mapping[str, str], *, timeout: float
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="execpods on an embedded simulated cluster, with a sample driver."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {version('execpods-devtools')}"
     )
     parser.add_argument(
         "--log-level",

@@ -270,6 +270,10 @@ def main() -> None:
     window = max(args.events, args.pods) * 4
     with kubesim.KubeSim(deterministic=True, event_window=window) as sim:
         api_client = connect(api_url=sim.url)
+        # The ConfigMap the executors mount (Spark's driver makes it): without it they would
+        # wait in ContainerCreating, as on a cluster, and the events measured would differ.
+        core: Any = kubernetes.client.CoreV1Api(api_client)
+        core.create_namespaced_config_map("default", {"metadata": {"name": "spark-exec-conf"}})
         operations = KubernetesPodOperations(ApiGateway(api_client, namespace="default"))
         version, events, raw = raw_ingest(sim, operations, args.events)
         model = model_ingest(api_client, version, events)
