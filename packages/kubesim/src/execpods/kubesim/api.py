@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from execpods.kubesim.apf import ApfConfig, FairQueues
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
@@ -54,8 +55,11 @@ class KubeSim:
         websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
+        apf: ApfConfig | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
+        #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
+        self.apf = FairQueues(apf)
         self.deterministic = deterministic
         self.clock: Clock = VirtualClock() if deterministic else RealClock()
         self.store = PodStore(event_window=event_window)
@@ -119,6 +123,7 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
+            apf=self.apf,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -425,6 +430,10 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def configure_apf(self, config: ApfConfig) -> None:
+        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
+        self.apf.configure(config)
+
     def clear_faults(self) -> None:
         """Disarm every fault, the periodic watch drops included."""
         self.faults.clear()
@@ -503,6 +512,7 @@ class KubeSim:
                 "distribution": self.config.start_distribution,
             },
             "createRate": self.create_limit.state(),
+            "apf": self.apf.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

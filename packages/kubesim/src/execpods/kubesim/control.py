@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from execpods.kubesim.apf import FairQueues, config_from_json
 from execpods.kubesim.bodies import JsonObject, JsonValue
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
@@ -82,6 +83,9 @@ class Args:
             raise ValueError(f"{key!r} must be true or false, not {value!r}")
         return value
 
+    def raw(self) -> dict[str, object]:
+        return dict(self._data)
+
     def objects(self, key: str) -> list[JsonObject]:
         value = self._data.get(key)
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
@@ -114,6 +118,19 @@ def _peak_rate(sim: KubeSim, data: Args) -> JsonObject:
     text = data.opt_text("verbs")
     verbs = None if text is None else [v for v in text.split(",") if v]
     return _ok(perSecond=sim.peak_request_rate(data.number("window", 1.0), verbs))
+
+
+def _apf_state(sim: KubeSim) -> Reply:
+    apf: FairQueues = sim.apf
+    return apf.state()
+
+
+def _apf(sim: KubeSim, data: Args) -> JsonObject:
+    """Change API Priority and Fairness: the body's camelCase keys (seats, serviceTime,
+    otherTenants, schedule...), the rest as they were; answers the new state."""
+    apf: FairQueues = sim.apf
+    sim.configure_apf(config_from_json(apf.config, data.raw()))
+    return _ok(apf=cast(JsonValue, apf.state()))
 
 
 def _ok(**extra: JsonValue) -> JsonObject:
@@ -183,6 +200,8 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("POST", "config/create-rate"): _void(
         lambda s, d: s.set_create_rate(d.number("perSecond", 0), burst=d.integer("burst", 0))
     ),
+    ("GET", "apf"): lambda s, d: _apf_state(s),
+    ("POST", "config/apf"): _apf,
     ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(d.objects("manifests"))),
     ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
     ("POST", "rbac/tokens"): lambda s, d: _ok(

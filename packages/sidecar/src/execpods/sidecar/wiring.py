@@ -32,9 +32,10 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
-    TokenBucket,
+    RateLimiter,
     WatchSource,
     api_client_from,
+    rate_limiter_for,
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
@@ -56,7 +57,7 @@ class Runtime:
     driver_view: InferredDriverView
     observers: Observers
     removal_log: RemovalLog
-    rate_limiter: TokenBucket | None = None
+    rate_limiter: RateLimiter | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
@@ -77,7 +78,7 @@ def assemble(
     store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
-    rate_limiter: TokenBucket | None = None,
+    rate_limiter: RateLimiter | None = None,
     observers: Observers | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
@@ -131,7 +132,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     observers = Observers()
     try:
         namespace = resolve_namespace(k8s)
-        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
+        limiter = rate_limiter_for(settings.core)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,

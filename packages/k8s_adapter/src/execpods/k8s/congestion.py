@@ -1,0 +1,118 @@
+"""The adaptive rate limit: calls paced at the rate the core's `RateController` learns.
+
+`execpods.kubernetes.api.ratePolicy=adaptive` (the default). The gateway takes a start from
+`acquire` before every call, creates first among the sidecar's calls by volume, and deletes,
+lists and patches alike, and tells `answered` how every call but a watch went (a watch's latency
+is a stream's life, not the server's answer time). The controller (`execpods.core.congestion`)
+decides the rate; this class only paces:
+
+- calls start `1 / rate` apart, in the order they asked (a reservation, as the token bucket);
+- after an idle spell, up to `BURST_SECONDS` of the rate may start at once, not a second's worth:
+  an API server with fair queuing sees a paced flow, not a wall of requests that fills its queue;
+- no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly.
+
+Thread-safe: the controller is used under the limiter's lock. Time and sleeping are injected, so
+the pacing is proved with a fake clock (tests/k8s/test_congestion_limiter.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from execpods.core.congestion import CongestionConfig, RateController, Signal
+from execpods.core.settings import CoreSettings
+from execpods.k8s.ratelimit import RateLimiter, StartLog, TokenBucket
+
+BURST_SECONDS = 0.1
+"""How much of the rate an idle client may spend at once."""
+
+
+class _FuncClock:
+    """The core's `Clock` over a monotonic function."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self.monotonic = monotonic
+
+    def time(self) -> float:
+        return time.time()
+
+
+class AdaptiveRateLimiter(StartLog):
+    """Pacing at a `RateController`'s rate; every answer goes back to the controller."""
+
+    def __init__(
+        self,
+        config: CongestionConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        history: int = 100_000,
+    ) -> None:
+        super().__init__(history)
+        self._clock = clock
+        self._sleep = sleep
+        self.controller = RateController(config, clock=_FuncClock(clock))
+        self._next = -math.inf
+        self.calls = 0
+        self.waited = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: CoreSettings) -> AdaptiveRateLimiter:
+        """The controller bounded by minQps and maxQps, starting at qps."""
+        return cls(
+            CongestionConfig(
+                floor=settings.api_min_qps,
+                ceiling=settings.api_max_qps,
+                initial=float(settings.api_qps),
+            )
+        )
+
+    @property
+    def rate(self) -> float:
+        with self._lock:
+            return self.controller.rate
+
+    def acquire(self) -> float:
+        """Wait for this call's start (paced, after any Retry-After); returns the seconds waited."""
+        with self._lock:
+            now = self._clock()
+            rate = self.controller.rate
+            base = max(self._next, now - BURST_SECONDS)
+            blocked = now + self.controller.blocked_for()
+            if blocked > max(now, base):  # after a Retry-After: paced from its end, no burst
+                start, base = blocked, blocked
+            else:
+                start = max(now, base)
+            self._next = base + 1.0 / rate
+            wait = start - now
+            self._starts.append(start)
+            self.calls += 1
+            self.waited += wait
+        if wait > 0:
+            self._sleep(wait)
+        return wait
+
+    def answered(
+        self, *, verb: str, seconds: float, status: int, retry_after: float | None = None
+    ) -> Signal:
+        with self._lock:
+            return self.controller.answered(
+                verb=verb, seconds=seconds, status=status, retry_after=retry_after
+            )
+
+    def bound(self, window: float = 1.0) -> float:
+        """The most calls any `window` seconds may hold: the ceiling's, plus one burst."""
+        ceiling = self.controller.config.ceiling
+        return ceiling * (window + BURST_SECONDS) + 1
+
+
+def rate_limiter_for(settings: CoreSettings) -> RateLimiter:
+    """The limiter `execpods.kubernetes.api.ratePolicy` names: adaptive or static."""
+    if settings.api_rate_policy == "static":
+        return TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
+    return AdaptiveRateLimiter.from_settings(settings)
+
+
+__all__ = ["BURST_SECONDS", "AdaptiveRateLimiter", "rate_limiter_for"]

@@ -1,0 +1,93 @@
+"""The adaptive rate limit: pacing at the controller's rate, fed by the gateway's answers."""
+
+from __future__ import annotations
+
+import pytest
+from execpods.core import ApiThrottled, CoreSettings, PodSelector
+from execpods.core.congestion import CongestionConfig, Signal
+from execpods.k8s import (
+    AdaptiveRateLimiter,
+    ApiGateway,
+    KubernetesApiClient,
+    KubernetesPodOperations,
+    TokenBucket,
+    rate_limiter_for,
+)
+from execpods.k8s.congestion import BURST_SECONDS
+from execpods.kubesim import KubeSim
+
+from tests.k8s.conftest import APP_ID
+from tests.k8s.test_ratelimit import FakeTime
+
+
+def limiter(time: FakeTime, *, initial: float = 100.0) -> AdaptiveRateLimiter:
+    config = CongestionConfig(floor=5.0, ceiling=1000.0, initial=initial)
+    return AdaptiveRateLimiter(config, clock=time.clock, sleep=time.sleep)
+
+
+def test_calls_are_paced_at_the_rate_after_a_small_burst() -> None:
+    time = FakeTime()
+    paced = limiter(time, initial=100.0)
+    time.now = 10.0  # idle for a while: a tenth of a second of the rate may go at once
+    waits = [paced.acquire() for _ in range(30)]
+    burst = round(100.0 * BURST_SECONDS) + 1  # the call due now, and a tenth of a second's
+    assert waits[:burst] == [0.0] * burst
+    assert waits[burst:] == pytest.approx([0.01] * (30 - burst))  # each sleeps to its own slot
+    starts = paced.start_times()
+    assert starts[-1] - starts[burst - 1] == pytest.approx(0.01 * (30 - burst))
+    assert paced.peak_rate(1.0) <= paced.bound(1.0)
+
+
+def test_a_429s_retry_after_holds_every_call_exactly_that_long() -> None:
+    time = FakeTime()
+    paced = limiter(time)
+    time.now = 5.0
+    paced.answered(verb="create", seconds=0.01, status=429, retry_after=2.0)
+    assert paced.acquire() == pytest.approx(2.0)
+    assert time.now == pytest.approx(7.0)
+    # The next ones are paced from the end of the wait at the halved rate, not burst.
+    assert paced.acquire() == pytest.approx(1 / 50.0)
+
+
+def test_the_rate_follows_the_answers() -> None:
+    time = FakeTime()
+    paced = limiter(time, initial=100.0)
+    for _ in range(200):
+        paced.acquire()
+        paced.answered(verb="create", seconds=0.005, status=201)
+    assert paced.rate > 250.0  # slow start: +1 a second per clean answer
+    paced.answered(verb="create", seconds=0.005, status=503)
+    assert paced.rate == pytest.approx(150.0, rel=0.01)
+
+
+def test_the_policy_setting_picks_the_limiter() -> None:
+    adaptive = rate_limiter_for(CoreSettings.from_properties({}))
+    assert isinstance(adaptive, AdaptiveRateLimiter)
+    assert adaptive.rate == 200.0  # starts at api.qps
+    assert adaptive.controller.config.floor == 5.0
+    assert adaptive.controller.config.ceiling == 1000.0
+    static = rate_limiter_for(
+        CoreSettings.from_properties({"execpods.kubernetes.api.ratePolicy": "static"})
+    )
+    assert isinstance(static, TokenBucket)
+    assert (static.qps, static.burst) == (200.0, 300)
+
+
+def test_the_gateway_feeds_answers_and_honours_retry_after(
+    sim: KubeSim, api_client: KubernetesApiClient
+) -> None:
+    time = FakeTime()
+    paced = limiter(time, initial=100.0)
+    gateway = ApiGateway(api_client, namespace="default", request_timeout=5, rate_limiter=paced)
+    operations = KubernetesPodOperations(gateway)
+    selector = PodSelector(labels={"spark-app-selector": APP_ID})
+    for _ in range(5):
+        operations.list(selector)
+    assert paced.controller.signals[Signal.CLEAN] == 5
+    sim.throttle(1, retry_after=3)
+    with pytest.raises(ApiThrottled):
+        operations.list(selector)
+    assert paced.rate == pytest.approx(105.0 * 0.5, rel=0.01)
+    before = time.now
+    operations.list(selector)  # waits out the server's Retry-After first, exactly
+    assert time.now - before == pytest.approx(3.0, abs=0.05)
