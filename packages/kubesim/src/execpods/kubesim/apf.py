@@ -14,7 +14,8 @@ exempt, as a watch holds no seat once it streams):
   (``slowdown``: the service time grows by that factor times the share of seats in use, as an
   etcd under load answers later), so an idle server is fast and a full one slower;
 - one queue per flow (the bearer token, else the User-Agent) of at most ``queue_length``
-  requests; a freed seat goes to the flow holding the fewest seats, the longest waiter first;
+  requests; a freed seat goes to the flow holding the fewest seats, and among those to the one
+  served longest ago (round robin, as fair queuing gives backlogged flows equal shares);
 - 429 with ``Retry-After: retry_after`` when the flow's queue is full or after ``max_wait``;
 - *other tenants*: a share of the seats taken by load kubesim does not see (``other_share``),
   set at runtime, or varying over time by a repeating ``schedule`` of (seconds, share) steps.
@@ -126,6 +127,8 @@ class _Flow:
     executing: int = 0
     served: int = 0
     rejected: int = 0
+    last_grant: int = -1
+    """The dispatch number of this flow's last seat (round robin among backlogged flows)."""
 
 
 class FairQueues:
@@ -143,6 +146,7 @@ class FairQueues:
         self._cond = threading.Condition()
         self._flows: dict[str, _Flow] = {}
         self._executing = 0
+        self._grants = 0
         self._started = clock()
         self.config = config or ApfConfig()
 
@@ -218,6 +222,8 @@ class FairQueues:
         state.executing += 1
         state.served += 1
         self._executing += 1
+        self._grants += 1
+        state.last_grant = self._grants
 
     def _release(self, flow: str) -> None:
         with self._cond:
@@ -227,14 +233,13 @@ class FairQueues:
             self._cond.notify_all()
 
     def _dispatch(self) -> None:
-        """Give free seats to queued requests: the flow holding fewest seats, oldest first."""
+        """Give free seats to queued requests: the flow holding fewest seats, and among those
+        the one served longest ago (round robin: equal shares for backlogged flows)."""
         while self._executing < self.free_seats():
-            waiting = [
-                (f.executing, f.queue[0].arrived, f) for f in self._flows.values() if f.queue
-            ]
+            waiting = [f for f in self._flows.values() if f.queue]
             if not waiting:
                 return
-            _, _, state = min(waiting, key=lambda item: (item[0], item[1]))
+            state = min(waiting, key=lambda f: (f.executing, f.last_grant))
             state.queue.popleft().granted = True
             self._grant(state)
 
