@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from execpods.core import Subscription
+from execpods.sidecar.apimetrics import ApiMetrics
 from execpods.sidecar.health import ClusterHealth, HealthStatus
 from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
@@ -43,6 +44,7 @@ class OpsPlane:
             on_change=self.status.set_reachable,
         )
         self.metrics: SidecarMetrics | None = None
+        self.api_metrics: ApiMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         if settings.metrics.enabled:
             backend = runtime.backend
@@ -51,6 +53,7 @@ class OpsPlane:
                 labels=settings.core.labels,
                 target=lambda: backend.counts().total,
             )
+            self.api_metrics = ApiMetrics(self.metrics.registry, runtime.rate_limiter)
             self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
         self._health_server: Any = None
         self.health_address = ""
@@ -68,6 +71,8 @@ class OpsPlane:
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.observers.add(self.metrics)
+            if self.api_metrics is not None:
+                self._runtime.observers.add(self.api_metrics)
         listen = self._runtime.settings.health.listen
         if listen:
             server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

@@ -129,6 +129,8 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
+    # One flow per driver to the API server's fair queuing when no credentials tell them apart.
+    api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     observers = Observers()
     try:
         namespace = resolve_namespace(k8s)
