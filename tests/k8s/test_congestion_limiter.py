@@ -13,24 +13,25 @@ from execpods.k8s import (
     TokenBucket,
     rate_limiter_for,
 )
-from execpods.k8s.congestion import BURST_SECONDS
 from execpods.kubesim import KubeSim
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.k8s.conftest import APP_ID
 from tests.k8s.test_ratelimit import FakeTime
 
 
-def limiter(time: FakeTime, *, initial: float = 100.0) -> AdaptiveRateLimiter:
+def limiter(time: FakeTime, *, initial: float = 100.0, burst: int = 10) -> AdaptiveRateLimiter:
     config = CongestionConfig(floor=5.0, ceiling=1000.0, initial=initial)
-    return AdaptiveRateLimiter(config, clock=time.clock, sleep=time.sleep)
+    return AdaptiveRateLimiter(config, clock=time.clock, sleep=time.sleep, burst=burst)
 
 
 def test_calls_are_paced_at_the_rate_after_a_small_burst() -> None:
     time = FakeTime()
     paced = limiter(time, initial=100.0)
-    time.now = 10.0  # idle for a while: a tenth of a second of the rate may go at once
+    time.now = 10.0  # idle for a while: `burst` calls may go at once
     waits = [paced.acquire() for _ in range(30)]
-    burst = round(100.0 * BURST_SECONDS) + 1  # the call due now, and a tenth of a second's
+    burst = paced.burst
     assert waits[:burst] == [0.0] * burst
     assert waits[burst:] == pytest.approx([0.01] * (30 - burst))  # each sleeps to its own slot
     starts = paced.start_times()
@@ -66,6 +67,7 @@ def test_the_policy_setting_picks_the_limiter() -> None:
     assert adaptive.rate == 200.0  # starts at api.qps
     assert adaptive.controller.config.floor == 5.0
     assert adaptive.controller.config.ceiling == 1000.0
+    assert adaptive.burst == 300
     static = rate_limiter_for(
         CoreSettings.from_properties({"execpods.kubernetes.api.ratePolicy": "static"})
     )
@@ -91,3 +93,26 @@ def test_the_gateway_feeds_answers_and_honours_retry_after(
     before = time.now
     operations.list(selector)  # waits out the server's Retry-After first, exactly
     assert time.now - before == pytest.approx(3.0, abs=0.05)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.floats(0.0, 0.05), st.sampled_from([201, 201, 201, 429, 503])),
+        min_size=1,
+        max_size=400,
+    ),
+    window=st.sampled_from([0.1, 0.5, 1.0]),
+)
+def test_never_more_calls_in_any_window_than_the_ceiling_allows_plus_the_burst(
+    steps: list[tuple[float, int]], window: float
+) -> None:
+    time = FakeTime()
+    config = CongestionConfig(floor=5.0, ceiling=300.0, initial=100.0)
+    paced = AdaptiveRateLimiter(config, clock=time.clock, sleep=time.sleep, burst=20)
+    for gap, status in steps:
+        time.now += gap
+        paced.acquire()
+        paced.answered(verb="create", seconds=0.01, status=status, retry_after=0.5)
+        assert 5.0 <= paced.rate <= 300.0
+    assert paced.peak_rate(window) <= paced.bound(window) + 1e-6

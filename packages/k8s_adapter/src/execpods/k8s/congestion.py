@@ -7,8 +7,10 @@ is a stream's life, not the server's answer time). The controller (`execpods.cor
 decides the rate; this class only paces:
 
 - calls start `1 / rate` apart, in the order they asked (a reservation, as the token bucket);
-- after an idle spell, up to `BURST_SECONDS` of the rate may start at once, not a second's worth:
-  an API server with fair queuing sees a paced flow, not a wall of requests that fills its queue;
+- after an idle spell, up to `burst` calls may start at once (`execpods.kubernetes.api.burst`,
+  as the static bucket's), so a small scale-up is not paced at all; what reaches the server at
+  once is bounded anyway by the creates in flight (`batch.concurrency`), and the server's answers
+  to a burst it cannot take cut the rate like any other;
 - no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly.
 
 Thread-safe: the controller is used under the limiter's lock. Time and sleeping are injected, so
@@ -25,8 +27,8 @@ from execpods.core.congestion import CongestionConfig, RateController, Signal
 from execpods.core.settings import CoreSettings
 from execpods.k8s.ratelimit import RateLimiter, StartLog, TokenBucket
 
-BURST_SECONDS = 0.1
-"""How much of the rate an idle client may spend at once."""
+DEFAULT_BURST = 300
+"""Calls an idle client may start at once (the static bucket's default burst)."""
 
 
 class _FuncClock:
@@ -48,9 +50,13 @@ class AdaptiveRateLimiter(StartLog):
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        burst: int = DEFAULT_BURST,
         history: int = 100_000,
     ) -> None:
+        if burst < 1:
+            raise ValueError(f"an idle burst needs at least one call, not {burst}")
         super().__init__(history)
+        self.burst = burst
         self._clock = clock
         self._sleep = sleep
         self.controller = RateController(config, clock=_FuncClock(clock))
@@ -66,7 +72,8 @@ class AdaptiveRateLimiter(StartLog):
                 floor=settings.api_min_qps,
                 ceiling=settings.api_max_qps,
                 initial=float(settings.api_qps),
-            )
+            ),
+            burst=settings.api_burst,
         )
 
     @property
@@ -79,7 +86,9 @@ class AdaptiveRateLimiter(StartLog):
         with self._lock:
             now = self._clock()
             rate = self.controller.rate
-            base = max(self._next, now - BURST_SECONDS)
+            # The reservation never lags more than `burst` calls behind now: an idle spell
+            # saves up at most that many.
+            base = max(self._next, now - (self.burst - 1) / rate)
             blocked = now + self.controller.blocked_for()
             if blocked > max(now, base):  # after a Retry-After: paced from its end, no burst
                 start, base = blocked, blocked
@@ -104,8 +113,7 @@ class AdaptiveRateLimiter(StartLog):
 
     def bound(self, window: float = 1.0) -> float:
         """The most calls any `window` seconds may hold: the ceiling's, plus one burst."""
-        ceiling = self.controller.config.ceiling
-        return ceiling * (window + BURST_SECONDS) + 1
+        return self.controller.config.ceiling * window + self.burst
 
 
 def rate_limiter_for(settings: CoreSettings) -> RateLimiter:
@@ -115,4 +123,4 @@ def rate_limiter_for(settings: CoreSettings) -> RateLimiter:
     return AdaptiveRateLimiter.from_settings(settings)
 
 
-__all__ = ["BURST_SECONDS", "AdaptiveRateLimiter", "rate_limiter_for"]
+__all__ = ["DEFAULT_BURST", "AdaptiveRateLimiter", "rate_limiter_for"]
