@@ -55,6 +55,14 @@ def test_an_idle_client_earns_nothing() -> None:
     assert ctl.rate == 100.0
 
 
+def test_a_client_that_does_not_use_its_rate_earns_no_more() -> None:
+    ctl, clock = controller(initial=100.0)
+    for _ in range(50):
+        clock.advance(0.1)
+        assert ctl.answered(verb="create", seconds=FAST, status=201, demand=False) is Signal.CLEAN
+    assert ctl.rate == 100.0
+
+
 @pytest.mark.parametrize(
     ("status", "signal"),
     [

@@ -15,7 +15,11 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
 - **slow start**: until the first sign of congestion the rate grows by one call a second per clean
   answer, so it doubles every second the client is busy, from `initial` towards `ceiling`;
 - **additive increase**: after that, each clean answer adds `increase / rate`, i.e. `increase`
-  calls a second per second of full use (an idle client does not earn a higher rate);
+  calls a second per second of full use;
+- only a client that uses its rate earns more (`demand`: the limiter tells whether calls came
+  at least at `DEMAND` of the rate in the last second), as TCP grows no window an application
+  does not fill (RFC 7661): a client held back by something else (its creates in flight, its own
+  CPU) would otherwise raise a rate it never tests against the server;
 - **multiplicative decrease** on a 429, a 5xx (or no answer at all), by `decrease`; and, before
   any 429, on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is
   building), by the milder `latency_decrease`. Latency is smoothed per verb (a list of 500 pods
@@ -45,6 +49,8 @@ from execpods.core.ports import Clock
 
 __all__ = ["CongestionConfig", "RateController", "Signal"]
 
+DEMAND = 0.7
+"""The share of its rate a client must use to earn a higher one."""
 SMOOTHING = 0.25
 """Weight of a new latency in its verb's moving average (a few answers to notice a queue)."""
 MIN_SAMPLES = 8
@@ -156,9 +162,16 @@ class RateController:
         return None if latency is None else latency.floor
 
     def answered(
-        self, *, verb: str, seconds: float, status: int, retry_after: float | None = None
+        self,
+        *,
+        verb: str,
+        seconds: float,
+        status: int,
+        retry_after: float | None = None,
+        demand: bool = True,
     ) -> Signal:
-        """One answer (HTTP `status`, 0 when none came) to a `verb` call that took `seconds`."""
+        """One answer (HTTP `status`, 0 when none came) to a `verb` call that took `seconds`;
+        `demand`: the client used its rate lately (else a clean answer earns no increase)."""
         now = self._clock.monotonic()
         if status == 429:
             if retry_after is not None and retry_after > 0:
@@ -170,7 +183,8 @@ class RateController:
         elif self._slow(verb, now, seconds):
             signal = self._decrease(Signal.SLOW, self.config.latency_decrease, now, seconds)
         else:
-            self._increase()
+            if demand:
+                self._increase()
             signal = Signal.CLEAN
         self.signals[signal] += 1
         return signal

@@ -11,7 +11,9 @@ decides the rate; this class only paces:
   as the static bucket's), so a small scale-up is not paced at all; what reaches the server at
   once is bounded anyway by the creates in flight (`batch.concurrency`), and the server's answers
   to a burst it cannot take cut the rate like any other;
-- no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly.
+- no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly;
+- it tells the controller whether the client uses its rate (a call waited for it in the last
+  second, or calls came at `DEMAND` of it): only then does a clean answer raise it.
 
 Thread-safe: the controller is used under the limiter's lock. Time and sleeping are injected, so
 the pacing is proved with a fake clock (tests/k8s/test_congestion_limiter.py).
@@ -21,9 +23,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
-from execpods.core.congestion import CongestionConfig, RateController, Signal
+from execpods.core.congestion import DEMAND, CongestionConfig, RateController, Signal
 from execpods.core.settings import CoreSettings
 from execpods.k8s.ratelimit import RateLimiter, StartLog, TokenBucket
 
@@ -61,6 +64,8 @@ class AdaptiveRateLimiter(StartLog):
         self._sleep = sleep
         self.controller = RateController(config, clock=_FuncClock(clock))
         self._next = -math.inf
+        self._last_second: deque[float] = deque()
+        self._waited_at = -math.inf
         self.calls = 0
         self.waited = 0.0
 
@@ -96,7 +101,10 @@ class AdaptiveRateLimiter(StartLog):
                 start = max(now, base)
             self._next = base + 1.0 / rate
             wait = start - now
+            if wait > 0:
+                self._waited_at = now
             self._starts.append(start)
+            self._last_second.append(start)
             self.calls += 1
             self.waited += wait
         if wait > 0:
@@ -107,8 +115,18 @@ class AdaptiveRateLimiter(StartLog):
         self, *, verb: str, seconds: float, status: int, retry_after: float | None = None
     ) -> Signal:
         with self._lock:
+            now = self._clock()
+            recent = self._last_second
+            while recent and recent[0] < now - 1.0:
+                recent.popleft()
+            rate = self.controller.rate
+            # The rate binds: a call had to wait for it, or calls came near it, lately.
             return self.controller.answered(
-                verb=verb, seconds=seconds, status=status, retry_after=retry_after
+                verb=verb,
+                seconds=seconds,
+                status=status,
+                retry_after=retry_after,
+                demand=now - self._waited_at < 1.0 or len(recent) >= DEMAND * rate,
             )
 
     def bound(self, window: float = 1.0) -> float:
