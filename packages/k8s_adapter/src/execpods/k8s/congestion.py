@@ -8,9 +8,11 @@ decides the rate; this class only paces:
 
 - calls start `1 / rate` apart, in the order they asked (a reservation, as the token bucket);
 - after an idle spell, up to `burst` calls may start at once (`execpods.kubernetes.api.burst`,
-  as the static bucket's), so a small scale-up is not paced at all; what reaches the server at
-  once is bounded anyway by the creates in flight (`batch.concurrency`), and the server's answers
-  to a burst it cannot take cut the rate like any other;
+  as the static bucket's) while the controller is still in slow start, so a small scale-up is
+  not paced at all; once the server has pushed back, an idle spell saves up only
+  `PACED_SECONDS` of the rate, and a congestion signal saves up nothing: a client that was
+  refused (its calls failing unsent behind the back-off gate) must not come back as a wall of
+  requests that fills its queue again;
 - no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly;
 - it tells the controller whether the client uses its rate (a call waited for it in the last
   second, or calls came at `DEMAND` of it): only then does a clean answer raise it.
@@ -31,7 +33,9 @@ from execpods.core.settings import CoreSettings
 from execpods.k8s.ratelimit import RateLimiter, StartLog, TokenBucket
 
 DEFAULT_BURST = 300
-"""Calls an idle client may start at once (the static bucket's default burst)."""
+"""Calls an idle client may start at once in slow start (the static bucket's default burst)."""
+PACED_SECONDS = 0.1
+"""After the first congestion signal, how much of the rate an idle spell saves up."""
 
 
 class _FuncClock:
@@ -91,14 +95,15 @@ class AdaptiveRateLimiter(StartLog):
         with self._lock:
             now = self._clock()
             rate = self.controller.rate
-            # The reservation never lags more than `burst` calls behind now: an idle spell
-            # saves up at most that many.
-            base = max(self._next, now - (self.burst - 1) / rate)
+            # The reservation never lags more than a burst behind now: an idle spell saves up
+            # at most that many calls.
+            saved = (self.burst - 1) / rate if self.controller.slow_start else PACED_SECONDS
+            base = max(self._next, now - saved)
             blocked = now + self.controller.blocked_for()
             if blocked > max(now, base):  # after a Retry-After: paced from its end, no burst
                 start, base = blocked, blocked
             else:
-                start = max(now, base)
+                start = now if base <= now + 1e-9 else base  # float dust is no wait
             self._next = base + 1.0 / rate
             wait = start - now
             if wait > 0:
@@ -121,13 +126,16 @@ class AdaptiveRateLimiter(StartLog):
                 recent.popleft()
             rate = self.controller.rate
             # The rate binds: a call had to wait for it, or calls came near it, lately.
-            return self.controller.answered(
+            signal = self.controller.answered(
                 verb=verb,
                 seconds=seconds,
                 status=status,
                 retry_after=retry_after,
                 demand=now - self._waited_at < 1.0 or len(recent) >= DEMAND * rate,
             )
+            if signal not in (Signal.CLEAN, Signal.IGNORED):
+                self._next = max(self._next, now)  # nothing saved up survives a push-back
+            return signal
 
     def bound(self, window: float = 1.0) -> float:
         """The most calls any `window` seconds may hold: the ceiling's, plus one burst."""
@@ -141,4 +149,4 @@ def rate_limiter_for(settings: CoreSettings) -> RateLimiter:
     return AdaptiveRateLimiter.from_settings(settings)
 
 
-__all__ = ["DEFAULT_BURST", "AdaptiveRateLimiter", "rate_limiter_for"]
+__all__ = ["DEFAULT_BURST", "PACED_SECONDS", "AdaptiveRateLimiter", "rate_limiter_for"]
