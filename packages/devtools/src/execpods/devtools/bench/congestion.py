@@ -20,7 +20,7 @@ that finishes in minutes). The capped server is kubesim's API Priority and Fairn
    10,000, Jain's index of their throughputs, the 429 share of all calls, the slowest driver
    against the median.
 
-Every figure is printed as a ratio to its bound; the table goes to `<out>/congestion.md` and the
+Every figure is printed as a ratio to its bound; the table goes to `<out>/congestion-bench.md`, the
 plots to `<out>/congestion-*.png`.
 """
 
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "congestion.md").write_text(table + "\n", encoding="utf-8")
+    (args.out / "congestion-bench.md").write_text(table + "\n", encoding="utf-8")
     for path in plot(results, args.out):
         print(f"wrote {path}")
     print(f"{time.monotonic() - started:.0f} s in all")
