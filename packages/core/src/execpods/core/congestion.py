@@ -25,7 +25,9 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
   building), by the milder `latency_decrease`. Latency is smoothed per verb (a list of 500 pods
   is slower than a create without anything being wrong) and compared with the least latency of
   that verb in the last `floor_window` seconds: slow means above both `latency_factor` x the floor
-  and the floor + `latency_margin` (a millisecond floor does not make a 5 ms hiccup congestion);
+  and the floor + `latency_margin` (100 ms: a millisecond floor does not make a hiccup of a
+  CPU-starved client, tens of milliseconds, congestion; measured: with 50 ms this sidecar ran at
+  half its idle-server rate on a loaded machine, with no fewer 429s on a capped one);
 - one decrease per `holdoff` (at least twice the latency of the answer that caused it): the
   answers to calls already in flight when the server pushed back say nothing new, as TCP reduces
   its window once per window of losses;
@@ -81,7 +83,7 @@ class CongestionConfig:
     decrease: float = 0.5
     latency_decrease: float = 0.7
     latency_factor: float = 3.0
-    latency_margin: float = 0.05
+    latency_margin: float = 0.1
     floor_window: float = 30.0
     min_holdoff: float = 0.2
 

@@ -213,7 +213,9 @@ def changing(size: str) -> list[Result]:
     for policy in (STATIC, ADAPTIVE):
         curve: list[Sample] = []
         with kubesim(executors, start_latency=START, apf=CAPPED) as (sim, running):
-            with sidecars(sim, ["bench"], policy) as drivers:
+            # More than the default maxTotal (10,000): the scale-up outlasts the minute.
+            extra = {"execpods.allocation.maxTotal": str(2 * executors)}
+            with sidecars(sim, ["bench"], policy, extra) as drivers:
                 tick = _tenants(sim, _sampler(sim, drivers, running, curve), at, span)
 
                 scale(drivers, running, executors, timeout=1200, tick=tick)
