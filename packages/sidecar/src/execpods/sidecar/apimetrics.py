@@ -15,7 +15,7 @@ built for Kubernetes controllers reads the sidecar too:
 from __future__ import annotations
 
 from execpods.k8s import ApiCall, RateLimiter
-from execpods.sidecar.observe import Listener
+from execpods.sidecar.telemetry import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["ApiMetrics", "METRIC_NAMES"]
@@ -31,7 +31,7 @@ METRIC_NAMES = (
 )
 
 
-class ApiMetrics(Listener):
+class ApiMetrics(TelemetryListener):
     """The API-call metrics: a listener on the sidecar's observers (see the module)."""
 
     def __init__(self, registry: CollectorRegistry, limiter: RateLimiter | None) -> None:

@@ -172,7 +172,11 @@ def _one(
 
 def _sustained_rate(sim: KubeSim) -> float | None:
     """Accepted creates a second between the first and the last accepted create."""
-    times = sorted(r.at for r in sim.requests() if r.verb == "create" and r.status == 201)
+    times = sorted(
+        r.at
+        for r in sim.requests()
+        if r.verb == "create" and r.status == 201 and r.path.endswith("/pods")
+    )
     if len(times) < 2 or times[-1] <= times[0]:
         return None
     return (len(times) - 1) / (times[-1] - times[0])

@@ -266,8 +266,9 @@ def create_rate(sim: KubeSim, count: int, *, connections: int = 4) -> float:
 
 
 def create_calls(sim: KubeSim) -> tuple[int, int]:
-    """(create calls, of which answered 429) in kubesim's request log."""
-    creates = [r for r in sim.requests() if r.verb == "create"]
+    """(pod create calls, of which answered 429) in kubesim's request log (not the id ledger's
+    ConfigMap)."""
+    creates = [r for r in sim.requests() if r.verb == "create" and r.path.endswith("/pods")]
     return len(creates), sum(1 for r in creates if r.status == 429)
 
 
