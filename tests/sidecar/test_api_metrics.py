@@ -21,18 +21,19 @@ def test_calls_by_verb_and_code_latency_limiter_wait_429s_and_the_allowed_rate(
     with AllocatorClient(sidecar.address) as client:
         client.request_total(4)
         wait_for(lambda: len(running_ids(sim, "apimetrics")) == 4, what="4 running")
-        sim.throttle(1, retry_after=1)  # the next call (a create) is answered 429
+        sim.throttle(1, retry_after=1)  # the next call (a create, or the id ledger's) gets 429
         client.request_total(5)
         wait_for(lambda: len(running_ids(sim, "apimetrics")) == 5, what="5 running")
     samples = scrape_until(
         address,
-        lambda s: value(s, "rest_client_requests_total", verb="create", code="201") == 5,
+        # Five pods, and the id ledger's ConfigMap when there is no driver pod to annotate.
+        lambda s: value(s, "rest_client_requests_total", verb="create", code="201") >= 5,
         "five creates answered 201",
     )
     throttled = total(samples, "rest_client_requests_total", code="429")
     assert throttled == 1
     assert total(samples, "execpods_api_throttled_total") == 1
-    assert value(samples, "rest_client_request_duration_seconds_count", verb="create") >= 6
+    assert value(samples, "rest_client_request_duration_seconds_count", verb="create") >= 5
     assert value(samples, "rest_client_requests_total", verb="list", code="200") >= 1
     assert total(samples, "rest_client_rate_limiter_duration_seconds_count") >= 7
     # One 429 halved the rate it had learnt; it stays within [minQps, maxQps].

@@ -326,7 +326,7 @@ class ApiGateway:
                     _preload_content=False,
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 )
-            code = int(getattr(response, "status", 200))
+            code = cast(BaseHTTPResponse, response).status
         except PodOperationError as error:
             outcome = type(error).__name__
             code = error.status or 0
