@@ -110,6 +110,7 @@ def test_allocation_invariants_hold_for_any_ordering(
         executor_idle_timeout=5.0,
         adaptive_batches=adaptive,
         api_qps=2,
+        api_rate_policy="static",
         max_pending_pods=max_pending,
         max_pending_pods_per_rp_setting=per_rp,
     )

@@ -159,7 +159,8 @@ def test_the_2018_rule_waits_for_every_pending_pod_before_the_next_batch() -> No
 
 
 def test_adaptive_batches_double_while_creates_go_cleanly() -> None:
-    settings = CoreSettings(batch_size=5, api_qps=10)  # ceiling: 10/s x 1 s x 5 = 50
+    # The static policy: ceiling 10/s x 1 s x 5 = 50.
+    settings = CoreSettings(batch_size=5, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(100)
@@ -167,8 +168,17 @@ def test_adaptive_batches_double_while_creates_go_cleanly() -> None:
     assert len(created(rig)) == 50
 
 
+def test_under_the_adaptive_rate_policy_a_round_is_sized_by_its_ceiling() -> None:
+    settings = CoreSettings(batch_size=5, api_qps=10, api_max_qps=12)  # 12/s x 1 s x 5 = 60
+    recorder = StepRecorder()
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig.allocator.set_total_expected_executors(100)
+    assert recorder.steps == [5, 10, 20, 25]
+    assert len(created(rig)) == 60
+
+
 def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10)
+    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(24)
@@ -188,7 +198,7 @@ def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
 
 
 def test_a_start_failure_halves_the_step() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10)
+    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(8)

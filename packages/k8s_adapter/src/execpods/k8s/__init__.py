@@ -17,6 +17,7 @@ from execpods.k8s.builder import (
 )
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
+from execpods.k8s.congestion import AdaptiveRateLimiter, rate_limiter_for
 from execpods.k8s.convert import (
     MalformedPod,
     PodPage,
@@ -37,14 +38,17 @@ from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
-from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
+    "AdaptiveRateLimiter",
     "ApiCall",
+    "RateLimiter",
     "TokenBucket",
+    "rate_limiter_for",
     "ApiGateway",
     "ApiCallListener",
     "ApiBackoffGate",

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol, cast
 
+from execpods.kubesim.apf import ApfConfig, FairQueues, config_from_json
 from execpods.kubesim.bodies import JsonObject, JsonValue, Pod
 from execpods.kubesim.cluster import NodeInfo
 from execpods.kubesim.errors import ApiError
@@ -121,6 +122,11 @@ class Simulator(Protocol):
 
     def request_counts(self) -> dict[str, int]: ...
 
+    @property
+    def apf(self) -> FairQueues: ...
+
+    def configure_apf(self, config: ApfConfig) -> None: ...
+
     def peak_request_rate(
         self, window: float = 1.0, verbs: Collection[str] | None = None
     ) -> float: ...
@@ -192,6 +198,9 @@ class Args:
             raise ValueError(f"{key!r} must be true or false, not {value!r}")
         return value
 
+    def raw(self) -> dict[str, object]:
+        return dict(self._data)
+
     def labels(self, key: str) -> dict[str, str]:
         value = self._data.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
@@ -230,6 +239,19 @@ def _peak_rate(sim: Simulator, data: Args) -> JsonObject:
     text = data.opt_text("verbs")
     verbs = None if text is None else [v for v in text.split(",") if v]
     return _ok(perSecond=sim.peak_request_rate(data.number("window", 1.0), verbs))
+
+
+def _apf_state(sim: Simulator) -> Reply:
+    apf: FairQueues = sim.apf
+    return apf.state()
+
+
+def _apf(sim: Simulator, data: Args) -> JsonObject:
+    """Change API Priority and Fairness: the body's camelCase keys (seats, serviceTime,
+    otherTenants, schedule...), the rest as they were; answers the new state."""
+    apf: FairQueues = sim.apf
+    sim.configure_apf(config_from_json(apf.config, data.raw()))
+    return _ok(apf=cast(JsonValue, apf.state()))
 
 
 def _ok(**extra: JsonValue) -> JsonObject:
@@ -307,6 +329,8 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("POST", "config/create-rate"): _void(
         lambda s, d: s.set_create_rate(d.number("perSecond", 0), burst=d.integer("burst", 0))
     ),
+    ("GET", "apf"): lambda s, d: _apf_state(s),
+    ("POST", "config/apf"): _apf,
     ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(d.objects("manifests"))),
     ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
     ("POST", "rbac/tokens"): lambda s, d: _ok(

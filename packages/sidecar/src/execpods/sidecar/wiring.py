@@ -38,9 +38,10 @@ from execpods.k8s import (
     KubernetesPodOperations,
     KubernetesSettings,
     PollSource,
-    TokenBucket,
+    RateLimiter,
     WatchSource,
     api_client_from,
+    rate_limiter_for,
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
@@ -59,7 +60,7 @@ class Runtime:
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
     telemetry: Telemetry
-    rate_limiter: TokenBucket | None = None
+    rate_limiter: RateLimiter | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
@@ -83,7 +84,7 @@ def assemble(
     clock: Clock | None = None,
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
-    rate_limiter: TokenBucket | None = None,
+    rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
@@ -138,10 +139,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
+    # One flow per driver to the API server's fair queuing when no credentials tell them apart.
+    api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
-        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
+        limiter = rate_limiter_for(settings.core)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,
