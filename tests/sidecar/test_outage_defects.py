@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -59,6 +61,35 @@ def test_a_kill_held_by_the_back_off_gate_in_an_outage_is_unavailable(
         assert "was not sent" in details  # the gate held it
         assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
         sim.clear_faults()
+
+
+def test_a_kill_held_after_refused_connections_is_unavailable(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    sim = slow_stop_sim
+    conf = {"execpods.kubernetes.backoffInitial": "20s", "execpods.kubernetes.backoffMax": "30s"}
+    conf |= ONE_QUICK_STOP
+    sidecar = make_sidecar_on(sim, "refused", conf=conf)
+    wait_for(lambda: running_ids(sim, "refused") == {1}, what="one running")
+    down = threading.Thread(target=sim.restart, kwargs={"down_seconds": 3.0})
+    down.start()  # the API server goes away: its port refuses connections for 3 s
+    try:
+        wait_for(lambda: refuses(sim.port), what="the API server's port to refuse connections")
+        with AllocatorClient(sidecar.address) as client:
+            first, _ = kill_code(client, [1])  # refused, or already held
+            held, details = kill_code(client, [1])
+        assert "was not sent" in details
+        assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
+    finally:
+        down.join(10)
+
+
+def refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def test_a_kill_held_after_a_429_stays_resource_exhausted(
