@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim, Pod
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
 """Quick enough that a test of a few batches takes about a second."""

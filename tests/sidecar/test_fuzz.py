@@ -20,9 +20,10 @@ from typing import Any
 
 import grpc
 import pytest
+from execpods.devtools.simulated import simulator_properties
 from execpods.k8s.ledger import ledger_config_map_name
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -69,11 +70,11 @@ class Rig:
 
     @property
     def incarnation(self) -> str:
-        return self.sidecar.runtime.removal_log.incarnation
+        return self.sidecar.runtime.backend.removal_position.incarnation
 
     @property
     def sequence(self) -> int:
-        return self.sidecar.runtime.removal_log.sequence
+        return self.sidecar.runtime.backend.removal_position.sequence
 
 
 @pytest.fixture(scope="module")

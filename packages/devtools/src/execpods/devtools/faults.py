@@ -54,8 +54,9 @@ from execpods.devtools.fault_scenarios import (
     running_ids,
 )
 from execpods.devtools.proxy import CuttableProxy
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 __all__ = ["SCENARIOS", "SHORT", "SOAK", "Result", "main", "run", "run_scenario", "table"]
 
@@ -234,6 +235,8 @@ def _properties(sim: KubeSim, scale: Scale) -> dict[str, str]:
             "spark.kubernetes.allocation.batch.delay": "200ms",
             "spark.kubernetes.executor.eventProcessingInterval": "100ms",
             "spark.kubernetes.executor.apiPollingInterval": "2s",
+            # The suite checks the static limit's bound: burst + qps in any second.
+            "execpods.kubernetes.api.ratePolicy": "static",
             "spark.kubernetes.executor.deletedExecutorsCacheTimeout": CACHE_TIMEOUT,
             "execpods.kubernetes.api.qps": str(QPS),
             "execpods.kubernetes.api.burst": str(BURST),
