@@ -101,6 +101,8 @@ def refuses(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except ConnectionRefusedError:
         return True
+    except OSError:  # reset or timed out while the server goes down: not refusing yet
+        return False
     return False
 
 
