@@ -33,6 +33,7 @@ from execpods.core.allocation import (
     executors_to_request,
     request_counts,
 )
+from execpods.core.claims import ExecutorClaims
 from execpods.core.creation import (
     AllocatorNotice,
     CreateRunner,
@@ -96,8 +97,12 @@ class ExecutorPodsAllocator:
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        claims: ExecutorClaims | None = None,
     ) -> None:
         self._settings = settings
+        self._claims = claims
+        """The executors' OnDemand claims (`claims.py`): reusable ones are found per round, and
+        waiting to reuse them can hold creates back."""
         self._failures = failure_tracker
         """Shared with the lifecycle manager: refused and failed creates count as executor
         failures, and once too many executors failed no more are created."""
@@ -233,6 +238,10 @@ class ExecutorPodsAllocator:
             self._last_snapshot = snapshots[-1]
             self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
         self._creator.observe_starts(self._last_snapshot)
+        if self._claims is not None:
+            self._claims.begin_round(
+                self._last_snapshot, app_id=self._app_or_fail(), now=self._clock.time()
+            )
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -423,6 +432,10 @@ class ExecutorPodsAllocator:
                 self._report_maximum(profile_id, count - allowed)
             if allowed <= 0:
                 return
+            if self._claims is not None:  # waiting to reuse claims can hold creates back
+                allowed = min(allowed, self._claims.creatable(count))
+                if allowed <= 0:
+                    continue
             state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "

@@ -15,9 +15,11 @@ started. What is built here, and only here:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
+from execpods.core.claims import ClaimingPodOperations, ExecutorClaims
 from execpods.core.clock import SystemClock
 from execpods.core.creation import ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
@@ -64,6 +66,7 @@ def compose_backend(
     close: Callable[[], None] | None = None,
     profiles: ResourceProfiles | None = None,
     concurrent_creates: bool = False,
+    claims: ExecutorClaims | None = None,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -72,6 +75,8 @@ def compose_backend(
     on two worker threads and requests run on one, as in production. `profiles` are the declared
     resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
     run on up to `spark.kubernetes.allocation.batch.concurrency` threads (else one after another).
+    With `claims`, the allocator's creates also make the executors' OnDemand claims, and stop
+    deletes the application's claims.
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:
@@ -91,15 +96,22 @@ def compose_backend(
     if runner is not None:
         close = _then(runner.shutdown, close)  # the create threads go with the backend
     failures = ExecutorFailureTracker.from_settings(settings, clock)
+    creating: PodOperations = pod_operations
+    if claims is not None:
+        creating = ClaimingPodOperations(
+            pod_operations, claims, executor_id_label=settings.labels.executor_id
+        )
+        close = _then(partial(claims.stop, app_id), close)
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=pod_builder,
-        pod_operations=pod_operations,
+        pod_operations=creating,
         store=store,
         clock=clock,
         failure_tracker=failures,
         profiles=profiles,
         runner=runner,
+        claims=claims,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,

@@ -103,6 +103,8 @@ class ExecutorPod:
     pod_ip: str | None = None
     resource_version: str | None = None
     restart_policy: str | None = None
+    claim_names: tuple[str, ...] = ()
+    """The PersistentVolumeClaims its volumes name (a claim in use is not reused)."""
     gone: bool = False
     """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
     its last status said (a force-deleted pod's last status can still read Running)."""

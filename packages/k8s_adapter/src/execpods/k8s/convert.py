@@ -196,7 +196,21 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
+        claim_names=_claim_names(spec.get("volumes")),
     )
+
+
+def _claim_names(volumes: object) -> tuple[str, ...]:
+    """The claims a pod's volumes name (anything else in `spec.volumes` is not ours to judge)."""
+    if not isinstance(volumes, list):
+        return ()
+    names = []
+    for volume in volumes:
+        source = volume.get("persistentVolumeClaim") if isinstance(volume, dict) else None
+        name = source.get("claimName") if isinstance(source, dict) else None
+        if isinstance(name, str):
+            names.append(name)
+    return tuple(names)
 
 
 def _name_of(obj: object) -> str:
