@@ -7,6 +7,8 @@ asserts what was created, reused and counted.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from execpods.core import CoreSettings, PodForbidden, compose_backend
 from execpods.core.claims import ClaimSettings
@@ -149,3 +151,20 @@ def test_wait_to_reuse_needs_ownership(own: bool) -> None:
     rig = claims_rig(ClaimSettings(own=own, wait_to_reuse=True), max_claims=1)
     rig.allocator.set_total_expected_executors(2)
     assert rig.pods.created_executor_ids() == ([1] if own else [1, 2])
+
+
+def test_a_pod_the_api_deleted_frees_its_claim_while_a_terminating_one_keeps_it() -> None:
+    rig = claims_rig()
+    rig.allocator.set_total_expected_executors(1)
+    run_round(rig, (1, "Running"))
+    rig.clock.advance(2.0)
+    running = rig.pod(1, "Running")
+    terminating = replace(running, deletion_timestamp=running.creation_timestamp)
+    rig.store.update_pod(terminating)
+    rig.allocator.set_total_expected_executors(2)  # executor 1 shuts down: two more are made
+    assert rig.claim_of(2) == f"{TEST_APP_ID}-exec-2-pvc-0"  # executor 1 still mounts its claim
+    assert rig.claim_of(3) == f"{TEST_APP_ID}-exec-3-pvc-0"
+    rig.store.update_pod(replace(terminating, gone=True))
+    run_round(rig, (2, "Running"), (3, "Running"))
+    rig.allocator.set_total_expected_executors(3)
+    assert rig.claim_of(4) == f"{TEST_APP_ID}-exec-1-pvc-0"

@@ -13,6 +13,7 @@ from execpods.core.backend import (
     LifecycleFanout,
     ShutdownReport,
 )
+from execpods.core.claims import ClaimSettings, ExecutorClaims
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
 from execpods.core.creation import (
@@ -102,6 +103,8 @@ __all__ = [
     "UNKNOWN_EXIT_CODE",
     "AllocationCounts",
     "ApiThrottled",
+    "ClaimSettings",
+    "ExecutorClaims",
     "ApiUnavailable",
     "Cancellable",
     "INT64_MAX",

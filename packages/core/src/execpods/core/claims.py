@@ -147,7 +147,8 @@ class ExecutorClaims:
         self._reusable: list[Claim] | None = None
         self._now = 0.0
         self._app_id = ""
-        self._per_executor = 1
+        self._per_executor: int | None = None
+        """Claims an executor needs to make, once a pod was built (None: none built yet)."""
         self.created = 0
         """Claims this application made (Spark's PVC_COUNTER): a failed create is not counted."""
         self.reused = 0
@@ -170,7 +171,10 @@ class ExecutorClaims:
         """A round of `app_id` starts on `snapshot` (at wall-clock `now`): claims its pods name
         are in use, and the reusable claims are listed again when first needed."""
         names = {
-            name for state in snapshot.executor_pods.values() for name in state.pod.claim_names
+            name
+            for state in snapshot.executor_pods.values()
+            if not state.pod.gone  # a pod the API deleted no longer holds its claims
+            for name in state.pod.claim_names
         }
         with self._lock:
             self._in_use = frozenset(names)
@@ -203,8 +207,10 @@ class ExecutorClaims:
     def creatable(self, wanted: int) -> int:
         """How many of `wanted` new executors may be created this round: all of them, unless
         waiting to reuse and the application already has its most claims."""
-        if wanted <= 0 or not self.waiting_to_reuse:
+        if wanted <= 0 or not self.waiting_to_reuse or self._per_executor == 0:
             return wanted
+        if self._per_executor is None:
+            return 1  # one executor first, to learn how many claims each one makes
         with self._lock:
             free = len(self._reusable_claims())
             room = max(0, self._max_claims - self.created)
@@ -219,9 +225,9 @@ class ExecutorClaims:
         """Point `pod`'s OnDemand volumes at reusable claims where one fits (in place), and
         return the claims still to make for it."""
         needed = self._templates.claims_for(pod)
+        self._per_executor = len(needed)
         if not needed:
             return []
-        self._per_executor = len(needed)
         to_make = []
         with self._lock:
             reusable = self._reusable_claims() if self.reusing else []

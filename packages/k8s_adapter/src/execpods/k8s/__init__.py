@@ -15,6 +15,7 @@ from execpods.k8s.builder import (
     parse_pod_template,
     sanitize_prefix,
 )
+from execpods.k8s.claims import KubernetesClaims, builder_claims
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
 from execpods.k8s.convert import (
@@ -54,6 +55,7 @@ __all__ = [
     "EventWaiter",
     "ExecutorPodTemplateBuilder",
     "KubernetesApiClient",
+    "KubernetesClaims",
     "KubernetesPodOperations",
     "KubernetesSettings",
     "MalformedPod",
@@ -64,6 +66,7 @@ __all__ = [
     "WatchSource",
     "WatchStats",
     "api_client_from",
+    "builder_claims",
     "connect",
     "error_from_status",
     "executor_pod_name",

@@ -28,8 +28,9 @@ from execpods.core import (
     ResourceProfiles,
     SettingsError,
 )
+from execpods.k8s.claims import OnDemandVolume, name_claims, take_claim_templates
 from execpods.k8s.errors import DriverPodNotFound
-from execpods.k8s.mounts import with_mounts
+from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
     MEMORY_OVERHEAD_FACTOR,
@@ -163,6 +164,12 @@ class ExecutorPodTemplateBuilder:
     profiles: ResourceProfiles | None = None
     """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
     _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
+    claim_templates: dict[int, list[PodManifest]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """The claims a Spark-built profile template carries (`claims.take_claim_templates`)."""
+    on_demand: dict[str, OnDemandVolume] = field(default_factory=dict, compare=False, repr=False)
+    """The OnDemand claim volumes of the settings, by volume name."""
 
     def __post_init__(self) -> None:
         _check_template(self.template)
@@ -182,6 +189,7 @@ class ExecutorPodTemplateBuilder:
             volumes=settings.volumes,
         )
         object.__setattr__(self, "template", mounted)  # once: the same for every executor
+        self.on_demand.update({v.volume_name: v for v in on_demand_volumes(settings.volumes)})
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
@@ -279,6 +287,7 @@ class ExecutorPodTemplateBuilder:
         spec["restartPolicy"] = "Never"
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = name
+        name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
         self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
@@ -304,6 +313,7 @@ class ExecutorPodTemplateBuilder:
         if parsed is None:
             what = f"resource profile {profile.id}"
             parsed = parse_pod_template(profile.pod_template, what=what)
+            self.claim_templates[profile.id] = take_claim_templates(parsed, what=what)
             self._templates[profile.id] = parsed
         return parsed
 

@@ -196,11 +196,11 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
-        claim_names=_claim_names(spec.get("volumes")),
+        claim_names=volume_claim_names(spec.get("volumes")),
     )
 
 
-def _claim_names(volumes: object) -> tuple[str, ...]:
+def volume_claim_names(volumes: object) -> tuple[str, ...]:
     """The claims a pod's volumes name (anything else in `spec.volumes` is not ours to judge)."""
     if not isinstance(volumes, list):
         return ()

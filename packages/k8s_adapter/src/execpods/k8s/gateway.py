@@ -76,6 +76,9 @@ class ApiGateway:
             core.patch_namespaced_pod: "patch",
             core.delete_namespaced_pod: "delete",
             core.delete_collection_namespaced_pod: "deletecollection",
+            core.create_namespaced_persistent_volume_claim: "create",
+            core.list_namespaced_persistent_volume_claim: "list",
+            core.delete_collection_namespaced_persistent_volume_claim: "deletecollection",
         }
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -285,6 +288,16 @@ class ApiGateway:
         if gate is not None:
             gate.succeeded()
         return cast(BaseHTTPResponse, response)
+
+    @property
+    def core(self) -> k8s_client.CoreV1Api:
+        """The namespace-bound API's client, for calls made through `json_call`."""
+        return self._core
+
+    def json_call(self, what: str, call: Callable[..., object]) -> object:
+        """Any `CoreV1Api` call (a `partial` without `_preload_content`) through the same gate,
+        rate limit, observer and typed errors as the pod calls; its parsed JSON answer."""
+        return self._json(what, call)
 
     def _bytes(self, what: str, call: Callable[..., object]) -> bytes:
         """Make the call and read the whole body, releasing the connection to the pool."""

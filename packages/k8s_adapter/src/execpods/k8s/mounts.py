@@ -10,8 +10,8 @@ Spark's executor feature steps read three families, all applied to the executor 
 
 They do not change from one executor to the next, so they are applied to the pod template once,
 when the builder is made; a mistake is a `SettingsError` naming the property, at start-up.
-`persistentVolumeClaim` with `claimName=OnDemand` (a claim created per executor) is refused: it
-needs the driver to own claims, which execpods does not do; a pod template can name a claim.
+`persistentVolumeClaim` with `claimName=OnDemand` stays `OnDemand` in the template: the builder
+names each executor's claim, and `execpods.k8s.claims` makes it (`on_demand_volumes`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import EXECUTOR_CONTAINER_NAME, PodManifest, SettingsError
+from execpods.k8s.claims import ON_DEMAND, OnDemandVolume
 
 SECRETS_PREFIX = "spark.kubernetes.executor.secrets."
 SECRET_KEY_REF_PREFIX = "spark.kubernetes.executor.secretKeyRef."
@@ -103,12 +104,22 @@ def _volumes(properties: Mapping[str, str]) -> list[_Volume]:
         missing = sorted(_REQUIRED.get(kind, set()) - set(volume.options))
         if missing:
             raise SettingsError(f"{where}.options.{missing[0]} is required")
-        if kind == "persistentVolumeClaim" and volume.options["claimName"] == "OnDemand":
-            raise SettingsError(
-                f"{where}.options.claimName=OnDemand is not supported: execpods does not create "
-                "claims; name an existing claim, or put it in the pod template"
-            )
     return list(found.values())
+
+
+def on_demand_volumes(properties: Mapping[str, str]) -> list[OnDemandVolume]:
+    """The `persistentVolumeClaim` volumes with `claimName=OnDemand`, numbered by their position
+    among all executor volumes (the `i` of Spark's `<pod>-pvc-<i>`)."""
+    return [
+        OnDemandVolume(
+            volume_name=v.name,
+            index=i,
+            storage_class=v.options.get("storageClass"),
+            size=v.options.get("sizeLimit"),
+        )
+        for i, v in enumerate(_volumes(properties))
+        if v.kind == "persistentVolumeClaim" and v.options["claimName"] == ON_DEMAND
+    ]
 
 
 def _secret_key_ref(env: str, value: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, SettingsError
+from execpods.core import ClaimSettings, CoreSettings, SettingsError
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -114,6 +114,7 @@ class SidecarSettings(SettingsBase):
 
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
+    ClaimSettings,
     KubernetesSettings,
     SidecarSettings,
     SecuritySettings,
@@ -196,6 +197,7 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -213,4 +215,5 @@ class Settings:
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
+            claims=ClaimSettings.from_properties(properties),
         )

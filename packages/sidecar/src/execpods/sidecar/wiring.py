@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
+    ExecutorClaims,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
@@ -35,6 +36,7 @@ from execpods.k8s import (
     TokenBucket,
     WatchSource,
     api_client_from,
+    builder_claims,
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
@@ -79,6 +81,7 @@ def assemble(
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
     observers: Observers | None = None,
+    claims: ExecutorClaims | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -102,6 +105,7 @@ def assemble(
         close=close_client,
         profiles=profiles,
         concurrent_creates=True,
+        claims=claims,
     )
     return Runtime(
         settings=settings,
@@ -171,8 +175,23 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             PollSource(store, operations, core_settings=core),
         ]
 
+    core = settings.core
+    claims_api = builder_claims(gateway, builder)
+    claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
+        settings=settings.claims,
+        templates=claims_api,
+        operations=claims_api,
+        max_claims=(
+            core.dynamic_allocation_max_executors
+            if core.dynamic_allocation_enabled
+            else core.initial_executors
+        ),
+        reuse_after=core.batch_delay,
+        delete_on_stop=core.delete_on_termination,
+    )
     runtime = assemble(
         settings,
+        claims=claims,
         pod_operations=operations,
         pod_builder=builder,
         sources=sources,
