@@ -13,6 +13,7 @@ from execpods.core.backend import (
     LifecycleFanout,
     ShutdownReport,
 )
+from execpods.core.badnodes import NodeBlocklist, NodeBlocklistSettings
 from execpods.core.claims import ClaimSettings, ExecutorClaims
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import SourcesFactory, compose_backend, no_sources
@@ -64,6 +65,7 @@ from execpods.core.ports import (
     SnapshotsWriter,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
+from execpods.core.registration import RegistrationSettings, RegistrationTimeout
 from execpods.core.scheduling import (
     Cancellable,
     DeterministicScheduler,
@@ -105,6 +107,10 @@ __all__ = [
     "ApiThrottled",
     "ClaimSettings",
     "ExecutorClaims",
+    "NodeBlocklist",
+    "NodeBlocklistSettings",
+    "RegistrationSettings",
+    "RegistrationTimeout",
     "ApiUnavailable",
     "Cancellable",
     "INT64_MAX",

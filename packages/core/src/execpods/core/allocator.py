@@ -24,6 +24,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from execpods.core.allocation import (
     ExecutorCounts,
@@ -64,6 +65,13 @@ __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 logger = logging.getLogger(__name__)
 
 
+class RoundHook(Protocol):
+    """Something told of each allocation round's snapshot before the round decides."""
+
+    def begin_round(self, snapshot: ExecutorPodsSnapshot, *, app_id: str, now: float) -> None:
+        """`now` is wall-clock seconds."""
+
+
 @dataclass(slots=True)
 class _Request:
     created_at: float
@@ -98,11 +106,14 @@ class ExecutorPodsAllocator:
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
         claims: ExecutorClaims | None = None,
+        round_hooks: Sequence[RoundHook] = (),
     ) -> None:
         self._settings = settings
         self._claims = claims
         """The executors' OnDemand claims (`claims.py`): reusable ones are found per round, and
         waiting to reuse them can hold creates back."""
+        self._round_hooks = list(round_hooks) if round_hooks else ([claims] if claims else [])
+        """Told of every round's snapshot first (claims in use, failures per node)."""
         self._failures = failure_tracker
         """Shared with the lifecycle manager: refused and failed creates count as executor
         failures, and once too many executors failed no more are created."""
@@ -218,6 +229,10 @@ class ExecutorPodsAllocator:
         """Call `listener` with every later notice; returns a function that unregisters it."""
         return self._creator.add_listener(listener)
 
+    def notify(self, notice: AllocatorNotice) -> None:
+        """Tell the notice listeners (for parts that act in the allocator's rounds)."""
+        self._creator.notify(notice)
+
     # One round (the store calls it serially).
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
@@ -238,8 +253,8 @@ class ExecutorPodsAllocator:
             self._last_snapshot = snapshots[-1]
             self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
         self._creator.observe_starts(self._last_snapshot)
-        if self._claims is not None:
-            self._claims.begin_round(
+        for hook in self._round_hooks:
+            hook.begin_round(
                 self._last_snapshot, app_id=self._app_or_fail(), now=self._clock.time()
             )
         states = self._profile_states(known)

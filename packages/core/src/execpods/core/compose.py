@@ -19,6 +19,7 @@ from functools import partial
 
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
+from execpods.core.badnodes import AvoidingPodBuilder, NodeBlocklist
 from execpods.core.claims import ClaimingPodOperations, ExecutorClaims
 from execpods.core.clock import SystemClock
 from execpods.core.creation import ThreadPoolRunner
@@ -36,6 +37,7 @@ from execpods.core.ports import (
     SnapshotsWriter,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.registration import RegistrationTimeout
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.states import PodClassifier
@@ -67,6 +69,8 @@ def compose_backend(
     profiles: ResourceProfiles | None = None,
     concurrent_creates: bool = False,
     claims: ExecutorClaims | None = None,
+    blocklist: NodeBlocklist | None = None,
+    registration: RegistrationTimeout | None = None,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -76,7 +80,10 @@ def compose_backend(
     resource profiles (shared with the pod builder); with `concurrent_creates`, a round's creates
     run on up to `spark.kubernetes.allocation.batch.concurrency` threads (else one after another).
     With `claims`, the allocator's creates also make the executors' OnDemand claims, and stop
-    deletes the application's claims.
+    deletes the application's claims. With `blocklist`, new executor pods keep off the nodes it
+    blocks (it counts failures per node each allocation round, and its notices go to the
+    allocator's listeners). With `registration`, Running executors the driver does not know
+    in time are deleted and reported with its reason.
     """
     clock = clock if clock is not None else SystemClock()
     if store is None:
@@ -102,6 +109,8 @@ def compose_backend(
             pod_operations, claims, executor_id_label=settings.labels.executor_id
         )
         close = _then(partial(claims.stop, app_id), close)
+    if blocklist is not None:
+        pod_builder = AvoidingPodBuilder(pod_builder, blocklist)
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=pod_builder,
@@ -112,7 +121,10 @@ def compose_backend(
         profiles=profiles,
         runner=runner,
         claims=claims,
+        round_hooks=[h for h in (claims, blocklist) if h is not None],
     )
+    if blocklist is not None:
+        blocklist.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
         pod_operations=pod_operations,
@@ -121,6 +133,9 @@ def compose_backend(
         observer=fanout,
         failure_tracker=failures,
     )
+    if registration is not None:
+        registration.attach(driver=driver, expect_removal=lifecycle.expect_removal)
+        store.add_subscriber(settings.event_processing_interval, registration.on_new_snapshots)
     return ExecutorPodsBackend(
         app_id=app_id,
         settings=settings,

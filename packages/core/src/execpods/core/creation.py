@@ -113,6 +113,8 @@ class NoticeKind(enum.Enum):
     CREATE_THROTTLED = "create_throttled"
     CREATE_FAILED = "create_failed"
     ALLOCATION_MAXIMUM_REACHED = "allocation_maximum_reached"
+    NODE_BLOCKED = "node_blocked"
+    NODE_UNBLOCKED = "node_unblocked"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -192,6 +192,8 @@ class ExecutorPodsLifecycleManager:
         list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
         self._killed_lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+        """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
 
@@ -204,6 +206,11 @@ class ExecutorPodsLifecycleManager:
         """The driver asked for these executors to go: their ends are reported as its doing."""
         with self._killed_lock:
             self._killed.update(executor_ids)
+
+    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._killed_lock:
+            self._reasons[executor_id] = reason
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
@@ -279,7 +286,9 @@ class ExecutorPodsLifecycleManager:
             # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
             # start-up) is exactly what the limit is for.
             self.failures.register_failure()
-        reason = exit_reason(observed, executor_id, killed_by_driver=killed)
+        with self._killed_lock:
+            reason = self._reasons.pop(executor_id, None)
+        reason = reason or exit_reason(observed, executor_id, killed_by_driver=killed)
         self._report(driver, executor_id, reason, work)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:

@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, ExecutorState
+from execpods.core import (
+    AllocatorNotice,
+    ExecutorLabels,
+    ExecutorPodsSnapshot,
+    ExecutorState,
+    NoticeKind,
+)
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -163,6 +169,17 @@ class SidecarMetrics(Listener):
         self.target_changes = Counter(
             "execpods_target_changes", "Changes of the target.", registry=registry
         )
+        self.notices = Counter(
+            "execpods_allocator_notices",
+            "Allocator notices by kind (node_blocked: a bad node blocked, execpods.badNodes.*).",
+            ("kind",),
+            registry=registry,
+        )
+        self.blocked_nodes = Gauge(
+            "execpods_blocked_nodes",
+            "Nodes new executors keep off now (bad-node avoidance).",
+            registry=registry,
+        )
         self._lock = threading.Lock()
         self._pending_target: tuple[int, float] | None = None
         self._last_reached: int | None = None
@@ -204,6 +221,14 @@ class SidecarMetrics(Listener):
                 return
             self._pending_target = (total, time.monotonic())
         self.target_changes.inc()
+
+    def on_notice(self, notice: AllocatorNotice) -> None:
+        """An allocator notice listener: counts notices, follows the blocked nodes."""
+        self.notices.labels(notice.kind.value).inc(notice.count)
+        if notice.kind is NoticeKind.NODE_BLOCKED:
+            self.blocked_nodes.inc()
+        elif notice.kind is NoticeKind.NODE_UNBLOCKED:
+            self.blocked_nodes.dec()
 
     def on_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """A store subscriber, used as a ticker: is the pending target running now?"""

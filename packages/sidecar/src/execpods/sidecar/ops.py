@@ -68,6 +68,7 @@ class OpsPlane:
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.observers.add(self.metrics)
+            self._runtime.backend.add_notice_listener(self.metrics.on_notice)
         listen = self._runtime.settings.health.listen
         if listen:
             server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

@@ -27,6 +27,8 @@ _NOTICE_KINDS = {
     NoticeKind.CREATE_THROTTLED: pb.AllocatorNotice.KIND_CREATE_THROTTLED,
     NoticeKind.CREATE_FAILED: pb.AllocatorNotice.KIND_CREATE_FAILED,
     NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
+    NoticeKind.NODE_BLOCKED: pb.AllocatorNotice.KIND_NODE_BLOCKED,
+    NoticeKind.NODE_UNBLOCKED: pb.AllocatorNotice.KIND_NODE_UNBLOCKED,
 }
 
 

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import ClaimSettings, CoreSettings, SettingsError
+from execpods.core import (
+    ClaimSettings,
+    CoreSettings,
+    NodeBlocklistSettings,
+    RegistrationSettings,
+    SettingsError,
+)
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -115,6 +121,8 @@ class SidecarSettings(SettingsBase):
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
     ClaimSettings,
+    NodeBlocklistSettings,
+    RegistrationSettings,
     KubernetesSettings,
     SidecarSettings,
     SecuritySettings,
@@ -198,6 +206,8 @@ class Settings:
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     claims: ClaimSettings = field(default_factory=ClaimSettings)
+    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
+    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -216,4 +226,6 @@ class Settings:
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
             claims=ClaimSettings.from_properties(properties),
+            bad_nodes=NodeBlocklistSettings.from_properties(properties),
+            registration=RegistrationSettings.from_properties(properties),
         )

@@ -17,14 +17,17 @@ from execpods.core import (
     ExecutorClaims,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
+    NodeBlocklist,
     PodOperations,
     PodSelector,
+    RegistrationTimeout,
     ResourceProfiles,
     Scheduler,
     SettingsError,
     SnapshotSource,
     SnapshotsWriter,
     SourcesFactory,
+    SystemClock,
     compose_backend,
 )
 from execpods.k8s import (
@@ -62,6 +65,10 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    blocklist: NodeBlocklist | None = None
+    """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
+    registration: RegistrationTimeout | None = None
+    """The registration timeout a driver may set (UpdateDriverExecutors)."""
 
     @property
     def app_id(self) -> str:
@@ -91,6 +98,12 @@ def assemble(
     view = InferredDriverView(clock=clock)
     observers = observers if observers is not None else Observers()
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
+    blocklist = NodeBlocklist(settings=settings.bad_nodes) if settings.bad_nodes.enabled else None
+    registration = RegistrationTimeout(
+        timeout=settings.registration.timeout,
+        clock=clock if clock is not None else SystemClock(),
+        pod_operations=pod_operations,
+    )
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
@@ -106,6 +119,8 @@ def assemble(
         profiles=profiles,
         concurrent_creates=True,
         claims=claims,
+        blocklist=blocklist,
+        registration=registration,
     )
     return Runtime(
         settings=settings,
@@ -114,6 +129,8 @@ def assemble(
         observers=observers,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
+        blocklist=blocklist,
+        registration=registration,
     )
 
 
