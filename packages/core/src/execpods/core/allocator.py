@@ -68,8 +68,17 @@ logger = logging.getLogger(__name__)
 class RoundHook(Protocol):
     """Something told of each allocation round's snapshot before the round decides."""
 
-    def begin_round(self, snapshot: ExecutorPodsSnapshot, *, app_id: str, now: float) -> None:
-        """`now` is wall-clock seconds."""
+    def begin_round(
+        self,
+        snapshot: ExecutorPodsSnapshot,
+        *,
+        app_id: str,
+        now: float,
+        batch: Sequence[ExecutorPodsSnapshot] = (),
+    ) -> None:
+        """`snapshot` is the round's latest, `batch` every snapshot since the last round (a pod
+        may have passed through states the latest no longer shows); `now` is wall-clock
+        seconds."""
 
 
 @dataclass(slots=True)
@@ -255,7 +264,10 @@ class ExecutorPodsAllocator:
         self._creator.observe_starts(self._last_snapshot)
         for hook in self._round_hooks:
             hook.begin_round(
-                self._last_snapshot, app_id=self._app_or_fail(), now=self._clock.time()
+                self._last_snapshot,
+                app_id=self._app_or_fail(),
+                now=self._clock.time(),
+                batch=snapshots,
             )
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]

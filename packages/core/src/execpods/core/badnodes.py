@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from execpods.core.adaptive import start_failed
@@ -97,17 +97,30 @@ class NodeBlocklist:
     def set_notify(self, notify: Callable[[AllocatorNotice], None]) -> None:
         self._notify = notify
 
-    def begin_round(self, snapshot: ExecutorPodsSnapshot, *, app_id: str, now: float) -> None:
-        """Count executors that failed on a node since the last round; block and lift nodes."""
+    def begin_round(
+        self,
+        snapshot: ExecutorPodsSnapshot,
+        *,
+        app_id: str,
+        now: float,
+        batch: Sequence[ExecutorPodsSnapshot] = (),
+    ) -> None:
+        """Count executors that failed on a node since the last round (in any snapshot of the
+        batch: a failed pod may be deleted before the round); block and lift nodes."""
         del app_id
         notices: list[AllocatorNotice] = []
         with self._lock:
-            for executor_id, state in snapshot.executor_pods.items():
-                node = state.pod.node_name
-                if not node or executor_id in self._counted or not start_failed(state):
-                    continue
-                self._counted.add(executor_id)
-                self._failures.setdefault(node, deque()).append(now)
+            for seen in batch or (snapshot,):
+                pods = seen.executor_pods
+                ids = pods.keys() if seen.changed_ids is None else seen.changed_ids
+                for executor_id in ids:
+                    state = pods.get(executor_id)
+                    if state is None or executor_id in self._counted:
+                        continue
+                    node = state.pod.node_name
+                    if node and start_failed(state):
+                        self._counted.add(executor_id)
+                        self._failures.setdefault(node, deque()).append(now)
             horizon = now - self._settings.failure_window
             for node, times in list(self._failures.items()):
                 while times and times[0] < horizon:

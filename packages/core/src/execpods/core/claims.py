@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -167,7 +167,14 @@ class ExecutorClaims:
 
     # The allocator's round.
 
-    def begin_round(self, snapshot: ExecutorPodsSnapshot, *, app_id: str, now: float) -> None:
+    def begin_round(
+        self,
+        snapshot: ExecutorPodsSnapshot,
+        *,
+        app_id: str,
+        now: float,
+        batch: Sequence[ExecutorPodsSnapshot] = (),
+    ) -> None:
         """A round of `app_id` starts on `snapshot` (at wall-clock `now`): claims its pods name
         are in use, and the reusable claims are listed again when first needed."""
         names = {
