@@ -121,9 +121,7 @@ def test_a_running_executor_that_never_registers_is_replaced(
 
 
 def test_blocked_nodes_are_counted_in_the_metrics() -> None:
-    metrics = SidecarMetrics(
-        snapshot=ExecutorPodsSnapshot, labels=SPARK_LABELS, target=lambda: 0
-    )
+    metrics = SidecarMetrics(snapshot=ExecutorPodsSnapshot, labels=SPARK_LABELS, target=lambda: 0)
 
     def notice(kind: NoticeKind) -> AllocatorNotice:
         return AllocatorNotice(kind=kind, message="node-a", resource_profile_id=0)

@@ -123,7 +123,9 @@ class KubernetesClaims:
         self._profile_label = profile_label
         self._on_demand = list(on_demand)
         self._owner = driver_owner
-        self._templates_of: Mapping[int, Sequence[PodManifest]] = templates_of or {}
+        self._templates_of: Mapping[int, Sequence[PodManifest]] = (
+            templates_of if templates_of is not None else {}  # the builder fills it later
+        )
 
     @property
     def driver_owner(self) -> Mapping[str, object] | None:
