@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from execpods.core import CoreSettings, PodForbidden, compose_backend
 from execpods.core.claims import ClaimSettings
-from execpods.core.testing import TEST_APP_ID, RecordingDriver
+from execpods.core.testing import TEST_APP_ID, DeterministicSnapshotsStore, RecordingDriver
 
 from .claims_support import DRIVER_OWNER, ClaimsRig, VolumeBuilder, claims_rig
 
@@ -137,7 +137,7 @@ def test_claims_are_deleted_when_the_backend_stops() -> None:
         pod_operations=rig.pods,
         pod_builder=VolumeBuilder(),
         driver=RecordingDriver(),
-        store=rig.store,
+        store=DeterministicSnapshotsStore,
         claims=rig.policy,
     )
     rig.claims.add_existing("pvc-0", age=1.0)
@@ -161,10 +161,14 @@ def test_a_pod_the_api_deleted_frees_its_claim_while_a_terminating_one_keeps_it(
     running = rig.pod(1, "Running")
     terminating = replace(running, deletion_timestamp=running.creation_timestamp)
     rig.store.update_pod(terminating)
-    rig.allocator.set_total_expected_executors(2)  # executor 1 shuts down: two more are made
-    assert rig.claim_of(2) == f"{TEST_APP_ID}-exec-2-pvc-0"  # executor 1 still mounts its claim
-    assert rig.claim_of(3) == f"{TEST_APP_ID}-exec-3-pvc-0"
+    rig.allocator.set_total_expected_executors(2)
+    others = rig.pods.created_executor_ids()[1:]
+    assert others, "more executors were asked for"
+    for executor_id in others:  # executor 1 still mounts its claim: theirs are new
+        assert rig.claim_of(executor_id) == f"{TEST_APP_ID}-exec-{executor_id}-pvc-0"
     rig.store.update_pod(replace(terminating, gone=True))
-    run_round(rig, (2, "Running"), (3, "Running"))
-    rig.allocator.set_total_expected_executors(3)
-    assert rig.claim_of(4) == f"{TEST_APP_ID}-exec-1-pvc-0"
+    run_round(rig, *((i, "Running") for i in others))
+    rig.allocator.set_total_expected_executors(len(others) + 1)
+    newest = max(rig.pods.created_executor_ids())
+    assert newest not in others
+    assert rig.claim_of(newest) == f"{TEST_APP_ID}-exec-1-pvc-0"

@@ -14,6 +14,7 @@ from execpods.k8s import (
     KubernetesApiClient,
     KubernetesSettings,
     builder_claims,
+    parse_pod_template,
 )
 from execpods.kubesim import KubeSim
 
@@ -108,7 +109,8 @@ def test_claims_of_a_spark_built_template_follow_each_executor(
         },
     }
     profiles = ResourceProfiles()
-    profiles.declare([ResourceProfile(id=0, pod_template=json.dumps(template))])
+    parsed = parse_pod_template(json.dumps(template), what="resource profile 0")
+    profiles.declare([ResourceProfile(id=0, pod_template=parsed)])
     made = builder({}, profiles)
     claims = builder_claims(gateway(api_client), made)
     pod = made.build(executor_id=3, app_id="app")

@@ -450,11 +450,15 @@ class AllocatorNotice(_message.Message):
         """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
         allocation has stopped.
         """
-        KIND_NODE_BLOCKED: AllocatorNotice._Kind.ValueType  # 5
+        KIND_ID_RESERVATION_FAILED: AllocatorNotice._Kind.ValueType  # 5
+        """The executor id ledger could not be written: no id above its mark is used, so creates
+        wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+        """
+        KIND_NODE_BLOCKED: AllocatorNotice._Kind.ValueType  # 20
         """Executors kept failing on a node (execpods.badNodes.*): new executor pods get node
         anti-affinity for it for `retry_in_ms` (the cool-down). The message names the node.
         """
-        KIND_NODE_UNBLOCKED: AllocatorNotice._Kind.ValueType  # 6
+        KIND_NODE_UNBLOCKED: AllocatorNotice._Kind.ValueType  # 21
         """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
@@ -471,11 +475,15 @@ class AllocatorNotice(_message.Message):
     """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
     allocation has stopped.
     """
-    KIND_NODE_BLOCKED: AllocatorNotice.Kind.ValueType  # 5
+    KIND_ID_RESERVATION_FAILED: AllocatorNotice.Kind.ValueType  # 5
+    """The executor id ledger could not be written: no id above its mark is used, so creates
+    wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+    """
+    KIND_NODE_BLOCKED: AllocatorNotice.Kind.ValueType  # 20
     """Executors kept failing on a node (execpods.badNodes.*): new executor pods get node
     anti-affinity for it for `retry_in_ms` (the cool-down). The message names the node.
     """
-    KIND_NODE_UNBLOCKED: AllocatorNotice.Kind.ValueType  # 6
+    KIND_NODE_UNBLOCKED: AllocatorNotice.Kind.ValueType  # 21
     """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
 
     KIND_FIELD_NUMBER: _builtins.int

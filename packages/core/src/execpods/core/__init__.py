@@ -55,6 +55,7 @@ from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     DriverView,
     ExecutorExited,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
@@ -82,7 +83,13 @@ from execpods.core.states import (
     PodClassifier,
     classify,
 )
-from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
+from execpods.core.store import (
+    ScheduledSnapshotsStore,
+    SnapshotsCallback,
+    SnapshotsStore,
+    Subscription,
+)
+from execpods.core.totals import TotalsRequest
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -128,6 +135,7 @@ __all__ = [
     "ExecutorExited",
     "ExecutorLabels",
     "ExecutorPod",
+    "ExecutorIdLedger",
     "ExecutorPodBuilder",
     "ObservedPod",
     "ExecutorPodsAllocator",
@@ -157,10 +165,11 @@ __all__ = [
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "SnapshotsStoreImpl",
+    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",
+    "TotalsRequest",
     "SystemClock",
     "ThreadScheduler",
     "classify",

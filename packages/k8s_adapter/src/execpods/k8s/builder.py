@@ -97,6 +97,7 @@ def parse_pod_template(text: str, *, what: str) -> PodManifest:
     if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
         raise SettingsError(f"{what}: the pod template is not a Pod manifest")
     _check_template(loaded, key=what)
+    take_claim_templates(copy.deepcopy(loaded), what=what)  # refuse a bad claims annotation now
     return loaded
 
 
@@ -163,7 +164,6 @@ class ExecutorPodTemplateBuilder:
     executor's."""
     profiles: ResourceProfiles | None = None
     """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
-    _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
     claim_templates: dict[int, list[PodManifest]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -265,6 +265,9 @@ class ExecutorPodTemplateBuilder:
     ) -> PodManifest:
         profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
         pod: dict[str, Any] = copy.deepcopy(self._template_of(profile))
+        claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
+        if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
+            self.claim_templates[resource_profile_id] = claims
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
@@ -306,16 +309,11 @@ class ExecutorPodTemplateBuilder:
         return pod
 
     def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
-        """The profile's own template when it has one (parsed once), else the settings'."""
+        """The profile's own template when it has one (parsed where the profile was made), else
+        the settings'."""
         if profile is None or profile.pod_template is None:
             return self.template
-        parsed = self._templates.get(profile.id)
-        if parsed is None:
-            what = f"resource profile {profile.id}"
-            parsed = parse_pod_template(profile.pod_template, what=what)
-            self.claim_templates[profile.id] = take_claim_templates(parsed, what=what)
-            self._templates[profile.id] = parsed
-        return parsed
+        return profile.pod_template
 
     def _cores(self, profile: ResourceProfile | None) -> int:
         if profile is not None and profile.cores is not None:

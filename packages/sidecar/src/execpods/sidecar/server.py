@@ -111,6 +111,7 @@ class SidecarServer:
 
     def _on_signal(self, signum: int) -> None:
         logger.info("Received %s: shutting down.", signal.Signals(signum).name)
+        ignore_stop_signals(asyncio.get_running_loop())
         self.request_stop()
 
     def request_stop(self) -> None:
@@ -140,6 +141,19 @@ class SidecarServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """From the first stop signal on, SIGTERM and SIGINT are ignored by the process itself.
+
+    The loop's handlers would ignore them too, but only while the loop runs: closing it restores
+    the default action, so a second SIGTERM in the moments after the stop (while the process
+    exits) ended it with 143 and masked the exit 1 that says pods were left. Taken out of the
+    loop's hands, the ignore outlives it.
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def refuse_unix_socket_in_use(path: str) -> None:
