@@ -78,6 +78,21 @@ def test_on_demand_volumes_are_named_per_executor_as_spark_names_them(
     }
 
 
+def test_the_legacy_access_mode_is_read_write_once(api_client: KubernetesApiClient) -> None:
+    made = builder(
+        {
+            f"{VOLUMES}persistentVolumeClaim.data.mount.path": "/data",
+            f"{VOLUMES}persistentVolumeClaim.data.options.claimName": "OnDemand",
+            f"{VOLUMES}persistentVolumeClaim.data.options.storageClass": "standard",
+            f"{VOLUMES}persistentVolumeClaim.data.options.sizeLimit": "2Gi",
+        }
+    )
+    pod = made.build(executor_id=1, app_id="app")
+    claims = builder_claims(gateway(api_client), made, read_write_once=True)
+    (claim,) = claims.claims_for(pod)
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
 def test_an_on_demand_volume_without_class_and_size_makes_no_claim(
     api_client: KubernetesApiClient,
 ) -> None:

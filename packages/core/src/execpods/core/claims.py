@@ -65,6 +65,12 @@ class ClaimSettings(SettingsBase):
         "class and size) instead of making one; needs ownPersistentVolumeClaim.",
         parse=parse_bool,
     )
+    legacy_read_write_once: bool = setting(
+        "spark.kubernetes.legacy.useReadWriteOnceAccessMode",
+        False,
+        "OnDemand claims ask for ReadWriteOnce instead of ReadWriteOncePod (Spark's legacy mode).",
+        parse=parse_bool,
+    )
     wait_to_reuse: bool = setting(
         "spark.kubernetes.driver.waitToReusePersistentVolumeClaim",
         False,

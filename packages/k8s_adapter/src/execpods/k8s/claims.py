@@ -116,6 +116,7 @@ class KubernetesClaims:
         on_demand: Sequence[OnDemandVolume],
         driver_owner: Mapping[str, object] | None,
         templates_of: Mapping[int, Sequence[PodManifest]] | None = None,
+        access_mode: str = ACCESS_MODE,
     ) -> None:
         self._gateway = gateway
         self._app_label = app_label
@@ -123,6 +124,7 @@ class KubernetesClaims:
         self._profile_label = profile_label
         self._on_demand = list(on_demand)
         self._owner = driver_owner
+        self._access_mode = access_mode
         self._templates_of: Mapping[int, Sequence[PodManifest]] = (
             templates_of if templates_of is not None else {}  # the builder fills it later
         )
@@ -147,7 +149,7 @@ class KubernetesClaims:
                     "metadata": {"name": name, "labels": {self._app_label: app_id}},
                     "spec": {
                         "storageClassName": volume.storage_class,
-                        "accessModes": [ACCESS_MODE],
+                        "accessModes": [self._access_mode],
                         "resources": {"requests": {"storage": volume.size}},
                     },
                 }
@@ -223,9 +225,12 @@ class KubernetesClaims:
         return len(items or [])
 
 
-def builder_claims(gateway: ApiGateway, builder: ExecutorPodTemplateBuilder) -> KubernetesClaims:
+def builder_claims(
+    gateway: ApiGateway, builder: ExecutorPodTemplateBuilder, *, read_write_once: bool = False
+) -> KubernetesClaims:
     """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
-    templates' claims, its driver pod as owner."""
+    templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
+    mode."""
     labels = builder.labels
     return KubernetesClaims(
         gateway,
@@ -235,4 +240,5 @@ def builder_claims(gateway: ApiGateway, builder: ExecutorPodTemplateBuilder) -> 
         on_demand=list(builder.on_demand.values()),
         driver_owner=builder.owner,
         templates_of=builder.claim_templates,
+        access_mode="ReadWriteOnce" if read_write_once else ACCESS_MODE,
     )

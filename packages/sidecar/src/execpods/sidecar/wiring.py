@@ -212,7 +212,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ]
 
     core = settings.core
-    claims_api = builder_claims(gateway, builder)
+    claims_api = builder_claims(
+        gateway, builder, read_write_once=settings.claims.legacy_read_write_once
+    )
     claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
         settings=settings.claims,
         templates=claims_api,
