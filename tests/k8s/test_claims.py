@@ -59,6 +59,8 @@ def test_on_demand_volumes_are_named_per_executor_as_spark_names_them(
             f"{VOLUMES}persistentVolumeClaim.data.options.claimName": "OnDemand",
             f"{VOLUMES}persistentVolumeClaim.data.options.storageClass": "standard",
             f"{VOLUMES}persistentVolumeClaim.data.options.sizeLimit": "2Gi",
+            f"{VOLUMES}persistentVolumeClaim.data.label.tier": "scratch",
+            f"{VOLUMES}persistentVolumeClaim.data.label.spark-app-selector": "not-this",
             f"{VOLUMES}persistentVolumeClaim.named.mount.path": "/named",
             f"{VOLUMES}persistentVolumeClaim.named.options.claimName": "cache-SPARK_EXECUTOR_ID",
         }
@@ -69,7 +71,7 @@ def test_on_demand_volumes_are_named_per_executor_as_spark_names_them(
     (claim,) = builder_claims(gateway(api_client), made).claims_for(pod)
     assert claim["metadata"] == {
         "name": "app-exec-7-pvc-1",
-        "labels": {"spark-app-selector": "app"},
+        "labels": {"tier": "scratch", "spark-app-selector": "app"},
     }
     assert claim["spec"] == {
         "storageClassName": "standard",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -54,6 +54,8 @@ class OnDemandVolume:
     index: int
     storage_class: str | None = None
     size: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """`persistentVolumeClaim.NAME.label.KEY`: the claim's labels (the application id wins)."""
 
 
 def name_claims(
@@ -146,7 +148,10 @@ class KubernetesClaims:
                 {
                     "apiVersion": "v1",
                     "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": name, "labels": {self._app_label: app_id}},
+                    "metadata": {
+                        "name": name,
+                        "labels": {**volume.labels, self._app_label: app_id},
+                    },
                     "spec": {
                         "storageClassName": volume.storage_class,
                         "accessModes": [self._access_mode],

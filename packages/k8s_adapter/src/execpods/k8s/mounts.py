@@ -47,11 +47,13 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def volume_key_problem(rest: str) -> str | None:
     """Why `TYPE.NAME.KEY` (what follows the volumes prefix) is not a volume property, or None."""
     parts = rest.split(".")
-    if len(parts) < 4 or parts[2] not in ("mount", "options"):
-        return "must be TYPE.NAME.mount.KEY or TYPE.NAME.options.KEY"
+    if len(parts) < 4 or parts[2] not in ("mount", "options", "label"):
+        return "must be TYPE.NAME.mount.KEY, TYPE.NAME.options.KEY or TYPE.NAME.label.KEY"
     kind, _, section, key = parts[0], parts[1], parts[2], ".".join(parts[3:])
     if kind not in _OPTIONS:
         return f"has volume type {kind!r}; use one of {', '.join(_OPTIONS)}"
+    if section == "label":  # the labels of an OnDemand claim (Spark 4)
+        return None if kind == "persistentVolumeClaim" else "only claims take label.KEY"
     allowed = _MOUNT if section == "mount" else _OPTIONS[kind]
     if key not in allowed:
         takes = ", ".join(f"{section}.{name}" for name in sorted(allowed))
@@ -65,6 +67,7 @@ class _Volume:
     name: str
     mount: dict[str, str] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def source(self) -> dict[str, Any]:
         options = self.options
@@ -94,7 +97,8 @@ def _volumes(properties: Mapping[str, str]) -> list[_Volume]:
     for rest, value in sorted(properties.items()):
         kind, name, section, *key = rest.split(".")
         volume = found.setdefault((kind, name), _Volume(kind=kind, name=name))
-        (volume.mount if section == "mount" else volume.options)[".".join(key)] = value
+        sections = {"mount": volume.mount, "label": volume.labels}
+        sections.get(section, volume.options)[".".join(key)] = value
     for (kind, name), volume in found.items():
         where = f"{VOLUMES_PREFIX}{kind}.{name}"
         if _DNS_LABEL.match(name) is None:
@@ -116,6 +120,7 @@ def on_demand_volumes(properties: Mapping[str, str]) -> list[OnDemandVolume]:
             index=i,
             storage_class=v.options.get("storageClass"),
             size=v.options.get("sizeLimit"),
+            labels=dict(v.labels),
         )
         for i, v in enumerate(_volumes(properties))
         if v.kind == "persistentVolumeClaim" and v.options["claimName"] == ON_DEMAND
