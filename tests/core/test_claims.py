@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from execpods.core import CoreSettings, PodForbidden, compose_backend
+from execpods.core import CoreSettings, ExecutorPodsBackend, PodForbidden, compose_backend
 from execpods.core.claims import ClaimSettings
 from execpods.core.testing import TEST_APP_ID, DeterministicSnapshotsStore, RecordingDriver
 
@@ -129,9 +129,8 @@ def test_spark_41410_an_exception_during_pvc_creation_does_not_increase_the_coun
     assert rig.allocator.stats.refused == 1
 
 
-def test_claims_are_deleted_when_the_backend_stops() -> None:
-    rig = claims_rig()
-    backend = compose_backend(
+def stopping_backend(rig: ClaimsRig) -> ExecutorPodsBackend:
+    return compose_backend(
         app_id=TEST_APP_ID,
         settings=CoreSettings(),
         pod_operations=rig.pods,
@@ -140,10 +139,25 @@ def test_claims_are_deleted_when_the_backend_stops() -> None:
         store=DeterministicSnapshotsStore,
         claims=rig.policy,
     )
+
+
+def test_claims_are_deleted_when_the_backend_stops() -> None:
+    rig = claims_rig()
+    backend = stopping_backend(rig)
+    rig.allocator.set_total_expected_executors(1)  # allocation ran: claims were made
     rig.claims.add_existing("pvc-0", age=1.0)
     backend.stop(wait=lambda _s: None)
     assert rig.claims.deleted_for == [TEST_APP_ID]
     assert rig.claims.claims == {}
+
+
+def test_a_backend_that_never_allocated_deletes_no_claims() -> None:
+    """A sidecar that fails before its first round (a port it cannot bind) touches nothing."""
+    rig = claims_rig()
+    rig.claims.add_existing("pvc-0", age=1.0)
+    stopping_backend(rig).stop(wait=lambda _s: None)
+    assert rig.claims.deleted_for == []
+    assert list(rig.claims.claims) == ["pvc-0"]
 
 
 @pytest.mark.parametrize("own", [True, False])

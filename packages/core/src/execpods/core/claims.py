@@ -141,6 +141,7 @@ class ExecutorClaims:
         max_claims: int,
         reuse_after: float,
         delete_on_stop: bool = True,
+        declared: bool = True,
     ) -> None:
         self._settings = settings
         self._templates = templates
@@ -148,6 +149,9 @@ class ExecutorClaims:
         self._max_claims = max_claims
         self._reuse_after = reuse_after
         self._delete_on_stop = delete_on_stop
+        self._declared = declared
+        """The settings declare OnDemand volumes (claims may exist from before a restart)."""
+        self._started = False
         self._lock = threading.Lock()
         self._in_use: frozenset[str] = frozenset()
         self._reusable: list[Claim] | None = None
@@ -190,6 +194,7 @@ class ExecutorClaims:
             for name in state.pod.claim_names
         }
         with self._lock:
+            self._started = True
             self._in_use = frozenset(names)
             self._reusable = None
             self._now = now
@@ -283,8 +288,11 @@ class ExecutorClaims:
                 self.created += 1
 
     def stop(self, app_id: str) -> None:
-        """Delete the application's claims (with deleteOnTermination); failures are logged."""
-        if not self._delete_on_stop:
+        """Delete the application's claims (with deleteOnTermination, once allocation ran, and
+        only if it has OnDemand claims: declared, or seen in a pod it built); failures are
+        logged."""
+        uses_claims = self._declared or bool(self._per_executor)
+        if not (self._delete_on_stop and self._started and uses_claims):
             return
         try:
             deleted = self._operations.delete_claims(app_id)

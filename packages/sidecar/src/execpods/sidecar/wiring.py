@@ -226,6 +226,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ),
         reuse_after=core.batch_delay,
         delete_on_stop=core.delete_on_termination,
+        declared=bool(builder.on_demand),
     )
     runtime = assemble(
         settings,
