@@ -99,9 +99,7 @@ def test_a_running_executor_that_never_registers_is_replaced(
     ):
         _collect(iter(stream), updates)
         stub = pb_grpc.ExecutorAllocatorStub(channel)
-        stub.UpdateDriverExecutors(
-            pb.UpdateDriverExecutorsRequest(explicit=True, registration_timeout_ms=800), timeout=10
-        )
+        client.update_driver_executors(explicit=True, registration_timeout_ms=800)
         client.request_total(2)
         wait_for(lambda: running_ids(sim, "registration") == {1, 2}, what="two running")
         stub.UpdateDriverExecutors(
