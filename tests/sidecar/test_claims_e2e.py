@@ -11,6 +11,7 @@ from typing import Any
 
 from execpods.client import AllocatorClient
 from execpods.kubesim import KubeSim
+from execpods.kubesim.claims import WAIT_FOR_FIRST_CONSUMER_CLASS
 
 from tests.sidecar.conftest import SidecarFactory, running_ids, wait_for
 
@@ -89,3 +90,21 @@ def test_on_demand_claims_per_executor_reused_after_a_loss_and_deleted_on_stop(
         assert _claim_of(sim, "pvc-exec-4") in ("pvc-exec-2-pvc-0", "pvc-exec-4-pvc-0")
     sidecar.stop()
     assert _claims(sim, "pvc") == {}
+
+
+def test_wait_for_first_consumer_claims_bind_on_their_executors_nodes(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    _driver(sim)
+    conf = {**ON_DEMAND, f"{VOLUME}.options.storageClass": WAIT_FOR_FIRST_CONSUMER_CLASS}
+    sidecar = make_sidecar("wffc", conf=conf)
+    with AllocatorClient(sidecar.address) as client:
+        client.request_total(2)
+        wait_for(lambda: running_ids(sim, "wffc") == {1, 2}, what="two running executors")
+        claims = _claims(sim, "wffc")
+        for executor_id in (1, 2):
+            pod: Any = sim.pod(f"wffc-exec-{executor_id}")
+            claim = claims[_claim_of(sim, f"wffc-exec-{executor_id}")]
+            assert claim["status"]["phase"] == "Bound"
+            selected = claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+            assert selected == pod["spec"]["nodeName"]
