@@ -119,14 +119,14 @@ def test_a_running_executor_that_never_registers_is_replaced(
 
 
 def test_blocked_nodes_are_counted_in_the_metrics() -> None:
-    metrics = SidecarMetrics(snapshot=ExecutorPodsSnapshot, labels=SPARK_LABELS, target=lambda: 0)
+    metrics = SidecarMetrics(snapshot=ExecutorPodsSnapshot, labels=SPARK_LABELS, targets=dict)
 
     def notice(kind: NoticeKind) -> AllocatorNotice:
         return AllocatorNotice(kind=kind, message="node-a", resource_profile_id=0)
 
-    metrics.on_notice(notice(NoticeKind.NODE_BLOCKED))
-    metrics.on_notice(notice(NoticeKind.NODE_BLOCKED))
-    metrics.on_notice(notice(NoticeKind.NODE_UNBLOCKED))
+    metrics.notice(notice(NoticeKind.NODE_BLOCKED))
+    metrics.notice(notice(NoticeKind.NODE_BLOCKED))
+    metrics.notice(notice(NoticeKind.NODE_UNBLOCKED))
     registry = metrics.registry
     assert registry.get_sample_value("execpods_blocked_nodes") == 1
     assert (

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
-from execpods.devtools.spark_plugin import build
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,11 +31,6 @@ pytestmark = [
 APP = "spark-claims-test"
 EXECUTORS = 2
 VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim.data"
-
-
-@pytest.fixture(scope="module")
-def plugin_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("plugin"))
 
 
 @pytest.fixture

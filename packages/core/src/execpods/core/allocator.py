@@ -31,7 +31,6 @@ from execpods.core.allocation import (
     Limits,
     ProfileState,
     excess_to_delete,
-    executors_to_request,
     request_counts,
 )
 from execpods.core.claims import ExecutorClaims
@@ -68,7 +67,7 @@ def _still_running(phase: str | None) -> bool:
     return (phase or "").lower() == "running"
 
 
-__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+__all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +247,7 @@ class ExecutorPodsAllocator:
         return self._creator.add_listener(listener)
 
     def notify(self, notice: AllocatorNotice) -> None:
-        """Tell the notice listeners (for parts that act in the allocator's rounds)."""
+        """Tell every notice listener (also other policies' notices: OOM recovery mode)."""
         self._creator.notify(notice)
 
     # One round (the store calls it serially).

@@ -362,5 +362,8 @@ class ClaimingPodOperations:
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._inner.patch_labels(name, labels)
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        self._inner.patch_annotations(name, annotations)
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)

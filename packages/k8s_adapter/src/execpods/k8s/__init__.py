@@ -10,20 +10,21 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
+    builder_claims,
     executor_pod_name,
     load_template,
     parse_pod_template,
     sanitize_prefix,
 )
-from execpods.k8s.claims import KubernetesClaims, builder_claims
+from execpods.k8s.claims import KubernetesClaims
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
+from execpods.k8s.congestion import AdaptiveRateLimiter, rate_limiter_for
 from execpods.k8s.convert import (
     MalformedPod,
     PodPage,
     pod_from_dict,
     pod_from_dict_strict,
-    pod_from_model,
     pod_page,
     pods_from_list,
     pods_from_list_json,
@@ -39,14 +40,17 @@ from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
-from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
+    "AdaptiveRateLimiter",
     "ApiCall",
+    "RateLimiter",
     "TokenBucket",
+    "rate_limiter_for",
     "ApiGateway",
     "ApiCallListener",
     "ApiBackoffGate",
@@ -82,7 +86,6 @@ __all__ = [
     "parse_memory_mib",
     "pod_from_dict",
     "pod_from_dict_strict",
-    "pod_from_model",
     "pod_page",
     "pods_from_list",
     "pods_from_list_json",

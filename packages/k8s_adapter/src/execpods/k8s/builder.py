@@ -28,8 +28,15 @@ from execpods.core import (
     ResourceProfiles,
     SettingsError,
 )
-from execpods.k8s.claims import OnDemandVolume, name_claims, take_claim_templates
+from execpods.k8s.claims import ACCESS_MODE as CLAIM_ACCESS_MODE
+from execpods.k8s.claims import (
+    KubernetesClaims,
+    OnDemandVolume,
+    name_claims,
+    take_claim_templates,
+)
 from execpods.k8s.errors import DriverPodNotFound
+from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
@@ -306,7 +313,39 @@ class ExecutorPodTemplateBuilder:
             container.get("env"), self._env(executor_id, app_id, name, profile)
         )
         self._set_resources(_section(container, "resources"), profile)
+        built_by_spark = profile is not None and profile.pod_template is not None
+        self._set_termination(spec, container, keep_template=built_by_spark)
         return pod
+
+    def _set_termination(
+        self, spec: dict[str, Any], container: dict[str, Any], *, keep_template: bool
+    ) -> None:
+        """terminationGracePeriodSeconds, the decommission preStop hook and
+        allowPrivilegeEscalation, as Spark's BasicExecutorFeatureStep sets them. A pod Spark's
+        own builder made (a profile's template, from the plugin) already has Spark's values for
+        them, from the driver's configuration: those are kept."""
+        settings = self.settings
+        values: list[tuple[dict[str, Any], str, object]] = [
+            (spec, "terminationGracePeriodSeconds", settings.termination_grace_period_seconds),
+            (
+                _section(container, "securityContext"),
+                "allowPrivilegeEscalation",
+                settings.executor_privilege_escalation,
+            ),
+        ]
+        if settings.decommission_enabled:
+            values.append(
+                (
+                    _section(container, "lifecycle"),
+                    "preStop",
+                    {"exec": {"command": [settings.decommission_script]}},
+                )
+            )
+        for section, key, value in values:
+            if keep_template:
+                section.setdefault(key, value)
+            else:
+                section[key] = value
 
     def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
         """The profile's own template when it has one (parsed where the profile was made), else
@@ -370,3 +409,22 @@ class ExecutorPodTemplateBuilder:
         for name, quantity in extra.items():  # extended resources: requests must equal limits
             requests[name] = quantity
             limits[name] = quantity
+
+
+def builder_claims(
+    gateway: ApiGateway, builder: ExecutorPodTemplateBuilder, *, read_write_once: bool = False
+) -> KubernetesClaims:
+    """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
+    templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
+    mode."""
+    labels = builder.labels
+    return KubernetesClaims(
+        gateway,
+        app_label=labels.app_id,
+        executor_id_label=labels.executor_id,
+        profile_label=labels.resource_profile_id,
+        on_demand=list(builder.on_demand.values()),
+        driver_owner=builder.owner,
+        templates_of=builder.claim_templates,
+        access_mode="ReadWriteOnce" if read_write_once else CLAIM_ACCESS_MODE,
+    )

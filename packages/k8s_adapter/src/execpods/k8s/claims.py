@@ -19,23 +19,17 @@ import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from execpods.core import PodManifest, SettingsError
 from execpods.core.claims import Claim
 from execpods.k8s.convert import parse_timestamp, volume_claim_names
 from execpods.k8s.gateway import ApiGateway
-from kubernetes.client import V1PersistentVolumeClaim
-
-if TYPE_CHECKING:
-    from execpods.k8s.builder import ExecutorPodTemplateBuilder
 
 __all__ = [
     "CLAIMS_ANNOTATION",
     "KubernetesClaims",
     "OnDemandVolume",
-    "builder_claims",
     "name_claims",
     "take_claim_templates",
 ]
@@ -179,14 +173,7 @@ class KubernetesClaims:
         return made
 
     def list_claims(self, app_id: str) -> list[Claim]:
-        body = self._gateway.json_call(
-            "list persistentvolumeclaims",
-            partial(
-                self._gateway.core.list_namespaced_persistent_volume_claim,
-                self._gateway.namespace,
-                label_selector=f"{self._app_label}={app_id}",
-            ),
-        )
+        body = self._gateway.list_claims(f"{self._app_label}={app_id}")
         items = body.get("items") if isinstance(body, dict) else None
         claims = []
         for item in items or []:
@@ -207,43 +194,9 @@ class KubernetesClaims:
         return claims
 
     def create_claim(self, manifest: PodManifest) -> None:
-        self._gateway.json_call(
-            f"create persistentvolumeclaim {manifest['metadata']['name']}",
-            partial(
-                self._gateway.core.create_namespaced_persistent_volume_claim,
-                self._gateway.namespace,
-                # The client sends a plain dict as is (as the gateway does for pods).
-                cast(V1PersistentVolumeClaim, dict(manifest)),
-            ),
-        )
+        self._gateway.create_claim(str(manifest["metadata"]["name"]), manifest)
 
     def delete_claims(self, app_id: str) -> int:
-        body = self._gateway.json_call(
-            f"delete persistentvolumeclaims of {app_id}",
-            partial(
-                self._gateway.core.delete_collection_namespaced_persistent_volume_claim,
-                self._gateway.namespace,
-                label_selector=f"{self._app_label}={app_id}",
-            ),
-        )
+        body = self._gateway.delete_claims(f"{self._app_label}={app_id}")
         items = body.get("items") if isinstance(body, dict) else None
         return len(items or [])
-
-
-def builder_claims(
-    gateway: ApiGateway, builder: ExecutorPodTemplateBuilder, *, read_write_once: bool = False
-) -> KubernetesClaims:
-    """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
-    templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
-    mode."""
-    labels = builder.labels
-    return KubernetesClaims(
-        gateway,
-        app_label=labels.app_id,
-        executor_id_label=labels.executor_id,
-        profile_label=labels.resource_profile_id,
-        on_demand=list(builder.on_demand.values()),
-        driver_owner=builder.owner,
-        templates_of=builder.claim_templates,
-        access_mode="ReadWriteOnce" if read_write_once else ACCESS_MODE,
-    )
