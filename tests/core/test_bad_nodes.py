@@ -130,6 +130,22 @@ def test_failures_older_than_the_window_do_not_add_up() -> None:
     assert rig.avoided(3) == []
 
 
+def test_preemptions_and_drains_are_not_the_nodes_fault_node_pressure_is() -> None:
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(1)
+    preempted = replace(on(failed_executor(1), "node-a"), disruption="PreemptionByScheduler")
+    drained = replace(on(failed_executor(2), "node-a"), disruption="EvictionByEvictionAPI")
+    rig.store.update_pod(preempted)
+    rig.store.update_pod(drained)
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == []
+    for executor_id in (3, 4):
+        pressed = on(failed_executor(executor_id), "node-a")
+        rig.store.update_pod(replace(pressed, disruption="TerminationByKubelet"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == ["node-a"]
+
+
 def test_the_same_failed_executor_counts_once_however_many_rounds_see_it() -> None:
     rig = make_rig()
     rig.allocator.set_total_expected_executors(1)

@@ -11,7 +11,8 @@ Executors already running there are left alone. Blocking and lifting are `Alloca
 Off by default: most executor failures are the application's (an OOM, an exception), not the
 node's, and on a small cluster keeping executors off a few nodes can leave them Pending with room
 nowhere else; Spark's excludeOnFailure is off by default for the same reasons. A failure the
-driver caused (it killed the executor) or a pod deleted from outside does not count.
+driver caused (it killed the executor), a pod deleted from outside, a preemption or an API
+eviction (a drain) does not count; a kubelet's eviction under node pressure does.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ class NodeBlocklistSettings(SettingsBase):
     )
 
 
+_NOT_THE_NODE = frozenset({"PreemptionByScheduler", "EvictionByEvictionAPI"})
+"""Disruptions that say nothing of the node: a preemption (the scheduler made room for a pod of
+higher priority) and an API eviction (a drain, a descheduler). A kubelet's own termination (node
+pressure) or a taint's eviction (`DeletionByTaintManager`) does count against the node."""
+
+
+def _node_to_blame(disruption: str | None) -> bool:
+    return disruption not in _NOT_THE_NODE
+
+
 class NodeBlocklist:
     """Failures per node and the nodes blocked now; fed by the allocator's rounds."""
 
@@ -118,7 +129,7 @@ class NodeBlocklist:
                     if state is None or executor_id in self._counted:
                         continue
                     node = state.pod.node_name
-                    if node and start_failed(state):
+                    if node and start_failed(state) and _node_to_blame(state.pod.disruption):
                         self._counted.add(executor_id)
                         self._failures.setdefault(node, deque()).append(now)
             horizon = now - self._settings.failure_window
