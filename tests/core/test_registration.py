@@ -4,8 +4,7 @@ a reason of its own, and replaced; one the driver knows never is. Manual clock, 
 from __future__ import annotations
 
 import pytest
-from execpods.core import RegistrationTimeout
-from execpods.core.registration import REGISTRATION_TIMEOUT_KEY
+from execpods.core.registration import REGISTRATION_TIMEOUT_KEY, RegistrationTimeout
 from execpods.core.testing import deleted_executor, running_executor
 
 from .conftest import LifecycleRig, make_lifecycle_rig

@@ -17,8 +17,6 @@ from execpods.core.backend import (
     ShutdownReport,
     StreamHandle,
 )
-from execpods.core.badnodes import NodeBlocklist, NodeBlocklistSettings
-from execpods.core.claims import ClaimSettings, ExecutorClaims
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import (
     RoundHook,
@@ -74,7 +72,6 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.registration import RegistrationSettings, RegistrationTimeout
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -90,12 +87,6 @@ __all__ = [
     "AllocationCounts",
     "AllocatorNotice",
     "ApiThrottled",
-    "ClaimSettings",
-    "ExecutorClaims",
-    "NodeBlocklist",
-    "NodeBlocklistSettings",
-    "RegistrationSettings",
-    "RegistrationTimeout",
     "ApiUnavailable",
     "Cancellable",
     "Clock",

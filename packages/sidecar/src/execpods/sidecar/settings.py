@@ -13,13 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import (
-    ClaimSettings,
-    CoreSettings,
-    NodeBlocklistSettings,
-    RegistrationSettings,
-    SettingsError,
-)
+from execpods.core import CoreSettings, SettingsError
+from execpods.core.badnodes import NodeBlocklistSettings
+from execpods.core.claims import ClaimSettings
+from execpods.core.registration import RegistrationSettings
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,

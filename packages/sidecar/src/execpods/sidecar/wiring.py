@@ -15,14 +15,11 @@ from dataclasses import dataclass
 
 from execpods.core import (
     Clock,
-    ExecutorClaims,
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
-    NodeBlocklist,
     PodOperations,
     PodSelector,
-    RegistrationTimeout,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -32,7 +29,10 @@ from execpods.core import (
     SystemClock,
     compose_backend,
 )
+from execpods.core.badnodes import NodeBlocklist
+from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
+from execpods.core.registration import RegistrationTimeout
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
