@@ -187,12 +187,14 @@ class ExecutorClaims:
     ) -> None:
         """A round of `app_id` starts on `snapshot` (at wall-clock `now`): claims its pods name
         are in use, and the reusable claims are listed again when first needed."""
-        names = {
-            name
-            for state in snapshot.executor_pods.values()
-            if not state.pod.gone  # a pod the API deleted no longer holds its claims
-            for name in state.pod.claim_names
-        }
+        names: set[str] = set()
+        if self.reusing:  # only a reuse asks which claims are in use
+            names.update(
+                name
+                for state in snapshot.executor_pods.values()
+                if not state.pod.gone  # a pod the API deleted no longer holds its claims
+                for name in state.pod.claim_names
+            )
         with self._lock:
             self._started = True
             self._in_use = frozenset(names)
