@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import CoreSettings, SettingsError
+from execpods.core.badnodes import NodeBlocklistSettings
+from execpods.core.claims import ClaimSettings
+from execpods.core.registration import RegistrationSettings
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -115,6 +118,9 @@ class SidecarSettings(SettingsBase):
 
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
+    ClaimSettings,
+    NodeBlocklistSettings,
+    RegistrationSettings,
     KubernetesSettings,
     SidecarSettings,
     SecuritySettings,
@@ -248,6 +254,9 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
+    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
+    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -266,4 +275,7 @@ class Settings:
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
+            claims=ClaimSettings.from_properties(properties),
+            bad_nodes=NodeBlocklistSettings.from_properties(properties),
+            registration=RegistrationSettings.from_properties(properties),
         )
