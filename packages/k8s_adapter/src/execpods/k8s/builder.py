@@ -9,6 +9,7 @@ configured, so Kubernetes garbage-collects the executors when the driver goes aw
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,10 +84,49 @@ def load_template(path: str | Path) -> PodManifest:
     return loaded
 
 
+MAX_TEMPLATE_BYTES = 256 * 1024
+"""Largest pod template a caller may send: Spark's executor pod is a few KiB; a megabyte-sized
+template costs the sidecar per create and is no pod anybody means."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors' aliases: a few hundred bytes of nested aliases expand into gigabytes
+    (the "billion laughs"), and no pod template needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "YAML aliases (*name) are not allowed in a pod template",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+def _load_untrusted(text: str) -> object:
+    """JSON (what the Spark plugin sends, parsed fast) or alias-free YAML."""
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML's flow style also starts with "{": let the YAML parser judge it
+    return yaml.load(text, Loader=_NoAliasLoader)
+
+
 def parse_pod_template(text: str, *, what: str) -> PodManifest:
-    """A pod template given as a JSON or YAML string (a resource profile's own template)."""
+    """A pod template given as a JSON or YAML string (a resource profile's own template).
+
+    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`) and parsed
+    without YAML aliases."""
+    size = len(text.encode("utf-8"))
+    if size > MAX_TEMPLATE_BYTES:
+        raise SettingsError(
+            f"{what}: the pod template is {size} bytes, more than the {MAX_TEMPLATE_BYTES} allowed"
+        )
     try:
-        loaded = yaml.safe_load(text)  # JSON is YAML
+        loaded = _load_untrusted(text)
     except yaml.YAMLError as error:
         raise SettingsError(
             f"{what}: the pod template is not valid JSON or YAML: {error}"

@@ -32,6 +32,7 @@ METRICS_PREFIX = f"{PROG}: metrics on "
 PROPERTIES_FILE_ENV = "EXECPODS_PROPERTIES_FILE"
 LOG_LEVEL_ENV = "EXECPODS_LOG_LEVEL"
 DEFAULT_LOG_LEVEL = "INFO"
+INSECURE_KEY = "execpods.sidecar.insecure"
 """As Kubernetes controllers do: the decisions that change the cluster are logged by default."""
 
 
@@ -60,6 +61,8 @@ def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         if spec.env is not None and environ.get(spec.env):
             properties[spec.key] = environ[spec.env]
     properties.update(parse_conf(args.conf))
+    if getattr(args, "insecure", False):
+        properties[INSECURE_KEY] = "true"
     for spec in flagged:
         value = getattr(args, _dest(spec))
         if value is not None:
@@ -105,6 +108,11 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="any setting by its property name (repeatable; see `settings`)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve anonymous plaintext callers beyond loopback ({INSECURE_KEY}=true); warns",
     )
     parser.add_argument(
         "--properties-file",

@@ -20,6 +20,7 @@ from execpods.core import (
     SettingsError,
 )
 from execpods.k8s import parse_pod_template
+from execpods.sidecar.templatepolicy import PolicyRefusal, TemplatePolicy
 from execpods.v1 import allocator_pb2 as pb
 
 _NOTICE_KINDS = {
@@ -43,14 +44,20 @@ class TotalsRequest:
 
 
 def profile_from_message(
-    message: pb.ResourceProfile, *, app_id: str | None = None
+    message: pb.ResourceProfile,
+    *,
+    app_id: str | None = None,
+    policy: TemplatePolicy | None = None,
 ) -> ResourceProfile:
     """The core's profile for a contract message; `InvalidProfiles` when it is unusable.
 
     A pod template labelled for another application (`spark-app-selector`, as every pod Spark's
     own builder makes, which the Spark plugin declares) is refused: the sidecar would relabel its
     pods with `app_id` and the driver, which finds its executors by its own id, would never see
-    them. Saying so at the first RequestTotal beats a driver waiting for executors forever."""
+    them. Saying so at the first RequestTotal beats a driver waiting for executors forever.
+
+    The template is then checked against the sidecar's `policy` (templatepolicy.py), before any
+    pod is built from it."""
     what = f"profiles[id={message.id}]"
     try:
         profile = ResourceProfile(
@@ -70,6 +77,11 @@ def profile_from_message(
             )
         except SettingsError as error:
             raise InvalidProfiles(f"{what} is invalid: {error}") from None
+        if policy is not None:
+            try:
+                policy.check(template)
+            except PolicyRefusal as refusal:
+                raise InvalidProfiles(f"{what}.pod_template is refused: {refusal}") from None
         labels = (template.get("metadata") or {}).get("labels") or {}
         owner = labels.get(SPARK_LABELS.app_id) if isinstance(labels, dict) else None
         if app_id is not None and owner is not None and owner != app_id:
@@ -82,10 +94,16 @@ def profile_from_message(
 
 
 def check_totals_request(
-    request: pb.RequestTotalRequest, *, declared: Collection[int], app_id: str | None = None
+    request: pb.RequestTotalRequest,
+    *,
+    declared: Collection[int],
+    app_id: str | None = None,
+    policy: TemplatePolicy | None = None,
 ) -> TotalsRequest:
     """Check a RequestTotal whole; raises `InvalidProfiles` naming the first bad field."""
-    profiles = tuple(profile_from_message(m, app_id=app_id) for m in request.profiles)
+    profiles = tuple(
+        profile_from_message(m, app_id=app_id, policy=policy) for m in request.profiles
+    )
     ids = [p.id for p in profiles]
     if len(set(ids)) != len(ids):
         raise InvalidProfiles(f"profiles declares an id twice ({sorted(ids)})")

@@ -124,7 +124,10 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         try:
             # Everything is checked before anything applies: profiles, then totals.
             checked = check_totals_request(
-                request, declared=backend.declared_profile_ids(), app_id=self._runtime.app_id
+                request,
+                declared=backend.declared_profile_ids(),
+                app_id=self._runtime.app_id,
+                policy=self._runtime.template_policy,
             )
             backend.declare_profiles(checked.profiles)
             await asyncio.wrap_future(backend.request_totals(checked.totals))

@@ -31,7 +31,7 @@ from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
 from execpods.sidecar.properties import PropertyReview, review
-from execpods.sidecar.security import SecuritySettings
+from execpods.sidecar.security import SecuritySettings, check_listener
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -196,6 +196,9 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+
+    def __post_init__(self) -> None:
+        check_listener(self.sidecar.listen, self.security)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:

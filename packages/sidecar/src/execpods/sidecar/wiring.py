@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from execpods.core import (
     Clock,
@@ -42,6 +42,7 @@ from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_sto
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
+from execpods.sidecar.templatepolicy import TemplatePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
     @property
     def app_id(self) -> str:
@@ -110,6 +113,17 @@ def assemble(
         observers=observers,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
+        template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
+    )
+
+
+def template_policy_of(settings: Settings, namespace: str) -> TemplatePolicy:
+    """The policy of `execpods.sidecar.templatePolicy` with the namespace and service account the
+    sidecar's settings fix."""
+    return TemplatePolicy(
+        level=settings.security.template_policy,
+        namespace=namespace,
+        service_account=settings.kubernetes.service_account,
     )
 
 
@@ -182,4 +196,8 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         rate_limiter=limiter,
         observers=observers,
     )
-    return dataclasses.replace(runtime, probe=cluster_probe(gateway, selector=selector))
+    return dataclasses.replace(
+        runtime,
+        probe=cluster_probe(gateway, selector=selector),
+        template_policy=template_policy_of(settings, namespace),
+    )
