@@ -132,6 +132,11 @@ class ExecutorPodsAllocator:
     # Configuration and queries (any thread).
 
     @property
+    def failure_tracker(self) -> ExecutorFailureTracker | None:
+        """The tracker whose limit stops allocation (None: failures are not counted)."""
+        return self._failures
+
+    @property
     def pod_creation_timeout(self) -> float:
         return self._settings.pod_creation_timeout
 

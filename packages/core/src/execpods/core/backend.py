@@ -334,6 +334,18 @@ class ExecutorPodsBackend:
                 )
         return self._run_async(lambda: self._allocator.set_totals(checked))
 
+    def set_failure_limit(self, *, max_failures: int, validity_interval: float | None) -> None:
+        """Replace the executor failure limit and its window with the driver's (`ValueError` on
+        a negative limit or a non-positive window, and nothing changes)."""
+        tracker = self._allocator.failure_tracker
+        if tracker is not None:
+            tracker.set_limit(max_failures=max_failures, validity_interval=validity_interval)
+
+    def failure_limit(self) -> tuple[int, float | None] | None:
+        """The failure limit and window in force (None when failures are not counted)."""
+        tracker = self._allocator.failure_tracker
+        return None if tracker is None else (tracker.max_failures, tracker.validity_interval)
+
     def declare_profiles(self, profiles: Iterable[ResourceProfile]) -> None:
         """Declare resource profiles (immutable once declared: a different shape for a known id
         raises `ProfileConflict`, and none of `profiles` is declared)."""
