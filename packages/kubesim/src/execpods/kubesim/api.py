@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
@@ -77,8 +78,9 @@ class KubeSim:
             k.plural: ObjectApi(
                 kind=k, cluster=self.cluster, log=self.log, event_window=event_window
             )
-            for k in KINDS
+            for k in (*KINDS, *APPLY_KINDS)
         }
+        self.namespaces = NamespaceApi(self.clock)
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -119,6 +121,7 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
+            namespaces=self.namespaces,
         )
         server = ApiServer(self._host, port, context)
         server.start()
