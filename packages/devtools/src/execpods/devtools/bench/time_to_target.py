@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import math
 import sys
@@ -109,6 +110,9 @@ class Run:
     creates: int = 0
     throttled: int = 0
     wall: float = 0.0
+    pod_bytes: int = 0
+    """Bytes of one executor pod's JSON as created (no status): what each create sends and each
+    watch event and list item carries (Spark's pods are several times the sidecar's own)."""
 
     @property
     def ratio(self) -> float | None:
@@ -130,6 +134,28 @@ class VirtualScheduler(DeterministicScheduler):
             self.clock.set_time(deadline)
 
 
+_SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
+
+
+def body_bytes(pod: Mapping[str, Any]) -> int:
+    """The JSON size of a pod as its creator sent it: without status and server-set metadata."""
+    meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in _SERVER_SET}
+    sent = {**{k: v for k, v in pod.items() if k != "status"}, "metadata": meta}
+    return len(json.dumps(sent, separators=(",", ":")))
+
+
+class FirstPodBody:
+    """The body size of the first pod added to a kubesim (`body_bytes`)."""
+
+    def __init__(self, sim: KubeSim) -> None:
+        self.bytes = 0
+        sim.store.add_listener(self._on_event)
+
+    def _on_event(self, event: Any) -> None:
+        if not self.bytes and event.type == "ADDED":
+            self.bytes = body_bytes(event.new)
+
+
 class SimPodOperations:
     """`PodOperations` over kubesim in process: each call takes a token from the client's bucket
     (waiting in virtual time), and creates pass kubesim's server-side create-rate cap."""
@@ -140,8 +166,11 @@ class SimPodOperations:
         self._wait = wait
         self.creates = 0
         self.throttled = 0
+        self.pod_bytes = 0
 
     def create(self, manifest: PodManifest) -> None:
+        if not self.pod_bytes:
+            self.pod_bytes = body_bytes(manifest)
         self._limiter.acquire()
         try:
             self._sim.api.create("default", manifest, limited=True)
@@ -270,6 +299,7 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         creates=pods.creates,
         throttled=pods.throttled,
         wall=wall,
+        pod_bytes=pods.pod_bytes,
     )
 
 
@@ -298,6 +328,7 @@ def run_real(policy: Policy, executors: int) -> Run:
 
     with KubeSim(cluster=cluster) as sim:
         sim.store.add_listener(on_event)
+        body = FirstPodBody(sim)
         props = simulator_properties(
             sim.url, APP_ID, **{"spark.executor.instances": "0", **policy.properties}
         )
@@ -325,6 +356,7 @@ def run_real(policy: Policy, executors: int) -> Run:
         creates=creates,
         throttled=throttled,
         wall=time.monotonic() - started,
+        pod_bytes=body.bytes,
     )
 
 
@@ -342,15 +374,15 @@ def _fmt(seconds: float | None) -> str:
 def report(runs: Iterable[Run]) -> str:
     lines = [
         "| policy | executors | time to 100% Running | bound | ratio | peak API calls in 1 s "
-        "(limit: burst + qps x 1 s) | creates | 429s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(limit: burst + qps x 1 s) | creates | 429s | pod body |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for run in runs:
         ratio = "-" if run.ratio is None else f"{run.ratio:.2f}x"
         lines.append(
             f"| {run.policy} | {run.executors:,} | {_fmt(run.seconds)} | {run.bound:.1f} s | "
             f"{ratio} | {run.peak_rate} ({run.rate_limit:.0f}) | {run.creates:,} | "
-            f"{run.throttled} |"
+            f"{run.throttled} | {f'{run.pod_bytes:,} B' if run.pod_bytes else '-'} |"
         )
     return "\n".join(lines)
 
