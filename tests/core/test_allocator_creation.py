@@ -83,18 +83,19 @@ def test_throttling_pauses_every_create_for_retry_after() -> None:
     rig.allocator.add_notice_listener(notices.append)
     rig.pods.fail_next_create(ApiThrottled("too many requests", retry_after=7.0))
     rig.allocator.set_totals({0: 2, RP: 2})
-    assert created(rig) == [2], "the throttled step ends the round: no profile creates more"
+    assert created(rig) == [], "the throttle holds the rest of the step back, unsent"
     assert notices[0].kind is NoticeKind.CREATE_THROTTLED
     assert notices[0].retry_in == 7.0
-    rig.store.update_pod(pod(rig, 2, "pending"))
     rig.clock.advance(6.9)
     rig.store.notify_subscribers()
-    assert created(rig) == [2]
+    assert created(rig) == []
     rig.clock.advance(0.2)
     rig.store.notify_subscribers()
-    assert created(rig) == [2, 3, 4, 5]
-    assert [profile_of(rig, i) for i in (3, 4, 5)] == [0, RP, RP]
+    # The throttled create made no pod: its id 1 is handed back and used (issue 20, defect 11).
+    assert created(rig) == [1, 2, 3, 4]
+    assert [profile_of(rig, i) for i in (1, 2, 3, 4)] == [0, 0, RP, RP]
     assert rig.allocator.stats.throttled == 1
+    assert rig.allocator.stats.ids_issued == 4
 
 
 def test_a_create_with_unknown_outcome_is_read_back_and_replaced_at_once() -> None:

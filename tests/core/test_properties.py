@@ -17,7 +17,7 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorState,
     ManualClock,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
 )
 from execpods.core.testing import (
     deleted_executor,
@@ -57,7 +57,7 @@ def test_any_event_order_then_a_full_list_converges_to_that_list(
     events: list[ExecutorPod], final: list[ExecutorPod], deliver_every: int
 ) -> None:
     scheduler = DeterministicScheduler(ManualClock())
-    store = SnapshotsStoreImpl(scheduler, clock=scheduler.clock)
+    store = ScheduledSnapshotsStore(scheduler, clock=scheduler.clock)
     received: list[ExecutorPodsSnapshot] = []
     store.add_subscriber(float(deliver_every), received.extend)
     for event in events:
@@ -150,7 +150,7 @@ class _Reference:
 
     known: set[int]
     told: dict[int, float] = field(default_factory=dict)
-    """When each executor was reported: the cache forgets it after its timeout."""
+    """When each executor was reported: never again for the manager's life (issue 20)."""
     last_full_ts: float = 0.0
 
     def round(
@@ -158,12 +158,11 @@ class _Reference:
     ) -> tuple[set[int], Counter[str]]:
         told_now: set[int] = set()
         finished: dict[int, str] = {}
-        ttl = CoreSettings().deleted_executors_cache_timeout
 
         def tell(executor_id: int) -> None:
             if executor_id in told_now:
                 return
-            if now - self.told.get(executor_id, -ttl) >= ttl:
+            if executor_id not in self.told:
                 self.told[executor_id] = now
                 told_now.add(executor_id)
                 self.known.discard(executor_id)

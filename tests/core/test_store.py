@@ -11,7 +11,7 @@ from execpods.core import (
     ExecutorPod,
     ExecutorPodsSnapshot,
     ManualClock,
-    SnapshotsStoreImpl,
+    ScheduledSnapshotsStore,
     ThreadScheduler,
 )
 
@@ -30,12 +30,12 @@ def scheduler() -> DeterministicScheduler:
 
 
 @pytest.fixture
-def store(scheduler: DeterministicScheduler) -> SnapshotsStoreImpl:
-    return SnapshotsStoreImpl(scheduler, clock=scheduler.clock)
+def store(scheduler: DeterministicScheduler) -> ScheduledSnapshotsStore:
+    return ScheduledSnapshotsStore(scheduler, clock=scheduler.clock)
 
 
 def test_subscribers_get_notified_of_events_periodically(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     received1: list[ExecutorPodsSnapshot] = []
     received2: list[ExecutorPodsSnapshot] = []
@@ -65,7 +65,7 @@ def test_subscribers_get_notified_of_events_periodically(
 
 
 def test_even_without_events_a_subscriber_first_receives_the_current_snapshot(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     received: list[Sequence[ExecutorPodsSnapshot]] = []
     store.add_subscriber(1.0, received.append)
@@ -75,7 +75,7 @@ def test_even_without_events_a_subscriber_first_receives_the_current_snapshot(
 
 
 def test_replacing_the_snapshot_passes_the_new_snapshot_to_subscribers(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     received: list[ExecutorPodsSnapshot] = []
     store.add_subscriber(1.0, received.extend)
@@ -92,7 +92,7 @@ def test_replacing_the_snapshot_passes_the_new_snapshot_to_subscribers(
 
 
 def test_a_late_subscriber_starts_from_the_current_snapshot(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     store.update_pod(pod_with_index(1))
     store.update_pod(pod_with_index(2))
@@ -104,7 +104,7 @@ def test_a_late_subscriber_starts_from_the_current_snapshot(
 
 def test_a_failing_subscriber_is_logged_and_called_again(
     scheduler: DeterministicScheduler,
-    store: SnapshotsStoreImpl,
+    store: ScheduledSnapshotsStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     calls: list[int] = []
@@ -126,7 +126,7 @@ def test_a_failing_subscriber_is_logged_and_called_again(
 
 
 def test_notify_subscribers_delivers_without_waiting_for_the_interval(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     received: list[ExecutorPodsSnapshot] = []
     store.add_subscriber(60.0, received.extend)
@@ -139,7 +139,7 @@ def test_notify_subscribers_delivers_without_waiting_for_the_interval(
 
 
 def test_cancel_and_stop_end_deliveries(
-    scheduler: DeterministicScheduler, store: SnapshotsStoreImpl
+    scheduler: DeterministicScheduler, store: ScheduledSnapshotsStore
 ) -> None:
     cancelled: list[ExecutorPodsSnapshot] = []
     kept: list[ExecutorPodsSnapshot] = []
@@ -164,7 +164,7 @@ def test_cancel_and_stop_end_deliveries(
 
 def test_on_real_threads_each_subscriber_is_serial_and_stop_joins_workers() -> None:
     scheduler = ThreadScheduler(workers=2, name="test-store")
-    store = SnapshotsStoreImpl(scheduler)
+    store = ScheduledSnapshotsStore(scheduler)
     active = 0
     overlap = False
     seen: list[ExecutorPodsSnapshot] = []

@@ -178,3 +178,23 @@ def test_the_model_path_gives_the_same_pod() -> None:
         status.setdefault("restartCount", 0)
     model = client.deserialize(orjson.dumps(raw).decode(), "V1Pod", "application/json")
     assert pod_from_model(model, client) == pod_from_dict(raw)
+
+
+def test_a_true_disruption_target_condition_gives_the_disruption_and_its_reason() -> None:
+    """Issue 20, defect 8: the cause of an eviction or preemption reaches the core."""
+
+    def pod(conditions: object) -> dict[str, object]:
+        return {
+            "metadata": {"name": "p", "labels": {"spark-exec-id": "1"}},
+            "status": {"phase": "Failed", "conditions": conditions},
+        }
+
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    assert pod_from_dict_strict(pod([{"type": "Ready"}, target])).disruption == (
+        "PreemptionByScheduler"
+    )
+    assert pod_from_dict_strict(pod([{**target, "reason": None}])).disruption == (
+        "DisruptionTarget"
+    )
+    assert pod_from_dict_strict(pod([{**target, "status": "False"}])).disruption is None
+    assert pod_from_dict_strict(pod("odd")).disruption is None

@@ -24,7 +24,7 @@ def _pod(executor_id: str, *, key: str = "spark-exec-id") -> dict[str, Any]:
         (str(INT64_MAX), True),
         (str(INT64_MAX + 1), False),
         ("99999999999999999999", False),
-        ("0" * 30 + "7", True),  # leading zeros: still the id 7
+        ("0" * 30 + "7", True),  # leading zeros: the core's label parser skips it (issue 20)
         ("1" * 300, False),
         ("seven", True),  # not digits: for the core's label parser to judge, as before
     ],
@@ -60,4 +60,5 @@ def test_ids_too_long_for_int_are_refused_not_crashed() -> None:
     with pytest.raises(MalformedPod, match="beyond 64 bits"):
         pod_from_dict_strict(_pod("9" * 5000))
     assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "9" * 5000}) is None
-    assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "0" * 5000 + "7"}) == 7
+    # Leading zeros are no executor id's spelling (issue 20, defect 10): skipped, not parsed.
+    assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "0" * 5000 + "7"}) is None

@@ -9,17 +9,11 @@ import grpc.aio
 from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
+from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_state
+from execpods.sidecar.feed import Pending, StreamFeed
+from execpods.sidecar.messages import StreamCursor, build_response
 from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.sidecar.service import AllocatorService
-from execpods.sidecar.streams import (
-    EncodingCache,
-    Pending,
-    SnapshotEncoder,
-    StreamCursor,
-    StreamFeed,
-    build_response,
-    encode_state,
-)
 from execpods.v1 import allocator_pb2 as pb
 
 GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")

@@ -487,6 +487,10 @@ class AllocatorNotice(_message.Message):
         """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
         allocation has stopped.
         """
+        KIND_ID_RESERVATION_FAILED: AllocatorNotice._Kind.ValueType  # 5
+        """The executor id ledger could not be written: no id above its mark is used, so creates
+        wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+        """
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -501,6 +505,10 @@ class AllocatorNotice(_message.Message):
     KIND_ALLOCATION_MAXIMUM_REACHED: AllocatorNotice.Kind.ValueType  # 4
     """spark.kubernetes.allocation.maximum was reached: no more executor ids will be issued and
     allocation has stopped.
+    """
+    KIND_ID_RESERVATION_FAILED: AllocatorNotice.Kind.ValueType  # 5
+    """The executor id ledger could not be written: no id above its mark is used, so creates
+    wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
     """
 
     KIND_FIELD_NUMBER: _builtins.int

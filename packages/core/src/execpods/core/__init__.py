@@ -53,6 +53,7 @@ from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     DriverView,
     ExecutorExited,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
@@ -79,7 +80,13 @@ from execpods.core.states import (
     PodClassifier,
     classify,
 )
-from execpods.core.store import SnapshotsCallback, SnapshotsStore, SnapshotsStoreImpl, Subscription
+from execpods.core.store import (
+    ScheduledSnapshotsStore,
+    SnapshotsCallback,
+    SnapshotsStore,
+    Subscription,
+)
+from execpods.core.totals import TotalsRequest
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -119,6 +126,7 @@ __all__ = [
     "ExecutorExited",
     "ExecutorLabels",
     "ExecutorPod",
+    "ExecutorIdLedger",
     "ExecutorPodBuilder",
     "ObservedPod",
     "ExecutorPodsAllocator",
@@ -148,10 +156,11 @@ __all__ = [
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "SnapshotsStoreImpl",
+    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "SourcesFactory",
     "Subscription",
+    "TotalsRequest",
     "SystemClock",
     "ThreadScheduler",
     "classify",

@@ -117,14 +117,27 @@ class StartTracker:
     def forget(self, executor_ids: Iterable[int]) -> None:
         self._waiting.difference_update(executor_ids)
 
-    def observe(self, snapshot: ExecutorPodsSnapshot) -> int:
+    def observe_all(self, snapshots: Iterable[ExecutorPodsSnapshot]) -> int:
+        """`observe` each snapshot of a batch in order; a delta snapshot costs what it changed."""
+        failures = 0
+        for snapshot in snapshots:
+            if not self._waiting:
+                break
+            changed = snapshot.changed_ids
+            if changed is None:
+                failures += self.observe(snapshot)
+            else:
+                failures += self.observe(snapshot, self._waiting.intersection(changed))
+        return failures
+
+    def observe(self, snapshot: ExecutorPodsSnapshot, ids: Iterable[int] | None = None) -> int:
         """Note started and failed executors; returns how many failed to start.
 
         An executor that is gone (deleted, succeeded) without a start failure is simply forgotten:
         scale-down and kills are not the cluster's fault.
         """
         failures = 0
-        for executor_id in list(self._waiting):
+        for executor_id in list(self._waiting if ids is None else ids):
             observed = snapshot.get(executor_id)
             if observed is None:
                 continue

@@ -42,21 +42,29 @@ from execpods.core.creation import (
 from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.ids import ExecutorIds
 from execpods.core.labels import ExecutorLabels
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
     DriverView,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     PodOperations,
     PodSelector,
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
-from execpods.core.recovery import ExecutorIds, LostCreates, recover
+from execpods.core.recovery import LostCreates, recover
+from execpods.core.scaledown import ScaleDownDeletions
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
+
+
+def _still_running(phase: str | None) -> bool:
+    return (phase or "").lower() == "running"
+
 
 __all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
 
@@ -96,6 +104,7 @@ class ExecutorPodsAllocator:
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        id_ledger: ExecutorIdLedger | None = None,
     ) -> None:
         self._settings = settings
         self._failures = failure_tracker
@@ -106,14 +115,21 @@ class ExecutorPodsAllocator:
         self._store = store
         self._clock = clock
         self.profiles = profiles if profiles is not None else ResourceProfiles()
-        self._ids = ExecutorIds()
+        self._ids = ExecutorIds(
+            maximum=settings.allocation_maximum,
+            clock=clock,
+            ledger=id_ledger,
+            block=settings.id_block,
+            retry_base=settings.batch_delay,
+        )
+        self._reservation_reported = False
         self._recovered = False
         self._lost = LostCreates()
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
         self._unseen: dict[int, _Request] = {}
         self._unseen_known: dict[int, int] = {}
-        self._deleted: frozenset[int] = frozenset()
+        self._deleted = ScaleDownDeletions(batch_delay=settings.batch_delay)
         self._outstanding = 0
         self._last_snapshot = ExecutorPodsSnapshot(labels=settings.labels)
         self._app_id: str | None = None
@@ -130,11 +146,6 @@ class ExecutorPodsAllocator:
         )
 
     # Configuration and queries (any thread).
-
-    @property
-    def failure_tracker(self) -> ExecutorFailureTracker | None:
-        """The tracker whose limit stops allocation (None: failures are not counted)."""
-        return self._failures
 
     @property
     def pod_creation_timeout(self) -> float:
@@ -159,17 +170,9 @@ class ExecutorPodsAllocator:
     def set_totals(self, totals: Mapping[int, int]) -> None:
         """Set targets per profile; re-evaluate at once when nothing is outstanding (fast scale-up).
 
-        All or nothing: a negative total or an undeclared profile raises `ValueError` and changes
-        nothing. Profiles not named keep their targets (Spark never forgets a profile).
+        The totals were judged by the backend (`TotalsRequest.check`): non-negative, of declared
+        profiles. Profiles not named keep their targets (Spark never forgets a profile).
         """
-        for profile_id, total in totals.items():
-            if total < 0:
-                raise ValueError(
-                    f"the total number of executors must not be negative, not {total} "
-                    f"(resource profile {profile_id})"
-                )
-            if profile_id not in self.profiles:
-                raise ValueError(f"resource profile {profile_id} was never declared")
         with self._lock:
             changed = any(self._targets.get(p) != total for p, total in totals.items())
             self._targets.update(totals)
@@ -193,7 +196,8 @@ class ExecutorPodsAllocator:
             return dict(self._targets)
 
     def is_deleted(self, executor_id: int) -> bool:
-        """Whether scale-down deleted this executor whose pod may still show (Spark: isDeleted)."""
+        """Whether scale-down deleted this executor whose pod may still show (Spark: isDeleted):
+        true only while the delete was accepted or is being retried (`scaledown.py`)."""
         return executor_id in self._deleted
 
     @property
@@ -236,8 +240,9 @@ class ExecutorPodsAllocator:
         self._expire_unseen_requests()
         if snapshots:
             self._last_snapshot = snapshots[-1]
-            self._deleted = frozenset(i for i in self._deleted if i in self._last_snapshot)
-        self._creator.observe_starts(self._last_snapshot)
+        self._deleted.revisit(self._last_snapshot, self._delete_pending, self._clock.monotonic())
+        self._deleted.forget_gone(self._last_snapshot)
+        self._creator.observe_starts(snapshots)
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -246,14 +251,29 @@ class ExecutorPodsAllocator:
             self._outstanding = pending_unknown + len(self._unseen)
 
     def _recover(self) -> bool:
-        """Before the first create, adopt the pods in the cluster (`recovery.py`)."""
-        adoption = recover(self._pods, self._labels, self._app_or_fail())
-        if adoption is not None:
-            now = self._clock.monotonic()
-            self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
-            self._ids.continue_above(adoption.highest_id)
-            self._recovered = True
-        return adoption is not None
+        """Before the first create, adopt the pods in the cluster (`recovery.py`) and read the
+        id ledger's mark (`ids.py`); both are retried next round when they fail."""
+        try:
+            mark = self._ids.read_mark()
+        except PodOperationError as error:
+            logger.warning("Could not read the executor id ledger (%s); retrying.", error)
+            return False
+        adoption = recover(
+            self._pods,
+            self._labels,
+            self._app_or_fail(),
+            maximum=self._settings.allocation_maximum,
+            reserved_through=mark,
+        )
+        if adoption is None:
+            return False
+        first = self._ids.start(mark, adoption.highest_id)
+        if first > 1:
+            logger.info("New executor ids start at %d.", first)
+        now = self._clock.monotonic()
+        self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
+        self._recovered = True
+        return True
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Drop the requests any snapshot of the batch shows.
@@ -302,9 +322,13 @@ class ExecutorPodsAllocator:
         running: dict[int, int] = dict.fromkeys(targets, 0)
         pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
         pending_known: dict[int, int] = dict.fromkeys(targets, 0)
-        deleted = self._deleted
+        deleted = self._deleted.ids
         for executor_id, observed in self._last_snapshot.executor_pods.items():
             kind = observed.state
+            if kind is ExecutorState.TERMINATING and _still_running(observed.pod.phase):
+                # Spark 4.3 counts a Running pod being deleted as running until it is gone
+                # (its toState makes it PodRunning): no replacement while it shuts down.
+                kind = ExecutorState.RUNNING
             if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
                 executor_id in deleted
             ):
@@ -364,14 +388,8 @@ class ExecutorPodsAllocator:
             state.profile_id,
             ",".join(map(str, ids)),
         )
-        self._deleted = self._deleted | frozenset(ids)
-        selector = PodSelector(
-            labels=self._labels.for_app(self._app_or_fail()),
-            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
-            phase="Pending",
-        )
-        if not self._delete(selector):
-            return state
+        # Deleted or being retried, the ids count as deleted (`scaledown.py`): never orphaned.
+        self._deleted.delete(ids, self._delete_pending, self._clock.monotonic())
         for executor_id in excess.unseen:
             self._unseen.pop(executor_id, None)
         self._creator.starts.forget(ids)
@@ -385,6 +403,15 @@ class ExecutorPodsAllocator:
             unseen=tuple(i for i in state.unseen if i not in dropped),
             unseen_known=state.unseen_known,
         )
+
+    def _delete_pending(self, ids: frozenset[int]) -> None:
+        """Scale-down's one call: the Pending pods of `ids`, never one that turned Running."""
+        selector = PodSelector(
+            labels=self._labels.for_app(self._app_or_fail()),
+            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
+            phase="Pending",
+        )
+        self._pods.delete_by_selector(selector)
 
     def _delete(self, selector: PodSelector) -> bool:
         try:
@@ -422,17 +449,23 @@ class ExecutorPodsAllocator:
             batch_sizes={s.profile_id: self._creator.round_cap(s.profile_id) for s in states},
             held=held,
         )
+        short: dict[int, int] = {}
         for profile_id, count in counts.items():
-            allowed = self._ids_left()
-            if count > allowed:
-                self._report_maximum(profile_id, count - allowed)
+            allowed = self._ids.reserve(count)
+            if allowed < count:
+                if self._ids.left < count:
+                    short[profile_id] = count - self._ids.left
+                else:
+                    self._report_reservation_failure(profile_id, count - allowed)
+            elif self._ids.last_error is None:
+                self._reservation_reported = False
             if allowed <= 0:
-                return
+                continue
             state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "
                 "(target %d, %d running, %d not running).",
-                count,
+                allowed,
                 profile_id,
                 state.target,
                 state.running,
@@ -441,16 +474,28 @@ class ExecutorPodsAllocator:
             requested = self._creator.create(
                 app_id=self._app_or_fail(),
                 profile_id=profile_id,
-                count=min(count, allowed),
-                issue_id=self._ids.next,
+                count=allowed,
+                ids=self._ids,
             )
             for r in requested:
                 self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
             self._lost.add(r.executor_id for r in requested if r.answer_lost)
+        # Told after the round issued the ids it still could: the numbers are then final.
+        if short and self._ids.left == 0:
+            profile_id = min(short)
+            self._report_maximum(profile_id, short[profile_id])
 
-    def _ids_left(self) -> int:
-        """Ids that may still be issued: as Spark, no id at or above allocation.maximum."""
-        return max(0, self._settings.allocation_maximum - 1 - self._ids.issued)
+    def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
+        if self._reservation_reported:
+            return
+        self._reservation_reported = True
+        error = self._ids.last_error
+        message = (
+            f"Could not reserve executor ids in the id ledger ({error}): {held_back} executors of "
+            f"resource profile {profile_id} wait until it can be written (retried with back-off); "
+            "no id above the last reserved one is used, so none can ever be issued twice."
+        )
+        self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
 
     def _report_maximum(self, profile_id: int, short: int) -> None:
         if self._maximum_reported:
@@ -463,14 +508,12 @@ class ExecutorPodsAllocator:
             f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
             "Allocation has stopped; raise the limit and restart to allocate again."
         )
+        self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
+
+    def _tell(self, kind: NoticeKind, message: str, profile_id: int, count: int) -> None:
         logger.error(message)
         self._creator.notify(
-            AllocatorNotice(
-                kind=NoticeKind.ALLOCATION_MAXIMUM_REACHED,
-                message=message,
-                resource_profile_id=profile_id,
-                count=short,
-            )
+            AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
         )
 
     def _app_or_fail(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,9 +43,9 @@ from execpods.core.ports import (
     SnapshotsStore,
     Subscription,
 )
-from execpods.core.profiles import ResourceProfile
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.totals import TotalsRequest
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +218,7 @@ class ExecutorPodsBackend:
         self._fanout = fanout
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._started = False
+        self._request_lock = threading.Lock()
         self._killer = GracefulKiller(
             settings=settings,
             pod_operations=pod_operations,
@@ -231,12 +232,14 @@ class ExecutorPodsBackend:
         initial = (
             self.settings.initial_executors if initial_executors is None else initial_executors
         )
-        checked = self._checked_total(initial)
+        TotalsRequest.of(initial).check(
+            declared=self._allocator.profiles, max_total=self.settings.max_total
+        )
         # From here on stopping deletes the app's executor pods; a backend that never started
         # (its server failed to bind, say) must touch nothing: the pods may be another live
         # sidecar's.
         self._started = True
-        self._allocator.set_total_expected_executors(checked)
+        self._allocator.set_total_expected_executors(initial)
         self._lifecycle.start(self._driver)
         self._allocator.start(self.app_id, self._driver)
         for source in self._sources:
@@ -309,47 +312,37 @@ class ExecutorPodsBackend:
 
     # What the driver asks for.
 
+    def request(self, request: TotalsRequest) -> Future[None]:
+        """Apply a driver's request: judged whole first (`TotalsRequest.check`: a broken rule
+        raises `ValueError` and nothing changes), then its profiles declared and its totals set
+        asynchronously, as Spark's `doRequestTotalExecutors`.
+
+        Judging and declaring happen under one lock, so two requests cannot both pass a check
+        that only one of them may pass. Raises `RuntimeError` when the backend is shutting down.
+        """
+        with self._request_lock:
+            request.check(declared=self._allocator.profiles, max_total=self.settings.max_total)
+            self._allocator.profiles.declare(request.profiles)
+            totals = dict(request.totals)
+            return self._run_async(lambda: self._allocator.set_totals(totals))
+
     def request_total(
         self, total: int, *, resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID
     ) -> Future[None]:
-        """Set the target asynchronously (as Spark's `doRequestTotalExecutors`).
-
-        The total is validated here, once, before anything is queued: a bad one raises
-        `ValueError` with a message naming the value, and nothing changes.
-        """
-        return self.request_totals({resource_profile_id: total})
-
-    def request_totals(self, totals: Mapping[int, int]) -> Future[None]:
-        """Set several profiles' targets at once (Spark's map of profile to total).
-
-        All are validated before anything is queued: a negative total or a profile that was never
-        declared raises `ValueError` naming it, and no target changes.
-        """
-        checked = {profile_id: self._checked_total(total) for profile_id, total in totals.items()}
-        for profile_id in checked:
-            if profile_id not in self._allocator.profiles:
-                raise ValueError(
-                    f"resource_profile_id={profile_id} is invalid: that resource profile was "
-                    "never declared"
-                )
-        return self._run_async(lambda: self._allocator.set_totals(checked))
+        """`request(TotalsRequest.of(total))`: one profile's total."""
+        return self.request(TotalsRequest.of(total, resource_profile_id=resource_profile_id))
 
     def set_failure_limit(self, *, max_failures: int, validity_interval: float | None) -> None:
         """Replace the executor failure limit and its window with the driver's (`ValueError` on
         a negative limit or a non-positive window, and nothing changes)."""
-        tracker = self._allocator.failure_tracker
-        if tracker is not None:
-            tracker.set_limit(max_failures=max_failures, validity_interval=validity_interval)
+        self._lifecycle.failures.set_limit(
+            max_failures=max_failures, validity_interval=validity_interval
+        )
 
-    def failure_limit(self) -> tuple[int, float | None] | None:
-        """The failure limit and window in force (None when failures are not counted)."""
-        tracker = self._allocator.failure_tracker
-        return None if tracker is None else (tracker.max_failures, tracker.validity_interval)
-
-    def declare_profiles(self, profiles: Iterable[ResourceProfile]) -> None:
-        """Declare resource profiles (immutable once declared: a different shape for a known id
-        raises `ProfileConflict`, and none of `profiles` is declared)."""
-        self._allocator.profiles.declare(profiles)
+    def failure_limit(self) -> tuple[int, float | None]:
+        """The failure limit and window in force."""
+        tracker = self._lifecycle.failures
+        return tracker.max_failures, tracker.validity_interval
 
     def declared_profile_ids(self) -> list[int]:
         """The ids of every declared resource profile (0, the default, always)."""
@@ -371,17 +364,6 @@ class ExecutorPodsBackend:
     @property
     def allocator_stats(self) -> AllocatorStats:
         return self._allocator.stats
-
-    def _checked_total(self, total: int) -> int:
-        if total < 0:
-            raise ValueError(f"total={total} is invalid: it must not be negative")
-        settings = self.settings
-        if total > settings.max_total:
-            raise ValueError(
-                f"total={total} is invalid: it is above execpods.allocation.maxTotal="
-                f"{settings.max_total}"
-            )
-        return total
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
@@ -423,6 +405,12 @@ class ExecutorPodsBackend:
             running=counts.running,
             pending=counts.pending,
         )
+
+    @property
+    def failed_executors(self) -> int:
+        """Executor failures counted toward `spark.executor.maxNumFailures` (those within
+        `spark.executor.failuresValidityInterval`): what the fault suite reports."""
+        return self._lifecycle.failures.failed_executors
 
     def subscribe(
         self,

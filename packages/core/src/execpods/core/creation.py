@@ -91,6 +91,7 @@ class CreateResult(enum.Enum):
     REFUSED = "refused"  # 403/422: quota, admission, invalid pod; back the profile off
     THROTTLED = "throttled"  # 429 or 5xx: pause every create for Retry-After
     FAILED = "failed"  # anything else; counted, retried next round
+    NOT_SENT = "not_sent"  # held back before it was sent (throttled meanwhile, no id reserved)
 
 
 def classify_create_error(error: Exception) -> CreateResult:
@@ -113,6 +114,8 @@ class NoticeKind(enum.Enum):
     CREATE_THROTTLED = "create_throttled"
     CREATE_FAILED = "create_failed"
     ALLOCATION_MAXIMUM_REACHED = "allocation_maximum_reached"
+    ID_RESERVATION_FAILED = "id_reservation_failed"
+    """The id ledger could not be written: no id above its mark is issued until it is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -28,8 +28,9 @@ from execpods.core.creation import (
     SerialRunner,
     classify_create_error,
 )
-from execpods.core.errors import PodOperationError
+from execpods.core.errors import ApiThrottled, PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.ids import ExecutorIds, IdsUnavailable
 from execpods.core.ports import Clock, ExecutorPodBuilder, PodOperations
 from execpods.core.recovery import create_skipping_taken_ids
 from execpods.core.settings import CoreSettings
@@ -119,9 +120,12 @@ class PodCreator:
         """The most creates the profile's next round may make."""
         return self._batch(profile_id).round_cap
 
-    def observe_starts(self, snapshot: ExecutorPodsSnapshot) -> None:
-        """Note executors that failed to start since the last round: every profile slows down."""
-        failures = self.starts.observe(snapshot)
+    def observe_starts(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """Note executors that failed to start since the last round: every profile slows down.
+
+        Every snapshot of the batch is seen: an executor that ran and then failed within one
+        batch delay started (its failure is the lifecycle manager's), it did not fail to start."""
+        failures = self.starts.observe_all(snapshots)
         if failures:
             self.counts["starts"] += failures
             logger.warning("%d executors failed to start; creating more slowly.", failures)
@@ -136,13 +140,14 @@ class PodCreator:
         app_id: str,
         profile_id: int,
         count: int,
-        issue_id: Callable[[], int],
+        ids: ExecutorIds,
     ) -> list[Requested]:
         """Create up to `count` pods of `profile_id` in adaptive steps; returns what to track.
 
-        `issue_id()` hands out the next executor id, from any thread (ids are spent on refused
-        creates too, as Spark; an id whose pod name is taken is skipped). The steps stop at the
-        first that did not go cleanly, or when backing off.
+        Each create takes its id from `ids` just before it is sent (from any thread), so a create
+        held back is no id spent; ids are spent on refused creates, as Spark; a throttled create
+        made no pod and hands its id back; an id whose pod name is taken is skipped. The steps
+        stop at the first that did not go cleanly, or when backing off.
         """
         batch = self._batch(profile_id)
         requested: list[Requested] = []
@@ -150,9 +155,8 @@ class PodCreator:
             if self.held(profile_id):
                 break
             started = self._clock.monotonic()
-            ids = [issue_id() for _ in range(step)]
             outcomes = self._runner.run(
-                [partial(self._create_one, app_id, i, profile_id, issue_id) for i in ids],
+                [partial(self._create_one, app_id, profile_id, ids) for _ in range(step)],
                 self._settings.batch_concurrency,
             )
             requested.extend(
@@ -182,25 +186,35 @@ class PodCreator:
             self._batches[profile_id] = batch
         return batch
 
-    def _create_one(
-        self, app_id: str, executor_id: int, profile_id: int, issue_id: Callable[[], int]
-    ) -> _Outcome:
+    def _create_one(self, app_id: str, profile_id: int, ids: ExecutorIds) -> _Outcome:
         """One create (on a runner thread): never raises, the outcome says what happened."""
-        used = [executor_id]
+        if self.held(profile_id):  # an earlier create of the step was throttled: do not send
+            return _Outcome(0, CreateResult.NOT_SENT)
+        try:
+            used = [ids.next()]
+        except IdsUnavailable:
+            return _Outcome(0, CreateResult.NOT_SENT)
 
         def fresh_id() -> int:  # after a 409: the id is taken, skip past it at once
-            used.append(issue_id())
+            used.append(ids.next())
             return used[-1]
 
         build = partial(self._builder.build, app_id=app_id, resource_profile_id=profile_id)
         try:
-            executor_id = create_skipping_taken_ids(self._pods, build, executor_id, fresh_id)
+            executor_id = create_skipping_taken_ids(self._pods, build, used[0], fresh_id)
+        except IdsUnavailable:
+            return _Outcome(0, CreateResult.NOT_SENT)
+        except ApiThrottled as error:
+            ids.give_back(used[-1])  # refused before it was applied: no pod holds the id
+            with self._lock:  # the step's later creates see the pause at once and stay unsent
+                self._backoff.throttled(error.retry_after, self._clock.monotonic())
+            return _Outcome(used[-1], CreateResult.THROTTLED, error)
         except PodOperationError as error:
             result = CreateResult.UNKNOWN if error.outcome_unknown else None
             return _Outcome(used[-1], result or classify_create_error(error), error)
         except Exception as error:  # a builder bug or a client surprise must not end the round
-            logger.exception("Creating the pod of executor %d failed unexpectedly", executor_id)
-            return _Outcome(executor_id, CreateResult.FAILED, error)
+            logger.exception("Creating the pod of executor %d failed unexpectedly", used[-1])
+            return _Outcome(used[-1], CreateResult.FAILED, error)
         return _Outcome(executor_id, CreateResult.CREATED)
 
     def _settle(self, profile_id: int, outcomes: list[_Outcome]) -> bool:
@@ -210,9 +224,13 @@ class PodCreator:
         self.counts["created"] += len(created)
         if created:
             self._backoff.succeeded(profile_id)
-        failed = [o for o in outcomes if o.result is not CreateResult.CREATED]
+        failed = [
+            o
+            for o in outcomes
+            if o.result is not CreateResult.CREATED and o.result is not CreateResult.NOT_SENT
+        ]
         if not failed:
-            return True
+            return len(created) == len(outcomes)  # a create held back unsent is no clean step
         now = self._clock.monotonic()
         by_kind: dict[CreateResult, list[_Outcome]] = {}
         for outcome in failed:

@@ -14,8 +14,12 @@ Newest Spark's `ExecutorPodsLifecycleManager`, round by round (every
   registration (SPARK-33711): a pod can register before any list shows it;
 - executors the driver killed (KillExecutors) are reported as such, never as failures; other
   failures are counted by the `ExecutorFailureTracker`, and too many fail the application;
-- a cache of removed executors (`spark.kubernetes.executor.deletedExecutorsCacheTimeout`) keeps
-  the driver from hearing twice while a clean-up is retried in later rounds.
+- every executor reported removed is remembered for the manager's life (`IdRuns`: runs of
+  consecutive ids), so a pod that lingers (a finalizer, a denied delete) is never reported or
+  counted again; Spark forgets after `deletedExecutorsCacheTimeout` and then does both;
+- a pod Kubernetes disrupted (a `DisruptionTarget` condition: evicted, preempted, removed from a
+  tainted node; or status reason Evicted) is reported with that cause, not caused by the app, and
+  not counted as a failure unless `execpods.executor.countDisruptions` (Spark counts it).
 
 A round works on what changed: the first snapshot of a round (and any full snapshot) is examined
 for every executor in a final state; later snapshots only for the executors they changed. That is
@@ -33,8 +37,8 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
 from execpods.core.errors import PodOperationError
-from execpods.core.expiring import ExpiringSet
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.idruns import IdRuns
 from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     Clock,
@@ -47,7 +51,7 @@ from execpods.core.ports import (
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import ExecutorState, ObservedPod
+from execpods.core.states import ExecutorState, ObservedPod, disruption_of
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +83,27 @@ def exit_code_of(observed: ObservedPod) -> int:
 
 
 def exit_reason(
-    observed: ObservedPod, executor_id: int, *, killed_by_driver: bool = False
+    observed: ObservedPod,
+    executor_id: int,
+    *,
+    killed_by_driver: bool = False,
+    disruption: str | None = None,
 ) -> ExecutorExited:
     """What the driver is told about an executor in a final state."""
     code = exit_code_of(observed)
+    if disruption is not None:
+        pod = observed.pod
+        return ExecutorExited(
+            exit_code=code,
+            exit_caused_by_app=False,
+            message=(
+                f"The executor with id {executor_id} was disrupted by Kubernetes ({disruption}): "
+                f"its pod was {observed.state.value}"
+                + ("" if code == UNKNOWN_EXIT_CODE else f" with exit code {code}")
+                + f". The API gave the following brief reason: {pod.reason or 'N/A'}; "
+                f"message: {pod.message or 'N/A'}. Not caused by the application."
+            ),
+        )
     if killed_by_driver:
         return ExecutorExited(
             exit_code=code,
@@ -178,7 +199,9 @@ class ExecutorPodsLifecycleManager:
         self._pods = pod_operations
         self._store = store
         self._clock = clock
-        self._removed = ExpiringSet(ttl=settings.deleted_executors_cache_timeout, clock=clock)
+        self._removed = IdRuns()
+        """Every executor reported removed, for the manager's life (Spark forgets them after
+        deletedExecutorsCacheTimeout, and then reports and counts a lingering pod again)."""
         self.failures = (
             failure_tracker
             if failure_tracker is not None
@@ -187,7 +210,7 @@ class ExecutorPodsLifecycleManager:
         self._last_seen: ExecutorPodsSnapshot | None = None
         self._last_full_snapshot_ts = 0.0
         self._final_ids: set[int] = set()
-        self._inactivated: set[int] = set()
+        self._inactivated = IdRuns()
         """Executors whose kept pods were labelled inactive: never labelled twice, even when a
         list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
@@ -275,11 +298,17 @@ class ExecutorPodsLifecycleManager:
                 "Executor %d succeeded although the application did not ask for it to exit.",
                 executor_id,
             )
-        if observed.state is ExecutorState.FAILED and not killed:
-            # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
-            # start-up) is exactly what the limit is for.
+        disruption = None if killed else disruption_of(observed.pod)
+        # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
+        # start-up) is exactly what the limit is for. A disruption (an eviction, a
+        # preemption) is the cluster's doing: not counted unless countDisruptions.
+        if (
+            observed.state is ExecutorState.FAILED
+            and not killed
+            and (disruption is None or self._settings.count_disruptions)
+        ):
             self.failures.register_failure()
-        reason = exit_reason(observed, executor_id, killed_by_driver=killed)
+        reason = exit_reason(observed, executor_id, killed_by_driver=killed, disruption=disruption)
         self._report(driver, executor_id, reason, work)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:

@@ -14,9 +14,7 @@ Spark waits for the pod creation timeout to find out; one list of those executor
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -34,31 +32,6 @@ MAX_CONFLICT_SKIPS = 8
 """Ids skipped within one create when each is taken (409) before it counts as failed."""
 
 
-class ExecutorIds:
-    """The executor id counter: from 1, never back, continued above any id found in the cluster.
-
-    `issued` counts toward `spark.kubernetes.allocation.maximum` as Spark's counter does: every
-    id below the next one is spent, whether this process or an earlier one issued it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = itertools.count(1)
-        self.issued = 0
-
-    def next(self) -> int:
-        with self._lock:
-            self.issued += 1
-            return next(self._next)
-
-    def continue_above(self, highest: int) -> None:
-        """Issue only ids above `highest` from now on (ids held by pods are never reused)."""
-        with self._lock:
-            start = max(next(self._next), highest + 1)
-            self._next = itertools.count(start)
-            self.issued = max(self.issued, start - 1)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Adoption:
     """What a restarted allocator found: the highest id in use, and the live pods' profiles."""
@@ -69,13 +42,29 @@ class Adoption:
     found: int = 0
 
 
-def adoption_of(pods: Iterable[ExecutorPod], labels: ExecutorLabels) -> Adoption:
+def adoption_of(
+    pods: Iterable[ExecutorPod],
+    labels: ExecutorLabels,
+    *,
+    maximum: int | None = None,
+    reserved_through: int | None = None,
+) -> Adoption:
+    """What the listed pods say. Not adopted (warned about), so that one hand-made pod cannot
+    spend every id and stop allocation for good: ids at or above `maximum`, which no executor
+    can have, and, with an id ledger, ids above its mark (`reserved_through`), which this
+    application never issued since every id is reserved before use."""
     highest = 0
     found = 0
     live: dict[int, int] = {}
+    beyond: list[str] = []
     for pod in pods:
-        executor_id = labels.executor_id_of(pod.name, pod.labels)
+        executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
+            continue
+        if (maximum is not None and executor_id >= maximum) or (
+            reserved_through is not None and executor_id > reserved_through
+        ):
+            beyond.append(pod.name)
             continue
         found += 1
         highest = max(highest, executor_id)
@@ -85,17 +74,34 @@ def adoption_of(pods: Iterable[ExecutorPod], labels: ExecutorLabels) -> Adoption
             and not labels.is_inactive(pod.labels)  # kept after its end: the id is taken
         ):
             live[executor_id] = profile_id_of(pod, labels)
+    if beyond:
+        logger.warning(
+            "Not adopting executor pods %s: their executor ids were never issued by this "
+            "application (above the id ledger's mark %s, or at or above "
+            "spark.kubernetes.allocation.maximum=%s); made by hand or by another run, they are "
+            "left alone and new ids do not continue above them.",
+            ",".join(sorted(beyond)),
+            reserved_through,
+            maximum,
+        )
     return Adoption(highest_id=highest, live=live, found=found)
 
 
-def recover(pods: PodOperations, labels: ExecutorLabels, app_id: str) -> Adoption | None:
+def recover(
+    pods: PodOperations,
+    labels: ExecutorLabels,
+    app_id: str,
+    *,
+    maximum: int | None = None,
+    reserved_through: int | None = None,
+) -> Adoption | None:
     """List every executor pod of the app (inactive ones included); None when the list fails."""
     try:
         listed = pods.list(PodSelector.executors_of(labels, app_id))
     except PodOperationError as error:
         logger.warning("Could not list existing executor pods (%s); retrying.", error)
         return None
-    adoption = adoption_of(listed, labels)
+    adoption = adoption_of(listed, labels, maximum=maximum, reserved_through=reserved_through)
     if adoption.found:
         logger.info(
             "Found %d executor pods of application %s; adopted %d live ones, new ids continue "
@@ -129,7 +135,7 @@ class LostCreates:
             return []
         selector = PodSelector.executors_of(labels, app_id, waiting)
         try:
-            found = {labels.executor_id_of(pod.name, pod.labels) for pod in pods.list(selector)}
+            found = {labels.executor_id_of_pod(pod) for pod in pods.list(selector)}
         except PodOperationError as error:
             logger.debug("Could not read back executors %s yet (%s).", waiting, error)
             return []

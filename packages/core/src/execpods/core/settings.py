@@ -121,6 +121,15 @@ class CoreSettings(SettingsBase):
         "dropped it (SPARK-33262); kept as an explicit policy.",
         parse=parse_bool,
     )
+    id_block: int = setting(
+        "execpods.allocation.idBlock",
+        2000,
+        "Executor ids reserved at once in the id ledger before any of them is used (a round "
+        "that needs more reserves what it needs): a scale-up to 10,000 costs five writes; a "
+        "restart skips at most this many unused ids.",
+        parse=parse_int,
+        rule=positive,
+    )
     api_qps: int = setting(
         "execpods.kubernetes.api.qps",
         200,
@@ -233,7 +242,9 @@ class CoreSettings(SettingsBase):
     deleted_executors_cache_timeout: float = duration_setting(
         "spark.kubernetes.executor.deletedExecutorsCacheTimeout",
         "3min",
-        "How long the lifecycle manager remembers an executor it reported removed.",
+        "Spark's window for not reporting a removed executor twice. execpods remembers every "
+        "removal for the backend's life instead (runs of ids: a few bytes an executor at "
+        "most), so a lingering pod is never reported or counted again; accepted and unused.",
     )
     max_num_failures: int | None = setting(
         "spark.executor.maxNumFailures",
@@ -251,6 +262,15 @@ class CoreSettings(SettingsBase):
         "they always count.",
         parse=parse_duration,
         rule=if_set(positive),
+    )
+    count_disruptions: bool = setting(
+        "execpods.executor.countDisruptions",
+        False,
+        "Count executors Kubernetes disrupted (evicted, preempted, removed from a tainted or "
+        "lost node: a DisruptionTarget condition, or status.reason Evicted) toward "
+        "spark.executor.maxNumFailures, as Spark does. Off: they are reported with their cause "
+        "and not counted, as the Job controller's podFailurePolicy ignores disruptions.",
+        parse=parse_bool,
     )
     dynamic_allocation_enabled: bool = setting(
         "spark.dynamicAllocation.enabled",

@@ -132,6 +132,20 @@ class PodClassifier:
         return ExecutorState.RUNNING
 
 
+DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "NodeLost", "Shutdown"})
+"""`status.reason`s that mean Kubernetes ended the pod, for pods without the `DisruptionTarget`
+condition (clusters before 1.26, the kubelet's node-pressure evictions)."""
+
+
+def disruption_of(pod: ExecutorPod) -> str | None:
+    """Why Kubernetes disrupted this pod (evicted, preempted, removed from a tainted or lost
+    node), or None when nothing says it did: the `DisruptionTarget` condition's reason first,
+    then a `status.reason` of `DISRUPTION_REASONS`."""
+    if pod.disruption is not None:
+        return pod.disruption
+    return pod.reason if pod.reason in DISRUPTION_REASONS else None
+
+
 DEFAULT_CLASSIFIER = PodClassifier()
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "SnapshotsStoreImpl",
+    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "Subscription",
 ]
@@ -57,7 +57,7 @@ class _Subscriber:
 
 
 class _SubscriptionHandle:
-    def __init__(self, store: SnapshotsStoreImpl, subscriber: _Subscriber) -> None:
+    def __init__(self, store: ScheduledSnapshotsStore, subscriber: _Subscriber) -> None:
         self._store = store
         self._subscriber = subscriber
 
@@ -65,7 +65,7 @@ class _SubscriptionHandle:
         self._store._remove(self._subscriber)
 
 
-class SnapshotsStoreImpl:
+class ScheduledSnapshotsStore:
     """The store, delivering on an injected scheduler (which it owns and shuts down on `stop`)."""
 
     def __init__(

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import replace
 
 from execpods.core.clock import ManualClock
-from execpods.core.compose import compose_backend
+from execpods.core.compose import compose_backend, scheduled_store
 from execpods.core.pods import ContainerStatus, ContainerTerminated
 from execpods.core.ports import SnapshotsWriter
 from execpods.core.scheduling import DeterministicScheduler
@@ -82,7 +82,7 @@ def main() -> None:
         driver=driver,
         sources=sources,
         clock=clock,
-        store_scheduler=scheduler,
+        store=scheduled_store(scheduler),
         request_scheduler=scheduler,
     )
     backend.start()

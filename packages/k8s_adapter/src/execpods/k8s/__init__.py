@@ -7,7 +7,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 (`SnapshotsWriter`).
 """
 
-from execpods.k8s.backoff import ApiBackoffGate, Backoff, EventWaiter, Waiter
+from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
     executor_pod_name,
@@ -35,21 +35,24 @@ from execpods.k8s.errors import (
     map_error,
 )
 from execpods.k8s.gateway import ApiGateway
-from execpods.k8s.observe import ApiCall, ApiObserver
+from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
 from execpods.k8s.ratelimit import TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
+from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
     "ApiCall",
     "TokenBucket",
     "ApiGateway",
-    "ApiObserver",
+    "ApiCallListener",
     "ApiBackoffGate",
+    "ApiHeldBack",
     "Backoff",
     "ClientConfiguration",
+    "ClusterIdLedger",
     "DriverPodNotFound",
     "EventWaiter",
     "ExecutorPodTemplateBuilder",

@@ -216,7 +216,6 @@ class ExecutorPodTemplateBuilder:
     executor's."""
     profiles: ResourceProfiles | None = None
     """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
-    _templates: dict[int, PodManifest] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_template(self.template)
@@ -351,15 +350,11 @@ class ExecutorPodTemplateBuilder:
         return pod
 
     def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
-        """The profile's own template when it has one (parsed once), else the settings'."""
+        """The profile's own template when it has one (parsed where the profile was made), else
+        the settings'."""
         if profile is None or profile.pod_template is None:
             return self.template
-        parsed = self._templates.get(profile.id)
-        if parsed is None:
-            what = f"resource profile {profile.id}"
-            parsed = parse_pod_template(profile.pod_template, what=what)
-            self._templates[profile.id] = parsed
-        return parsed
+        return profile.pod_template
 
     def _cores(self, profile: ResourceProfile | None) -> int:
         if profile is not None and profile.cores is not None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 from execpods.core import (
-    INT64_MAX,
     SPARK_LABELS,
     ContainerRunning,
     ContainerState,
@@ -27,6 +26,7 @@ from execpods.core import (
     ContainerWaiting,
     ExecutorPod,
 )
+from execpods.core.labels import parse_executor_id
 from execpods.k8s.clienttypes import KubernetesApiClient
 
 logger = logging.getLogger(__name__)
@@ -73,14 +73,9 @@ def _int(value: object, field_name: str, default: int | None = None) -> int:
     raise MalformedPod(f"{field_name} is not an integer: {value!r}")
 
 
-def _beyond_int64(digits: str) -> bool:
-    """Whether a decimal string is above int64 (by length first: int() refuses 4,300+ digits)."""
-    significant = digits.lstrip("0") or "0"
-    return len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX
-
-
-def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
-    """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here.
+def _labels(value: object, executor_id_label: str) -> tuple[Mapping[str, str], int | None]:
+    """The labels, checked, and the executor id they carry (parsed here, once, for everyone
+    after); `ExecutorPod` makes its own read-only copy of the labels, so none is made here.
 
     An executor id label beyond int64 is a valid label value but no executor id the contract can
     carry (protobuf would refuse it on every stream): such a pod is malformed.
@@ -90,17 +85,18 @@ def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
         if not isinstance(label, str):
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
     raw_id = labels.get(executor_id_label)
+    executor_id = parse_executor_id(raw_id)
     if (
-        raw_id is not None
-        and len(raw_id) >= 19  # shorter decimal ids always fit: cheap on the hot path
+        executor_id is None
+        and raw_id is not None
         and raw_id.isascii()
         and raw_id.isdigit()
-        and _beyond_int64(raw_id)
+        and raw_id[0] != "0"  # leading zeros: the core's label parser skips such a pod (issue 20)
     ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
         )
-    return labels
+    return labels, executor_id
 
 
 # The container helpers name fields relative to their container (".image"): the full path is
@@ -177,10 +173,12 @@ def pod_from_dict_strict(
     spec = _mapping(pod.get("spec"), "spec")
     status = _mapping(pod.get("status"), "status")
     namespace = _opt_str(metadata.get("namespace"), "metadata.namespace")
+    labels, executor_id = _labels(metadata.get("labels"), executor_id_label)
     return ExecutorPod(
         name=name,
         namespace=namespace or "default",
-        labels=_labels(metadata.get("labels"), executor_id_label),
+        labels=labels,
+        executor_id=executor_id,
         uid=_opt_str(metadata.get("uid"), "metadata.uid"),
         phase=_opt_str(status.get("phase"), "status.phase"),
         reason=_opt_str(status.get("reason"), "status.reason"),
@@ -196,7 +194,24 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
+        disruption=_disruption(status.get("conditions")),
     )
+
+
+def _disruption(value: object) -> str | None:
+    """The reason of a True `DisruptionTarget` condition (Kubernetes 1.26+ marks pods it evicts,
+    preempts or removes from a tainted node), else None; odd conditions are ignored, never fatal."""
+    if not isinstance(value, list):
+        return None
+    for condition in value:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+        ):
+            reason = condition.get("reason")
+            return reason if isinstance(reason, str) and reason else "DisruptionTarget"
+    return None
 
 
 def _name_of(obj: object) -> str:

@@ -24,10 +24,10 @@ from execpods.core import ApiUnavailable, PodOperationError
 from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
-from execpods.k8s.observe import SUCCESS, ApiCall, ApiObserver
 from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
-from kubernetes.client import V1Pod
+from kubernetes.client import V1ConfigMap, V1Pod
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -63,10 +63,10 @@ class ApiGateway:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         rate_limiter: TokenBucket | None = None,
         backoff: ApiBackoffGate | None = None,
-        observer: ApiObserver | None = None,
+        telemetry: ApiCallListener | None = None,
     ) -> None:
         self._api_client = api_client
-        self._observer = observer
+        self._telemetry = telemetry
         self._core = k8s_client.CoreV1Api(api_client)
         core = self._core
         self._verbs: dict[object, str] = {
@@ -76,6 +76,9 @@ class ApiGateway:
             core.patch_namespaced_pod: "patch",
             core.delete_namespaced_pod: "delete",
             core.delete_collection_namespaced_pod: "deletecollection",
+            core.read_namespaced_config_map: "get",
+            core.create_namespaced_config_map: "create",
+            core.patch_namespaced_config_map: "patch",
         }
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -128,9 +131,11 @@ class ApiGateway:
 
     def delete_pod(
         self, name: str, *, grace_period_seconds: int | None = None, dry_run: bool = False
-    ) -> None:
-        """DELETE one pod (with the pod's own grace period unless one is given)."""
-        self._bytes(
+    ) -> object:
+        """DELETE one pod (with the pod's own grace period unless one is given); the answer's
+        JSON (the pod as deleted), or None when it is not JSON: the pod was deleted all the
+        same."""
+        data = self._bytes(
             f"delete pod {name}",
             partial(
                 self._core.delete_namespaced_pod,
@@ -140,6 +145,10 @@ class ApiGateway:
                 dry_run=_dry(dry_run),
             ),
         )
+        try:
+            return orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return None
 
     def delete_pods(
         self,
@@ -238,6 +247,52 @@ class ApiGateway:
             timeout=(self.connect_timeout, read_timeout),
         )
 
+    # --- the id ledger's ConfigMap (see ledger.py) ----------------------------------------
+
+    def read_config_map(self, name: str) -> object:
+        """One ConfigMap's JSON; raises `PodNotFound` (the core's 404) when there is none."""
+        return self._json(
+            f"get configmap {name}",
+            partial(self._core.read_namespaced_config_map, name, self.namespace),
+        )
+
+    def create_config_map(
+        self, name: str, manifest: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """POST a ConfigMap; its JSON as stored (409 `PodConflict` when it exists)."""
+        return self._json(
+            f"create configmap {name}",
+            partial(
+                self._core.create_namespaced_config_map,
+                self.namespace,
+                cast(V1ConfigMap, dict(manifest)),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_config_map(
+        self, name: str, patch: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """A merge patch of one ConfigMap (a `metadata.resourceVersion` in it is a
+        precondition: 409 `PodConflict` when another writer came first); its JSON."""
+        return self._json(
+            f"patch configmap {name}",
+            partial(
+                self._core.patch_namespaced_config_map,
+                name,
+                self.namespace,
+                dict(patch),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_pod_json(self, name: str, patch: Mapping[str, object], *, what: str) -> object:
+        """A strategic merge patch of one pod; the pod's JSON as stored."""
+        return self._json(
+            f"{what} of pod {name}",
+            partial(self._core.patch_namespaced_pod, name, self.namespace, dict(patch)),
+        )
+
     # --- the machinery -----------------------------------------------------------------------
 
     def _verb_of(self, call: Callable[..., object]) -> str:
@@ -249,7 +304,7 @@ class ApiGateway:
     def _response(
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
-        """Make the call for its raw response (the caller must release it); the observer, if
+        """Make the call for its raw response (the caller must release it); its telemetry, if
         any, hears of every call that went out (verb, outcome, time to the response headers;
         the back-off gate's and the rate limiter's waits not included)."""
         gate = self.backoff
@@ -274,8 +329,8 @@ class ApiGateway:
             outcome = type(error).__name__
             raise
         finally:
-            if self._observer is not None:
-                self._observer(
+            if self._telemetry is not None:
+                self._telemetry(
                     ApiCall(
                         verb=self._verb_of(call),
                         outcome=outcome,

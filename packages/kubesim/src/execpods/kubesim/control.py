@@ -82,6 +82,12 @@ class Args:
             raise ValueError(f"{key!r} must be true or false, not {value!r}")
         return value
 
+    def labels(self, key: str) -> dict[str, str]:
+        value = self._data.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ValueError(f"{key!r} must be a map of label keys to values")
+        return {str(k): str(v) for k, v in value.items()}
+
     def objects(self, key: str) -> list[JsonObject]:
         value = self._data.get(key)
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
@@ -172,6 +178,14 @@ ROUTES: dict[tuple[str, str], Action] = {
             d.integer("code", 403), count=d.integer("count", 1), message=d.text("message", "")
         )
     ),
+    ("POST", "faults/deny-deletes"): _void(
+        lambda s, d: s.deny_deletes(
+            d.labels("labels"),
+            code=d.integer("code", 403),
+            message=d.text("message", ""),
+            count=d.opt_integer("count"),
+        )
+    ),
     ("POST", "faults/clear"): _void(lambda s, d: s.clear_faults()),
     ("POST", "config/start-latency"): _void(
         lambda s, d: s.set_start_latency(
@@ -209,7 +223,9 @@ _POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, Args], Reply]] = {
     ),
     "succeed": lambda s, ns, n, d: s.succeed_pod(n, ns),
     "oom": lambda s, ns, n, d: s.oom_kill(n, ns),
-    "evict": lambda s, ns, n, d: s.evict(n, ns, message=d.text("message", "")),
+    "evict": lambda s, ns, n, d: s.evict(
+        n, ns, message=d.text("message", ""), cause=d.text("cause", "Evicted")
+    ),
 }
 
 

@@ -41,7 +41,7 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status)?)?$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
@@ -348,6 +348,11 @@ class _Handler(BaseHTTPRequestHandler):
             namespace, name = None, None
         elif m := _POD.match(path):
             namespace, name, subresource = m.group(1), m.group(2), m.group(3) is not None
+            if m.group(3) == "/eviction":
+                api.faults.check_request()
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+                return self._reply(201, api.evict(m.group(1), m.group(2), self._json(body)))
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:

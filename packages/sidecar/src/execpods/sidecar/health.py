@@ -24,7 +24,7 @@ from typing import Any
 from execpods.core.settingkit import SettingsBase, duration_setting, parse_str, setting
 from execpods.k8s import ApiCall
 from execpods.sidecar.addresses import listen_address_problem
-from execpods.sidecar.observe import Listener
+from execpods.sidecar.telemetry import TelemetryListener
 from grpc_health.v1 import health_pb2
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class HealthSettings(SettingsBase):
     )
 
 
-class ClusterHealth(Listener):
+class ClusterHealth(TelemetryListener):
     """Reachability of the API server, from the calls the sidecar makes and its own probes."""
 
     def __init__(

@@ -28,7 +28,7 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import ApiCall
-from execpods.sidecar.observe import Listener
+from execpods.sidecar.telemetry import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -97,7 +97,7 @@ class _ExecutorsCollector(Collector):
         )
 
 
-class SidecarMetrics(Listener):
+class SidecarMetrics(TelemetryListener):
     """The sidecar's metrics: a listener on its observers plus a scrape-time collector."""
 
     def __init__(

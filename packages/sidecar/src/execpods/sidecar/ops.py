@@ -67,7 +67,7 @@ class OpsPlane:
         self.status.bind(asyncio.get_running_loop())
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
-            self._runtime.observers.add(self.metrics)
+            self._runtime.telemetry.add(self.metrics)
         listen = self._runtime.settings.health.listen
         if listen:
             server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -87,7 +87,7 @@ class OpsPlane:
 
     async def running(self) -> None:
         """The backend runs: follow the cluster and report SERVING while it is reachable."""
-        self._runtime.observers.add(self.cluster)
+        self._runtime.telemetry.add(self.cluster)
         if self.metrics is not None:
             self._subscription = self._runtime.backend.subscribe(
                 TARGET_TICK, self.metrics.on_snapshots
@@ -98,7 +98,7 @@ class OpsPlane:
     async def stop(self) -> None:
         """NOT_SERVING from now on; close the endpoints."""
         await self.status.set_serving(False)
-        self._runtime.observers.remove(self.cluster)
+        self._runtime.telemetry.remove(self.cluster)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

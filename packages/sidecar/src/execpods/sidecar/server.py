@@ -113,6 +113,7 @@ class SidecarServer:
 
     def _on_signal(self, signum: int) -> None:
         logger.info("Received %s: shutting down.", signal.Signals(signum).name)
+        ignore_stop_signals(asyncio.get_running_loop())
         self.request_stop()
 
     def request_stop(self) -> None:
@@ -160,6 +161,19 @@ def log_template_policy(policy: TemplatePolicy) -> None:
             policy.namespace,
             policy.service_account or "default",
         )
+
+
+def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """From the first stop signal on, SIGTERM and SIGINT are ignored by the process itself.
+
+    The loop's handlers would ignore them too, but only while the loop runs: closing it restores
+    the default action, so a second SIGTERM in the moments after the stop (while the process
+    exits) ended it with 143 and masked the exit 1 that says pods were left. Taken out of the
+    loop's hands, the ignore outlives it.
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def refuse_unix_socket_in_use(path: str) -> None:

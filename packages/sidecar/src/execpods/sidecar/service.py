@@ -28,16 +28,13 @@ from execpods.core import (
     clip,
     summarize_ids,
 )
-from execpods.sidecar.profiles import check_totals_request
+from execpods.k8s import ApiHeldBack
+from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
+from execpods.sidecar.feed import StreamFeed
+from execpods.sidecar.messages import StreamCursor, build_response
+from execpods.sidecar.profiles import totals_request
 from execpods.sidecar.resume import InvalidPosition, Opened, Position
 from execpods.sidecar.sendbudget import SendBudget
-from execpods.sidecar.streams import (
-    EncodingCache,
-    SnapshotEncoder,
-    StreamCursor,
-    StreamFeed,
-    build_response,
-)
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -82,7 +79,12 @@ def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
 
 
 def status_of(error: PodOperationError) -> grpc.StatusCode:
-    """The gRPC status code that best tells a client what a failed pod operation means."""
+    """The gRPC status code that best tells a client what a failed pod operation means.
+
+    A call the back-off gate held after 5xx answers or refused connections is an outage
+    (UNAVAILABLE, which drivers retry), not a quota (RESOURCE_EXHAUSTED, for 429s)."""
+    if isinstance(error, ApiHeldBack) and error.outage:
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(error, ApiThrottled):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(error, ApiUnavailable):
@@ -137,15 +139,11 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
-            # Everything is checked before anything applies: profiles, then totals.
-            checked = check_totals_request(
-                request,
-                declared=backend.declared_profile_ids(),
-                app_id=self._runtime.app_id,
-                policy=self._runtime.template_policy,
+            totals = totals_request(
+                request, app_id=self._runtime.app_id, policy=self._runtime.template_policy
             )
-            limit = failure_limit(request)
-            backend.declare_profiles(checked.profiles)
+            limit = failure_limit(request)  # checked before anything applies
+            applied = backend.request(totals)
             if limit is not None and limit != backend.failure_limit():
                 backend.set_failure_limit(max_failures=limit[0], validity_interval=limit[1])
                 logger.info(
@@ -154,13 +152,13 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                     limit[0],
                     "in total" if limit[1] is None else f"within {limit[1]:g}s",
                 )
-            await asyncio.wrap_future(backend.request_totals(checked.totals))
-        except ValueError as error:  # includes a conflicting profile declaration
+            await asyncio.wrap_future(applied)
+        except ValueError as error:  # the message's or the backend's judgement: one wording
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
-        self._runtime.observers.target_set(counts.total)
+        self._runtime.telemetry.target_set(counts.total)
         logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
             total=counts.total,
@@ -260,7 +258,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         except InvalidPosition as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         self._feeds.add(feed)
-        observed = self._runtime.observers.stream()
+        observed = self._runtime.telemetry.stream()
         try:
             subscription = self._runtime.backend.subscribe(
                 interval,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from execpods.core import (
     Clock,
+    ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
     PodOperations,
@@ -26,9 +27,11 @@ from execpods.core import (
     SourcesFactory,
     compose_backend,
 )
+from execpods.core.compose import scheduled_store
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     PollSource,
@@ -38,10 +41,10 @@ from execpods.k8s import (
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.observe import ObservedPodOperations, Observers, timed_store
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
+from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
 from execpods.sidecar.templatepolicy import TemplatePolicy
 
 logger = logging.getLogger(__name__)
@@ -55,12 +58,14 @@ class Runtime:
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
-    observers: Observers
+    telemetry: Telemetry
     removal_log: RemovalLog
     rate_limiter: TokenBucket | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
+    id_ledger: ExecutorIdLedger | None = None
+    """Where the highest executor id ever reserved is kept (None: in the process only)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
@@ -81,38 +86,43 @@ def assemble(
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
     rate_limiter: TokenBucket | None = None,
-    observers: Observers | None = None,
+    telemetry: Telemetry | None = None,
+    id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
     The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
-    log is the other observer.
+    log is the other observer. `id_ledger` keeps the highest executor id ever reserved beyond
+    the process (`connect` passes the cluster's, `execpods.k8s.ClusterIdLedger`).
     """
     view = InferredDriverView(clock=clock)
-    observers = observers if observers is not None else Observers()
+    telemetry = telemetry if telemetry is not None else Telemetry()
     removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
-        pod_operations=ObservedPodOperations(pod_operations, observers),
+        pod_operations=CountedPodOperations(pod_operations, telemetry),
         pod_builder=pod_builder,
         driver=view,
         observers=(view, removal_log),
         sources=sources,
         clock=clock,
-        store=timed_store(settings.core, observers, clock=clock, scheduler=store_scheduler),
+        store=scheduled_store(store_scheduler),
+        on_round=telemetry.round_finished,
         request_scheduler=request_scheduler,
         close=close_client,
         profiles=profiles,
         concurrent_creates=True,
+        id_ledger=id_ledger,
     )
     return Runtime(
         settings=settings,
         backend=backend,
         driver_view=view,
-        observers=observers,
+        telemetry=telemetry,
         removal_log=removal_log,
         rate_limiter=rate_limiter,
+        id_ledger=id_ledger,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 
@@ -142,7 +152,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
-    observers = Observers()
+    telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
         limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
@@ -152,13 +162,15 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             request_timeout=k8s.request_timeout,
             rate_limiter=limiter,
             backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
-            observer=observers.api_call,
+            telemetry=telemetry.api_call,
         )
         selector = PodSelector.executors_of(
             settings.core.labels, settings.sidecar.app_id
         ).label_selector()
         if settings.security.check_permissions:
-            check_pod_permissions(gateway, selector=selector)
+            check_pod_permissions(
+                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+            )
         operations = KubernetesPodOperations(
             gateway,
             executor_id_label=settings.core.labels.executor_id,
@@ -171,6 +183,13 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             labels=settings.core.labels,
             profiles=profiles,
             container_name=settings.core.executor_container_name,
+        )
+        id_ledger = ClusterIdLedger(
+            gateway,
+            app_id=settings.sidecar.app_id,
+            labels=settings.core.labels,
+            driver_pod_name=k8s.driver_pod_name,
+            owner=builder.owner,
         )
     except BaseException:
         api_client.close()
@@ -194,7 +213,8 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         clock=clock,
         profiles=profiles,
         rate_limiter=limiter,
-        observers=observers,
+        telemetry=telemetry,
+        id_ledger=id_ledger,
     )
     return dataclasses.replace(
         runtime,

@@ -33,8 +33,9 @@ from execpods.core import (
     DeterministicScheduler,
     ExecutorPod,
     PodSelector,
-    SnapshotsStoreImpl,
 )
+from execpods.core.compose import scheduled_store
+from execpods.core.testing import composed_store
 from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
 from execpods.k8s.convert import pod_from_model, pods_from_list_json
@@ -47,15 +48,16 @@ APP_ID = "bench-app"
 SELECTOR = PodSelector.executors_of(SPARK_LABELS, APP_ID).label_selector()
 
 
-class CountingStore(SnapshotsStoreImpl):
-    """A real store that signals when it has taken `target` updates.
+class CountingStore:
+    """The write side of a real store (a backend's, composed and not started) that signals when it
+    has taken `target` updates.
 
     With `hold`, the first update waits for `release()`: the watch that delivers it stops reading,
     so later events queue up on the open watch instead of trickling in as they are made.
     """
 
     def __init__(self, target: int, *, hold: bool = False) -> None:
-        super().__init__(DeterministicScheduler())
+        self._store = composed_store(scheduled_store(DeterministicScheduler()))
         self.count = 0
         self.target = target
         self.done = threading.Event()
@@ -68,12 +70,12 @@ class CountingStore(SnapshotsStoreImpl):
         self._released.set()
 
     def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        super().replace_snapshot(pods)
+        self._store.replace_snapshot(pods)
         self.listed.set()
 
     def update_pod(self, pod: ExecutorPod) -> None:
         self._released.wait()
-        super().update_pod(pod)
+        self._store.update_pod(pod)
         self.count += 1
         if self.count >= self.target:
             self.done.set()

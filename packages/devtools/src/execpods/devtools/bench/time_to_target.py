@@ -32,6 +32,7 @@ import logging
 import math
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,15 +46,15 @@ from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
     ExecutorPod,
-    ExecutorPodsAllocator,
     ManualClock,
     PodConflict,
     PodManifest,
     PodNotFound,
     PodSelector,
-    SnapshotsStoreImpl,
+    compose_backend,
 )
-from execpods.core.testing import RecordingDriver, SimpleExecutorPodBuilder
+from execpods.core.compose import scheduled_store
+from execpods.core.testing import HandFed, RecordingDriver, SimpleExecutorPodBuilder
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
@@ -245,12 +246,31 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         qps=settings.api_qps, burst=settings.api_burst, clock=clock.monotonic, sleep=wait
     )
     pods = SimPodOperations(sim, limiter, wait)
-    store = SnapshotsStoreImpl(scheduler, clock=clock, labels=settings.labels)
+    # The whole backend as the sidecar assembles it, minus the watch and poll: kubesim's events
+    # feed the store directly (the sources factory hands over its write side).
+    fed = HandFed()
+    backend = compose_backend(
+        app_id=APP_ID,
+        settings=settings,
+        pod_operations=pods,
+        pod_builder=SimpleExecutorPodBuilder(),
+        driver=RecordingDriver(),
+        sources=fed,
+        clock=clock,
+        store=scheduled_store(scheduler),
+        request_scheduler=scheduler,
+    )
+    store = fed.writer
     running: set[str] = set()
     curve: list[tuple[float, int]] = [(0.0, 0)]
     start = clock.monotonic()
 
+    measuring = threading.Event()
+    measuring.set()
+
     def on_event(event: Any) -> None:
+        if not measuring.is_set():
+            return
         raw = event.new
         name = raw["metadata"]["name"]
         was = name in running
@@ -268,16 +288,9 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         store.update_pod(pod)
 
     sim.store.add_listener(on_event)
-    allocator = ExecutorPodsAllocator(
-        settings=settings,
-        pod_builder=SimpleExecutorPodBuilder(),
-        pod_operations=pods,
-        store=store,
-        clock=clock,
-    )
-    allocator.start(APP_ID, RecordingDriver())
+    backend.start(initial_executors=0)
     started = time.perf_counter()
-    allocator.set_total_expected_executors(executors)
+    backend.request_total(executors)
     done: float | None = None
     while clock.monotonic() - start < MAX_VIRTUAL:
         scheduler.tick(STEP)
@@ -286,7 +299,8 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
             done = clock.monotonic() - start
             break
     wall = time.perf_counter() - started
-    store.stop()
+    measuring.clear()  # stopping deletes the executor pods: not part of the curve
+    backend.stop()
     limiting = min(float(settings.api_qps), SERVER_CREATE_RATE)
     return Run(
         policy=policy.name,

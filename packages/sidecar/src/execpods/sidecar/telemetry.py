@@ -2,10 +2,10 @@
 
 The core stays pure and the adapter knows nothing of Prometheus: the gateway reports each API
 call to one callback, the pod operations the reconcilers use are wrapped to report pods created,
-deleted and refused, and the store the reconcilers subscribe to is wrapped to time each of their
-rounds. Everything reports to one `Observers` hub; a listener overrides the methods it cares
-about. Listeners run on the reporting thread and must be quick and never raise (a failing
-listener is logged and skipped, so observation can never break allocation).
+deleted and refused, and the composition root reports each reconciler round to `round_finished`
+(its `on_round` hook). Everything reports to one `Telemetry` hub; a listener overrides the
+methods it cares about. Listeners run on the reporting thread and must be quick and never raise
+(a failing listener is logged and skipped, so telemetry can never break allocation).
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from execpods.core import (
     ApiThrottled,
-    Clock,
-    CoreSettings,
     ExecutorPod,
-    ExecutorPodsAllocator,
-    ExecutorPodsLifecycleManager,
     ExecutorPodsSnapshot,
     PodAdmissionRejected,
     PodForbidden,
@@ -30,13 +26,7 @@ from execpods.core import (
     PodOperationError,
     PodOperations,
     PodSelector,
-    Scheduler,
     SnapshotsCallback,
-    SnapshotsStore,
-    SnapshotsStoreImpl,
-    Subscription,
-    SystemClock,
-    ThreadScheduler,
 )
 from execpods.k8s import ApiCall
 
@@ -46,7 +36,7 @@ REFUSALS = (PodForbidden, PodInvalid, PodAdmissionRejected, ApiThrottled)
 """Errors by which the API refused a create (as opposed to not answering)."""
 
 
-class Listener:
+class TelemetryListener:
     """What a listener may hear; every method does nothing unless overridden."""
 
     def api_call(self, call: ApiCall) -> None:
@@ -77,22 +67,22 @@ class Listener:
         """A stream sent snapshots `lag` seconds after the oldest of them reached it."""
 
 
-class Observers(Listener):
+class Telemetry(TelemetryListener):
     """The hub: reports go to every registered listener."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listeners: tuple[Listener, ...] = ()
+        self._listeners: tuple[TelemetryListener, ...] = ()
 
-    def add(self, listener: Listener) -> None:
+    def add(self, listener: TelemetryListener) -> None:
         with self._lock:
             self._listeners = (*self._listeners, listener)
 
-    def remove(self, listener: Listener) -> None:
+    def remove(self, listener: TelemetryListener) -> None:
         with self._lock:
             self._listeners = tuple(x for x in self._listeners if x is not listener)
 
-    def _each(self) -> Iterable[Listener]:
+    def _each(self) -> Iterable[TelemetryListener]:
         return self._listeners  # an immutable tuple: read without the lock
 
     def api_call(self, call: ApiCall) -> None:
@@ -131,23 +121,23 @@ class Observers(Listener):
         for listener in self._each():
             _safely(listener.stream_sent, lag)
 
-    def stream(self) -> StreamObservation:
+    def stream(self) -> StreamTelemetry:
         """Observation of one new stream (reported as opened now)."""
-        return StreamObservation(self)
+        return StreamTelemetry(self)
 
 
-class StreamObservation:
+class StreamTelemetry:
     """One stream's lag: from its subscriber callback receiving snapshots to their sending.
 
     `arrived` wraps the store callback (a scheduler thread) and notes when the oldest unsent
     snapshots arrived; `sent` (the stream's coroutine, after a message went out) reports the lag.
     """
 
-    def __init__(self, observers: Listener) -> None:
-        self._observers = observers
+    def __init__(self, telemetry: TelemetryListener) -> None:
+        self._telemetry = telemetry
         self._oldest: float | None = None
         self._open = True
-        observers.stream_opened()
+        telemetry.stream_opened()
 
     def arrived(self, callback: SnapshotsCallback) -> SnapshotsCallback:
         def stamped(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
@@ -160,12 +150,12 @@ class StreamObservation:
     def sent(self) -> None:
         oldest, self._oldest = self._oldest, None
         if oldest is not None:
-            self._observers.stream_sent(time.monotonic() - oldest)
+            self._telemetry.stream_sent(time.monotonic() - oldest)
 
     def close(self) -> None:
         if self._open:
             self._open = False
-            self._observers.stream_closed()
+            self._telemetry.stream_closed()
 
 
 def _safely(method: object, *args: object) -> None:
@@ -175,32 +165,39 @@ def _safely(method: object, *args: object) -> None:
         logger.exception("An observer failed; observation goes on without it.")
 
 
-class ObservedPodOperations:
-    """`PodOperations` that report what the API did with each pod to `observers`."""
+class CountedPodOperations:
+    """`PodOperations` that report what the API did with each pod to `telemetry`."""
 
-    def __init__(self, inner: PodOperations, observers: Listener) -> None:
+    def __init__(self, inner: PodOperations, telemetry: TelemetryListener) -> None:
         self._inner = inner
-        self._observers = observers
+        self._telemetry = telemetry
 
     def create(self, manifest: PodManifest) -> None:
         try:
             self._inner.create(manifest)
         except PodOperationError as error:
             if isinstance(error, REFUSALS):
-                self._observers.pod_refused(type(error).__name__)
+                self._telemetry.pod_refused(type(error).__name__)
             raise
-        self._observers.pods_created(1)
+        self._telemetry.pods_created(1)
 
     def delete(self, name: str) -> None:
-        self._inner.delete(name)
-        self._observers.pods_deleted(1)
+        # Counted by the adapter when it can tell (a pod an earlier call deleted counts once).
+        counted = getattr(self._inner, "delete_counted", None)
+        if callable(counted):
+            count = int(counted(name))
+        else:
+            self._inner.delete(name)
+            count = 1
+        if count:
+            self._telemetry.pods_deleted(count)
 
     def delete_by_selector(
         self, selector: PodSelector, *, grace_period_seconds: int | None = None
     ) -> int:
         count = self._inner.delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
         if count:
-            self._observers.pods_deleted(count)
+            self._telemetry.pods_deleted(count)
         return count
 
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
@@ -208,86 +205,3 @@ class ObservedPodOperations:
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)
-
-
-ROUND_KINDS = ((ExecutorPodsAllocator, "allocator"), (ExecutorPodsLifecycleManager, "lifecycle"))
-
-
-def _round_kind(callback: SnapshotsCallback) -> str | None:
-    """`allocator` or `lifecycle` for a reconciler's round method, else None (a stream...)."""
-    owner = getattr(callback, "__self__", None)
-    for cls, kind in ROUND_KINDS:
-        if isinstance(owner, cls):
-            return kind
-    return None
-
-
-class TimedRounds:
-    """A `SnapshotsStore` whose reconciler subscribers' rounds are timed and reported.
-
-    A subscriber that is a reconciler's bound method (the allocator's or the lifecycle manager's
-    `on_new_snapshots`) is wrapped to report each round's duration; any other (streams, metrics)
-    subscribes unchanged.
-    """
-
-    def __init__(self, store: SnapshotsStore, observers: Listener) -> None:
-        self._store = store
-        self._observers = observers
-
-    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
-        kind = _round_kind(callback)
-        if kind is None:
-            return self._store.add_subscriber(interval, callback)
-        observers = self._observers
-
-        def timed(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-            started = time.perf_counter()
-            try:
-                callback(snapshots)
-            finally:
-                observers.round_finished(kind, time.perf_counter() - started)
-
-        timed.__qualname__ = getattr(callback, "__qualname__", kind)
-        return self._store.add_subscriber(interval, timed)
-
-    def update_pod(self, pod: ExecutorPod) -> None:
-        self._store.update_pod(pod)
-
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        self._store.replace_snapshot(pods)
-
-    def notify_subscribers(self) -> None:
-        self._store.notify_subscribers()
-
-    def stop(self) -> None:
-        self._store.stop()
-
-    @property
-    def current_snapshot(self) -> ExecutorPodsSnapshot:
-        return self._store.current_snapshot
-
-    @property
-    def subscriber_count(self) -> int:
-        """The wrapped store's subscriber count (for leak tests), when it keeps one."""
-        count: int = getattr(self._store, "subscriber_count", 0)
-        return count
-
-
-def timed_store(
-    settings: CoreSettings,
-    observers: Listener,
-    *,
-    clock: Clock | None = None,
-    scheduler: Scheduler | None = None,
-) -> TimedRounds:
-    """The production store (as `compose_backend` would make it), with reconciler rounds timed."""
-    return TimedRounds(
-        SnapshotsStoreImpl(
-            scheduler
-            if scheduler is not None
-            else ThreadScheduler(workers=2, name="execpods-subscribers"),
-            clock=clock if clock is not None else SystemClock(),
-            labels=settings.labels,
-        ),
-        observers,
-    )

@@ -1,6 +1,6 @@
-"""What an observer of API calls is told: the verb, the outcome and the latency of each call.
+"""What the telemetry of API calls is told: the verb, the outcome and the latency of each call.
 
-The gateway reports every call it makes to one optional observer, so metrics and health can follow
+The gateway reports every call it makes to one optional listener, so metrics and health can follow
 the API without the adapter knowing about either, and without wrapping the client library. The
 verb is Kubernetes' own (`create`, `list`, `watch`, `deletecollection`...), and the outcome is
 `success` or the typed error the call failed with (`ApiUnavailable`, `PodForbidden`...); a
@@ -33,4 +33,4 @@ class ApiCall:
         return self.outcome == "ApiUnavailable"
 
 
-ApiObserver = Callable[[ApiCall], None]
+ApiCallListener = Callable[[ApiCall], None]

@@ -1,16 +1,4 @@
-"""StreamSnapshots plumbing: from a store subscriber's thread to one gRPC stream's messages.
-
-A `StreamFeed` is what one stream subscribes with. The store calls it on a scheduler thread with a
-batch of snapshots; the backend calls it on the lifecycle manager's thread with a removal.
-Both only append to the feed's pending lists under a lock and wake the stream's coroutine with
-`loop.call_soon_threadsafe`, so no thread ever waits on a slow client, and everything that
-arrived while the stream was busy goes out in the next message. A removal is held back until the
-stream has the snapshot the lifecycle manager decided it on (the removal's `snapshot_serial`), so a
-driver never hears that an executor is gone before it can see why. A stream whose client reads
-slowly (gRPC flow control holds its writes) never holds up the store or other streams: its feed
-keeps only the newest `max_pending` snapshots (execpods.sidecar.stream.maxPendingSnapshots), and
-the first one it sends after dropping older ones goes in full, since it no longer derives from
-what the stream sent (the contract allows a full snapshot at any point).
+"""Snapshots as the contract spells them, encoded once for all streams.
 
 `SnapshotEncoder` turns a stream's snapshots into messages: the first snapshot of a stream and
 every snapshot made from a full list go whole (`full = true`); any other carries only the
@@ -19,25 +7,18 @@ The stream therefore costs what changed, not executors x snapshots. Encoded snap
 as serialized bytes by (snapshot, previous snapshot), in one `EncodingCache` for all streams: every
 stream on the same delta chain, and every stream that needs the same snapshot in full (a new
 stream, one that fell behind), shares one encoding, and a stream's message is those bytes followed
-by its own few serialized fields. Serializing a ~1 MB full snapshot once per stream on the event
-loop is what made 100 streams of 10,000 executors slow every other call. Streams that open in a
-burst each need a different snapshot in full (the store moves on between them), so a full
-encoding also reuses the serialized entry of every executor whose state object is the one the
+by its own few serialized fields (`messages.py`). Serializing a ~1 MB full snapshot once per stream
+on the event loop is what made 100 streams of 10,000 executors slow every other call. Streams that
+open in a burst each need a different snapshot in full (the store moves on between them), so a
+full encoding also reuses the serialized entry of every executor whose state object is the one the
 previous full encoding saw: a full snapshot costs what changed since, plus a join.
-
-Removals reach a feed numbered (`execpods.sidecar.resume.RemovalLog`), in order, and every message
-carries the stream's position after it (`StreamCursor`): the incarnation of this sidecar process
-and the sequence number of the last removal sent, which a client resumes from.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from execpods.core import (
@@ -48,13 +29,20 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorRemoval,
     ExecutorState,
+    NoticeKind,
     ObservedPod,
 )
-from execpods.sidecar.profiles import encode_notice
-from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
+
+_NOTICE_KINDS = {
+    NoticeKind.CREATE_REFUSED: pb.AllocatorNotice.KIND_CREATE_REFUSED,
+    NoticeKind.CREATE_THROTTLED: pb.AllocatorNotice.KIND_CREATE_THROTTLED,
+    NoticeKind.CREATE_FAILED: pb.AllocatorNotice.KIND_CREATE_FAILED,
+    NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
+    NoticeKind.ID_RESERVATION_FAILED: pb.AllocatorNotice.KIND_ID_RESERVATION_FAILED,
+}
 
 _STATES = {
     ExecutorState.PENDING: pb.ExecutorState.STATE_PENDING,
@@ -328,204 +316,11 @@ class SnapshotEncoder:
         return encoded
 
 
-@dataclass(slots=True)
-class Pending:
-    """What a stream has to send next."""
-
-    snapshots: list[ExecutorPodsSnapshot] = field(default_factory=list)
-    removals: list[NumberedRemoval] = field(default_factory=list)
-    notices: list[AllocatorNotice] = field(default_factory=list)
-    dropped: int = 0
-    application_failure: str = ""
-
-    def __bool__(self) -> bool:
-        return bool(self.snapshots or self.removals or self.notices or self.application_failure)
-
-
-class StreamFeed:
-    """One stream's inbox: filled from any thread, drained by the stream's coroutine."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, max_pending: int) -> None:
-        self._loop = loop
-        self._max_pending = max_pending
-        self._lock = threading.Lock()
-        self._pending = Pending()
-        self._held: list[NumberedRemoval] = []
-        self._held_notices: list[AllocatorNotice] = []
-        self._newest_serial = 0
-        self._wakeup = asyncio.Event()
-        self._closed = False
-
-    def on_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        """The store subscriber's callback (a scheduler thread)."""
-        if not snapshots:
-            return
-        with self._lock:
-            pending = self._pending
-            pending.snapshots.extend(snapshots)
-            self._newest_serial = max(self._newest_serial, *(s.serial for s in snapshots))
-            if self._held_notices:
-                pending.notices.extend(self._held_notices)
-                self._held_notices = []
-            if self._held:
-                # Release in sequence order: a stream's position says every removal up to it
-                # was sent, so a later removal may never overtake a held one.
-                ready = 0
-                for entry in self._held:
-                    if entry.removal.snapshot_serial > self._newest_serial:
-                        break
-                    ready += 1
-                pending.removals.extend(self._held[:ready])
-                del self._held[:ready]
-            excess = len(pending.snapshots) - self._max_pending
-            if excess > 0:
-                pending.dropped += excess
-                del pending.snapshots[:excess]
-        self._wake()
-
-    def on_removal(self, entry: NumberedRemoval) -> None:
-        """The removal log's callback (the lifecycle manager's thread; or the stream's own, for
-        the backlog of a resumed stream).
-
-        Held back until the stream has the snapshot it was decided on, and in any case until the
-        stream's first snapshot, which must open the stream; never ahead of an earlier one.
-        """
-        with self._lock:
-            if (
-                self._held
-                or not self._newest_serial
-                or entry.removal.snapshot_serial > self._newest_serial
-            ):
-                self._held.append(entry)
-                return
-            self._pending.removals.append(entry)
-        self._wake()
-
-    def on_application_failed(self, message: str) -> None:
-        """The backend's failure callback (the lifecycle manager's thread): sent once."""
-        with self._lock:
-            self._pending.application_failure = message
-        self._wake()
-
-    def on_notice(self, notice: AllocatorNotice) -> None:
-        """The allocator's notice listener (its round's thread); held until the first snapshot."""
-        with self._lock:
-            if not self._newest_serial:
-                self._held_notices.append(notice)
-                return
-            self._pending.notices.append(notice)
-        self._wake()
-
-    def close(self) -> None:
-        """End the stream after it has sent what is pending (from any thread)."""
-        self._closed = True
-        self._wake()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def take(self) -> Pending:
-        """Everything pending, oldest first (from the stream's coroutine)."""
-        self._wakeup.clear()
-        with self._lock:
-            taken, self._pending = self._pending, Pending()
-        return taken
-
-    async def wait(self) -> None:
-        """Until something is pending or the feed is closed."""
-        await self._wakeup.wait()
-
-    def _wake(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._wakeup.set)
-        except RuntimeError:
-            # The loop is closed: the server is gone, and so is the stream.
-            logger.debug("A stream's event loop is closed; dropping its wake-up.")
-
-
-class StreamCursor:
-    """One stream's position: advanced past each removal as it goes into a message."""
-
-    __slots__ = ("_incarnation", "_resync", "_sequence")
-
-    def __init__(self, start: Position, *, resync: bool = False) -> None:
-        self._incarnation = start.incarnation
-        self._sequence = start.sequence
-        self._resync = resync
-
-    @property
-    def position(self) -> Position:
-        return Position(incarnation=self._incarnation, sequence=self._sequence)
-
-    def stamp(
-        self, message: pb.StreamSnapshotsResponse, removals: Sequence[NumberedRemoval]
-    ) -> pb.StreamSnapshotsResponse:
-        """Set `message`'s position (after `removals`, which it carries) and the re-sync flag."""
-        if removals:
-            self._sequence = removals[-1].sequence
-        message.position.incarnation = self._incarnation
-        message.position.sequence = self._sequence
-        if self._resync:
-            message.resync = True
-            self._resync = False
-        return message
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One serialized `StreamSnapshotsResponse` still in its parts: the shared snapshot frames,
-    then this stream's own fields. `join` makes the stream's own copy, done only when the message
-    is sent (after waiting for the send budget: `sendbudget.py`), so a waiting stream holds
-    references to shared bytes, not a megabyte of its own."""
-
-    parts: tuple[bytes, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(len(part) for part in self.parts)
-
-    def join(self) -> bytes:
-        return b"".join(self.parts)
-
-
-def _frame(snapshots: Sequence[EncodedSnapshot], rest: pb.StreamSnapshotsResponse) -> Outgoing:
-    """A `StreamSnapshotsResponse`: the shared snapshot frames, then this stream's own fields
-    (`rest` has no snapshots)."""
-    return Outgoing((*(s.frame for s in snapshots), rest.SerializeToString()))
-
-
-def build_response(
-    encoder: SnapshotEncoder, pending: Pending, *, first: bool, cursor: StreamCursor
-) -> list[Outgoing]:
-    """The messages for what is pending: one, or two when the first message must stand alone.
-
-    The first message of a stream holds exactly one snapshot, the current one, in full; when later
-    snapshots arrived with it, they and the removals go into a second message. Each message
-    carries the stream's position after it. The snapshots are the cache's shared bytes: a stream
-    serializes only its removals, notices, failure and position.
-    """
-    snapshots = pending.snapshots
-    removed = [encode_removal(r.removal) for r in pending.removals]
-    notices = [encode_notice(n) for n in pending.notices]
-    if pending.dropped:
-        logger.warning(
-            "A stream fell %d snapshots behind; sending it the latest in full.", pending.dropped
-        )
-        encoder.reset()
-    failure = pending.application_failure
-    if first and len(snapshots) > 1:
-        head = cursor.stamp(pb.StreamSnapshotsResponse(), ())
-        rest = pb.StreamSnapshotsResponse(
-            removed_executors=removed, application_failure=failure, allocator_notices=notices
-        )
-        return [
-            _frame([encoder.encode(snapshots[0])], head),
-            _frame(
-                [encoder.encode(s) for s in snapshots[1:]], cursor.stamp(rest, pending.removals)
-            ),
-        ]
-    message = pb.StreamSnapshotsResponse(
-        removed_executors=removed, application_failure=failure, allocator_notices=notices
+def encode_notice(notice: AllocatorNotice) -> pb.AllocatorNotice:
+    return pb.AllocatorNotice(
+        kind=_NOTICE_KINDS[notice.kind],
+        message=notice.message,
+        resource_profile_id=notice.resource_profile_id,
+        count=notice.count,
+        retry_in_ms=round(notice.retry_in * 1000),
     )
-    return [_frame([encoder.encode(s) for s in snapshots], cursor.stamp(message, pending.removals))]

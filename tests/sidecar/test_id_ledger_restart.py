@@ -1,0 +1,77 @@
+"""Issue 20, defect 1 end to end: a restarted sidecar never reuses an executor id, even when
+every pod that carried it is gone, because the mark lives in the cluster (the driver pod's
+annotation, or without one a ConfigMap).
+
+Real sidecars (the production wiring, `wiring.connect`) over real gRPC and HTTP to kubesim. Both
+tests fail on fde8f25: recovery continued above the highest id still in the cluster, so the
+restarted sidecar created `-exec-3` again, and after a scale to zero `-exec-1` to `-exec-3`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from execpods.client import AllocatorClient
+from execpods.kubesim import KubeSim
+
+from tests.sidecar.conftest import SidecarOnFactory, app_pods, running_ids, wait_for
+
+DRIVER: dict[str, Any] = {
+    "metadata": {"name": "the-driver"},
+    "spec": {"containers": [{"name": "driver", "image": "spark:test"}]},
+}
+
+
+def conf_for(sim: KubeSim, driver: bool, **extra: str) -> dict[str, str]:
+    if not driver:
+        return extra
+    sim.create_pod(DRIVER)
+    return {"spark.kubernetes.driver.pod.name": "the-driver", **extra}
+
+
+def ids_of(sim: KubeSim, app_id: str) -> set[int]:
+    return {int(p["metadata"]["labels"]["spark-exec-id"]) for p in app_pods(sim, app_id)}
+
+
+@pytest.mark.parametrize("driver", [False, True], ids=["configmap", "driver-annotation"])
+def test_a_killed_executors_id_is_not_reused_after_a_restart(
+    sim: KubeSim, make_sidecar_on: SidecarOnFactory, driver: bool
+) -> None:
+    # The first sidecar leaves its pods when stopped, as one that crashed would.
+    conf = conf_for(sim, driver, **{"spark.kubernetes.executor.deleteOnTermination": "false"})
+    first = make_sidecar_on(sim, "ids", conf=conf)
+    with AllocatorClient(first.address) as client:
+        client.request_total(3)
+        wait_for(lambda: running_ids(sim, "ids") == {1, 2, 3}, what="three running")
+        client.request_total(2)  # the driver lets executor 3 go: no replacement
+        assert client.kill_executors([3]) == 1
+    wait_for(lambda: ids_of(sim, "ids") == {1, 2}, what="executor 3's pod gone")
+    first.stop()
+
+    second = make_sidecar_on(sim, "ids", conf=conf)
+    with AllocatorClient(second.address) as client:
+        client.request_total(3)
+        wait_for(lambda: len(running_ids(sim, "ids")) == 3, what="three running again")
+    new = running_ids(sim, "ids") - {1, 2}
+    assert len(new) == 1
+    assert min(new) > 3, f"executor id {new} was issued before"
+
+
+@pytest.mark.parametrize("driver", [False, True], ids=["configmap", "driver-annotation"])
+def test_no_id_is_reused_after_a_restart_from_zero_pods(
+    sim: KubeSim, make_sidecar_on: SidecarOnFactory, driver: bool
+) -> None:
+    conf = conf_for(sim, driver)
+    first = make_sidecar_on(sim, "zero", conf=conf)
+    with AllocatorClient(first.address) as client:
+        client.request_total(3)
+        wait_for(lambda: running_ids(sim, "zero") == {1, 2, 3}, what="three running")
+    first.stop()  # deletes every executor pod: nothing in the pods says which ids were used
+    wait_for(lambda: not app_pods(sim, "zero"), what="every executor pod gone")
+
+    second = make_sidecar_on(sim, "zero", conf=conf)
+    with AllocatorClient(second.address) as client:
+        client.request_total(3)
+        wait_for(lambda: len(running_ids(sim, "zero")) == 3, what="three running again")
+    assert min(running_ids(sim, "zero")) > 3
