@@ -103,6 +103,7 @@ class RequestTotalRequest(_message.Message):
     TOTAL_FIELD_NUMBER: _builtins.int
     PROFILE_TOTALS_FIELD_NUMBER: _builtins.int
     PROFILES_FIELD_NUMBER: _builtins.int
+    FAILURE_LIMIT_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Desired number of executors of the default resource profile (id 0). Must not be negative."""
     @_builtins.property
@@ -119,20 +120,56 @@ class RequestTotalRequest(_message.Message):
         declaring a known id again with another shape is INVALID_ARGUMENT.
         """
 
+    @_builtins.property
+    def failure_limit(self) -> Global___FailureLimit:
+        """The driver's executor failure limit; when set it replaces the sidecar's own settings, so the
+        driver and the sidecar never disagree on when the application fails. The Spark plugin sends
+        Spark's (spark.executor.maxNumFailures or its default, spark.executor.failuresValidityInterval).
+        """
+
     def __init__(
         self,
         *,
         total: _builtins.int = ...,
         profile_totals: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
         profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
+        failure_limit: Global___FailureLimit | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure_limit", b"failure_limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["profile_totals", b"profile_totals", "profiles", b"profiles", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_limit", b"failure_limit", "profile_totals", b"profile_totals", "profiles", b"profiles", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RequestTotalRequest: _TypeAlias = RequestTotalRequest  # noqa: Y015
+
+@_typing.final
+class FailureLimit(_message.Message):
+    """When too many executors failed: more than `max_failures` within the window (0 = ever) fails the
+    application (StreamSnapshotsResponse.application_failure) and allocation stops.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_FAILURES_FIELD_NUMBER: _builtins.int
+    VALIDITY_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    max_failures: _builtins.int
+    """Failures allowed; must not be negative."""
+    validity_interval_ms: _builtins.int
+    """Failures older than this no longer count; 0 = they always count. Must not be negative."""
+    def __init__(
+        self,
+        *,
+        max_failures: _builtins.int = ...,
+        validity_interval_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_failures", b"max_failures", "validity_interval_ms", b"validity_interval_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailureLimit: _TypeAlias = FailureLimit  # noqa: Y015
 
 @_typing.final
 class ResourceProfile(_message.Message):

@@ -34,7 +34,7 @@ from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
 from execpods.sidecar.properties import OTHER_SPARK_KEYS, PropertyReview, apply_aliases, review
-from execpods.sidecar.security import SecuritySettings
+from execpods.sidecar.security import SecuritySettings, check_listener
 from execpods.sidecar.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
 
 DEFAULT_PORT = 50551
@@ -257,6 +257,9 @@ class Settings:
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
     registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+
+    def __post_init__(self) -> None:
+        check_listener(self.sidecar.listen, self.security)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from execpods.core import (
     Clock,
@@ -52,6 +52,7 @@ from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
+from execpods.sidecar.templatepolicy import TemplatePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class Runtime:
     """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
     registration: RegistrationTimeout | None = None
     """The registration timeout a driver may set (UpdateDriverExecutors)."""
+    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
     @property
     def app_id(self) -> str:
@@ -141,6 +144,17 @@ def assemble(
         id_ledger=id_ledger,
         blocklist=blocklist,
         registration=registration,
+        template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
+    )
+
+
+def template_policy_of(settings: Settings, namespace: str) -> TemplatePolicy:
+    """The policy of `execpods.sidecar.templatePolicy` with the namespace and service account the
+    sidecar's settings fix."""
+    return TemplatePolicy(
+        level=settings.security.template_policy,
+        namespace=namespace,
+        service_account=settings.kubernetes.service_account,
     )
 
 
@@ -247,6 +261,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         runtime,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
+        template_policy=template_policy_of(settings, namespace),
     )
 
 

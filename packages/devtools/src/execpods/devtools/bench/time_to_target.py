@@ -60,7 +60,9 @@ from execpods.devtools.bench.runs import (
     SERVER_CREATE_RATE,
     START_JITTER,
     START_LATENCY,
+    FirstPodBody,
     Run,
+    body_bytes,
 )
 from execpods.devtools.bench.spark_peers import spark_peers
 from execpods.devtools.simulated import simulator_properties
@@ -125,8 +127,11 @@ class SimPodOperations:
         self._wait = wait
         self.creates = 0
         self.throttled = 0
+        self.pod_bytes = 0
 
     def create(self, manifest: PodManifest) -> None:
+        if not self.pod_bytes:
+            self.pod_bytes = body_bytes(manifest)
         self._limiter.acquire()
         try:
             self._sim.api.create("default", manifest, limited=True)
@@ -274,6 +279,7 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         creates=pods.creates,
         throttled=pods.throttled,
         wall=wall,
+        pod_bytes=pods.pod_bytes,
     )
 
 
@@ -302,6 +308,7 @@ def run_real(policy: Policy, executors: int) -> Run:
 
     with KubeSim(cluster=cluster) as sim:
         sim.store.add_listener(on_event)
+        body = FirstPodBody(sim)
         props = simulator_properties(
             sim.url, APP_ID, **{"spark.executor.instances": "0", **policy.properties}
         )
@@ -329,6 +336,7 @@ def run_real(policy: Policy, executors: int) -> Run:
         creates=creates,
         throttled=throttled,
         wall=time.monotonic() - started,
+        pod_bytes=body.bytes,
     )
 
 
@@ -346,15 +354,15 @@ def _fmt(seconds: float | None) -> str:
 def report(runs: Iterable[Run]) -> str:
     lines = [
         "| policy | executors | time to 100% Running | bound | ratio | peak API calls in 1 s "
-        "(limit: burst + qps x 1 s) | creates | 429s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(limit: burst + qps x 1 s) | creates | 429s | pod body |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for run in runs:
         ratio = "-" if run.ratio is None else f"{run.ratio:.2f}x"
         lines.append(
             f"| {run.policy} | {run.executors:,} | {_fmt(run.seconds)} | {run.bound:.1f} s | "
             f"{ratio} | {run.peak_rate} ({run.rate_limit:.0f}) | {run.creates:,} | "
-            f"{run.throttled} |"
+            f"{run.throttled} | {f'{run.pod_bytes:,} B' if run.pod_bytes else '-'} |"
         )
     return "\n".join(lines)
 

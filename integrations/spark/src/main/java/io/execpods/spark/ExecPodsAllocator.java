@@ -49,6 +49,9 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
   public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
   public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
+  /** Spark's executor failure limit and window, sent to the sidecar so the two agree. */
+  static final String MAX_FAILURES = "spark.executor.maxNumFailures";
+  static final String FAILURES_VALIDITY = "spark.executor.failuresValidityInterval";
   /**
    * The executor id Spark's builder is given for a profile's template. The sidecar replaces it
    * with each executor's own id wherever Spark puts one (name, labels, environment, hostname).
@@ -76,7 +79,10 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** Every profile's last total, so stop() can zero them all. */
   private final Map<Integer, Integer> totals = new HashMap<>();
   private volatile SidecarClient sidecar;
+  private volatile SidecarEvents events;
   private volatile String applicationId;
+  private final int maxFailures;
+  private final long failuresValidityMs;
 
   public ExecPodsAllocator(
       SparkConf conf,
@@ -93,6 +99,11 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     this.deleteOnTermination =
         conf.getBoolean("spark.kubernetes.executor.deleteOnTermination", true);
     this.driverPod = lookUpDriverPod();
+    // Spark's own limit, exactly as its lifecycle manager computes it (ExecutorFailureTracker).
+    this.maxFailures =
+        org.apache.spark.deploy.ExecutorFailureTracker$.MODULE$.maxNumExecutorFailures(conf);
+    this.failuresValidityMs = conf.contains(FAILURES_VALIDITY)
+        ? conf.getTimeAsMs(FAILURES_VALIDITY) : 0L;
   }
 
   /** The driver pod named by spark.kubernetes.driver.pod.name, as Spark's own allocator. */
@@ -120,18 +131,29 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     this.applicationId = applicationId;
     String address = conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS);
     long timeout = conf.getLong(SIDECAR_DEADLINE, DEFAULT_SIDECAR_DEADLINE_MS);
-    SidecarClient client = new SidecarClient(address, timeout);
+    SidecarSecurity security = new SidecarSecurity(conf);
+    SidecarClient client = new SidecarClient(address, timeout, security);
     try {
-      client.isDeleted(1); // reachable now, or Spark's start fails with the reason
+      client.isDeleted(1); // reachable and authorized now, or Spark's start fails with the reason
     } catch (RuntimeException e) {
       client.close();
-      throw new IllegalStateException(
-          "execpods: the sidecar at " + address + " (" + SIDECAR_ADDRESS + ") is not reachable: "
-              + e.getMessage(), e);
+      throw SidecarErrors.explain(e, address, security);
     }
     this.sidecar = client;
-    LOG.info("execpods: executor pods of {} are allocated by the sidecar at {}",
-        applicationId, address);
+    SidecarEvents following =
+        new SidecarEvents(client, applicationId, maxFailures, ExecPodsAllocator::exit);
+    following.start();
+    this.events = following;
+    LOG.info("execpods: executor pods of {} are allocated by the sidecar at {} ({}{}); "
+            + "executor failure limit {} ({})",
+        applicationId, address, security.tls ? (security.certFile != null ? "mutual TLS" : "TLS")
+            : "plaintext", security.hasToken() ? ", bearer token" : "", maxFailures,
+        failuresValidityMs > 0 ? "within " + failuresValidityMs + " ms" : "in total");
+  }
+
+  /** Spark's stopApplication: {@code sys.exit(code)}, which runs Spark's shutdown hooks. */
+  private static void exit(int code) {
+    System.exit(code);
   }
 
   @Override
@@ -151,7 +173,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
       totals.put(profile.id(), total);
     }
     int defaultTotal = totals.getOrDefault(DEFAULT_PROFILE_ID, 0);
-    Map<Integer, Integer> inForce = client.requestTotal(defaultTotal, others, toDeclare);
+    Map<Integer, Integer> inForce;
+    try {
+      inForce = client.requestTotal(
+          defaultTotal, others, toDeclare, maxFailures, failuresValidityMs);
+    } catch (RuntimeException e) {
+      throw SidecarErrors.explain(
+          e, conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS), client.security());
+    }
     LOG.debug("execpods: targets by resource profile now {}", inForce);
   }
 
@@ -267,6 +296,10 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     SidecarClient client = sidecar;
     if (client == null) {
       return;
+    }
+    SidecarEvents following = events;
+    if (following != null) {
+      following.close();
     }
     try {
       Map<Integer, Integer> zero = new HashMap<>();
