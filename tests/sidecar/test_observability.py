@@ -16,8 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 from execpods.client import AllocatorClient, ExecutorState
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -107,7 +108,7 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
             during, "execpods_grpc_server_call_duration_seconds_count", method="RequestTotal"
         )
         assert value(during, "execpods_pods_created_total") == 4
-        # Four pods and the id ledger's ConfigMap (no driver pod to annotate here).
+        # Four pods, and the id ledger's ConfigMap (no driver pod here) before them.
         assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 5
         assert value(during, "execpods_api_call_duration_seconds_count", verb="create") == 5
         assert value(during, "execpods_api_calls_total", verb="watch", outcome="success") >= 1

@@ -23,8 +23,9 @@ from typing import TextIO
 
 import grpc
 from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, Snapshot
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 PROG = "execpods-demo"
 APP_ID = "demo-app"

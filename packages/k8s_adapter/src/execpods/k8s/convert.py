@@ -27,7 +27,6 @@ from execpods.core import (
     ExecutorPod,
 )
 from execpods.core.labels import parse_executor_id
-from execpods.k8s.clienttypes import KubernetesApiClient
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +85,13 @@ def _labels(value: object, executor_id_label: str) -> tuple[Mapping[str, str], i
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
     raw_id = labels.get(executor_id_label)
     executor_id = parse_executor_id(raw_id)
-    if executor_id is None and raw_id is not None and raw_id.isascii() and raw_id.isdigit():
+    if (
+        executor_id is None
+        and raw_id is not None
+        and raw_id.isascii()
+        and raw_id.isdigit()
+        and raw_id[0] != "0"  # leading zeros: the core's label parser skips such a pod (issue 20)
+    ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
         )
@@ -270,9 +275,3 @@ def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:
     except orjson.JSONDecodeError as error:
         raise MalformedPod(f"the pod list is not JSON: {error}") from None
     return pods_from_list(parsed)
-
-
-def pod_from_model(model: object, api_client: KubernetesApiClient) -> ExecutorPod | None:
-    """The client-model path (`V1Pod` -> ExecutorPod), kept only for the benchmark comparison."""
-    raw: object = api_client.sanitize_for_serialization(model)
-    return pod_from_dict(raw)

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
+from execpods.kubesim.apf import ApfConfig, FairQueues
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
@@ -59,8 +60,11 @@ class KubeSim:
         websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
+        apf: ApfConfig | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
+        #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
+        self.apf = FairQueues(apf)
         self.deterministic = deterministic
         self.clock: Clock = VirtualClock() if deterministic else RealClock()
         self.store = PodStore(event_window=event_window)
@@ -132,6 +136,7 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
+            apf=self.apf,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -451,6 +456,10 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def configure_apf(self, config: ApfConfig) -> None:
+        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
+        self.apf.configure(config)
+
     def deny_deletes(
         self,
         labels: Mapping[str, str],
@@ -541,6 +550,7 @@ class KubeSim:
                 "distribution": self.config.start_distribution,
             },
             "createRate": self.create_limit.state(),
+            "apf": self.apf.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.apf import FairQueues
 from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
@@ -76,6 +77,7 @@ class ServerContext:
     bookmark_interval: float
     objects: dict[str, ObjectApi] = field(default_factory=dict)
     websocket_watch: bool = True
+    apf: FairQueues | None = None
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
@@ -273,7 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._pending = (method, path, query, verb, started)
         status = 500
         try:
-            status = self._api(method, path, query, body, ctx)
+            with self._seat(ctx, verb):
+                status = self._api(method, path, query, body, ctx)
         except ApiError as err:
             status = err.code
             self._send_error(err)
@@ -283,6 +286,14 @@ class _Handler(BaseHTTPRequestHandler):
             _log.exception("kubesim: internal error serving %s %s", method, self.path)
             self._send_error(ApiError(500, "InternalError", "Internal error occurred in kubesim"))
         self._log_once(status)  # when no answer went out (the client hung up)
+
+    def _seat(self, ctx: ServerContext, verb: str) -> contextlib.AbstractContextManager[float]:
+        """An APF seat for the request (watches and discovery hold none), or a 429."""
+        if ctx.apf is None or not ctx.apf.enabled or verb in ("watch", "discovery"):
+            return contextlib.nullcontext(0.0)
+        # The flow: who is asking (the bearer token), else the client's User-Agent.
+        flow = self.header("Authorization") or self.header("User-Agent") or "anonymous"
+        return ctx.apf.seat(flow)
 
     def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
         try:

@@ -19,14 +19,16 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 
-from execpods.core import ExecpodsError, SettingsError, SettingSpec
+from execpods.core import ExecpodsError, SettingsError
+from execpods.core.settingkit import SettingSpec
+from execpods.sidecar.effective import print_effective
 from execpods.sidecar.logformat import (
     JsonFormatter,
     configure_log_format,
     stamp_app_id,
     stderr_as_json,
 )
-from execpods.sidecar.properties import read_properties_file
+from execpods.sidecar.properties import read_properties_file_lines
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_families, all_specs, flagged_specs
 from execpods.sidecar.wiring import connect
@@ -56,30 +58,55 @@ def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
     return properties
 
 
-def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
-    """The properties in force, by precedence: file < environment < --conf < flags."""
-    properties: dict[str, str] = {}
+def collect_sourced(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """Each property in force with where it came from, by precedence: file < environment <
+    --conf < flags (as `spark-submit --verbose` tells them apart)."""
+    sourced: dict[str, tuple[str, str]] = {}
     properties_file = args.properties_file or environ.get(PROPERTIES_FILE_ENV)
     if properties_file:
-        properties.update(read_properties_file(properties_file))
+        for key, (value, line) in read_properties_file_lines(properties_file).items():
+            sourced[key] = (value, f"{properties_file}:{line}")
     flagged = flagged_specs()
     for spec in flagged:
         if spec.env is not None and environ.get(spec.env):
-            properties[spec.key] = environ[spec.env]
-    properties.update(parse_conf(args.conf))
+            sourced[spec.key] = (environ[spec.env], f"${spec.env}")
+    for key, value in parse_conf(args.conf).items():
+        sourced[key] = (value, "--conf")
     for spec in flagged:
-        value = getattr(args, _dest(spec))
-        if value is not None:
-            properties[spec.key] = value
-    return properties
+        flag_value: str | None = getattr(args, _dest(spec), None)
+        if flag_value is not None and spec.flag is not None:
+            sourced[spec.key] = (flag_value, spec.flag)
+    return sourced
+
+
+def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """The properties in force, by precedence: file < environment < --conf < flags."""
+    return {key: value for key, (value, _) in collect_sourced(args, environ).items()}
 
 
 def load_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-    properties = collect_properties(args, environ)
+    sourced = collect_sourced(args, environ)
     try:
-        return Settings.from_properties(properties)
+        return Settings.from_properties({key: value for key, (value, _) in sourced.items()})
     except SettingsError as error:
-        raise UsageError(_with_flag(str(error))) from None
+        raise UsageError(_with_origin(_with_flag(str(error)), sourced)) from None
+
+
+def _with_origin(message: str, sourced: Mapping[str, tuple[str, str]]) -> str:
+    """Name the file and line (or the variable) that set the property a message names."""
+    if message.startswith("unknown setting"):
+        where = [
+            f"{key} at {origin}"
+            for key, (_, origin) in sorted(sourced.items())
+            if ":" in origin and not origin.startswith("-") and f" {key}" in message
+        ]
+        return message + (f" [{'; '.join(where)}]" if where else "")
+    for key, (_, origin) in sorted(sourced.items(), key=lambda item: -len(item[0])):
+        if message.startswith(key) and ":" in origin and not origin.startswith("-"):
+            return f"{origin}: {message}"
+    return message
 
 
 def _with_flag(message: str) -> str:
@@ -157,9 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve the ExecutorAllocator gRPC service", parents=[after]
     )
     _add_setting_flags(serve)
-    commands.add_parser(
+    listing = commands.add_parser(
         "settings", help="list every setting with its default and meaning", parents=[after]
     )
+    listing.add_argument(
+        "--effective",
+        action="store_true",
+        help="print every effective value and where it came from (as spark-submit --verbose)",
+    )
+    _add_setting_flags(listing)
     return parser
 
 
@@ -243,7 +276,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             raise UsageError(f"--log-format {args.log_format!r}: use text or json")
         if args.command == "settings":
             with _quiet_closed_pipe():
-                print_settings()
+                if args.effective:
+                    sourced = collect_sourced(args, env)
+                    try:
+                        print_effective(sourced)
+                    except SettingsError as error:
+                        raise UsageError(_with_origin(_with_flag(str(error)), sourced)) from None
+                else:
+                    print_settings()
             return 0
         # The app id, as soon as it is known: on every line, the settings' own warnings included.
         app_id = collect_properties(args, env).get("spark.app.id")

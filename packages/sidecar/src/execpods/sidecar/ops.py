@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 from execpods.core import Subscription
+from execpods.sidecar.apimetrics import ApiMetrics
 from execpods.sidecar.grpcmetrics import GrpcServerMetrics
 from execpods.sidecar.health import ClusterHealth, HealthStatus
 from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
@@ -47,6 +48,7 @@ class OpsPlane:
         self.metrics: SidecarMetrics | None = None
         self.grpc_metrics: GrpcServerMetrics | None = None
         """The server interceptor counting and timing gRPC calls (metrics on)."""
+        self.api_metrics: ApiMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         self._unlisten: Callable[[], None] | None = None
         if settings.metrics.enabled:
@@ -60,6 +62,7 @@ class OpsPlane:
                 app_id=runtime.app_id,
             )
             self.grpc_metrics = GrpcServerMetrics(self.metrics.registry)
+            self.api_metrics = ApiMetrics(self.metrics.registry, runtime.rate_limiter)
             self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
         self._health_server: Any = None
         self.health_address = ""
@@ -77,6 +80,8 @@ class OpsPlane:
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.telemetry.add(self.metrics)
+            if self.api_metrics is not None:
+                self._runtime.telemetry.add(self.api_metrics)
         listen = self._runtime.settings.health.listen
         if listen:
             server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -99,10 +104,14 @@ class OpsPlane:
         self._runtime.telemetry.add(self.cluster)
         if self.metrics is not None:
             backend = self._runtime.backend
-            self._subscription = backend.subscribe(
-                TARGET_TICK, self.metrics.on_snapshots, on_removal=self.metrics.executor_removed
+            metrics = self.metrics
+            # A stream of its own: every removal reaches the metrics once, as it reaches drivers.
+            self._subscription = backend.open_stream(
+                TARGET_TICK,
+                on_snapshots=metrics.on_snapshots,
+                on_removal=lambda numbered: metrics.executor_removed(numbered.removal),
             )
-            self._unlisten = backend.add_notice_listener(self.metrics.notice)
+            self._unlisten = backend.add_notice_listener(metrics.notice)
         self._task = asyncio.get_running_loop().create_task(self.cluster.run())
         await self.status.set_serving(True)
 

@@ -92,6 +92,10 @@ class SidecarServer:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
+        if self.runtime.before_start is not None:
+            # The driver's readiness, before any RPC can set a target the backend's start would
+            # then overwrite with its initial one.
+            await asyncio.to_thread(self.runtime.before_start)
         await self._server.start()
         await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)
