@@ -65,8 +65,9 @@ def test_the_readme_and_the_spark_doc_have_runnable_commands() -> None:
 
 
 def test_the_docs_name_one_spark_version() -> None:
-    """Images and pins in the docs are the tested Spark (pyspark 4.3.0, the `spark` group)."""
-    for path in [*DOCS, ROOT / "BUILD.md"]:
+    """Images and pins in the docs and the example manifests are the tested Spark (pyspark 4.3.0,
+    the `spark` dependency group)."""
+    for path in [*DOCS, ROOT / "BUILD.md", *sorted((ROOT / "deploy").glob("**/*.yaml"))]:
         text = path.read_text(encoding="utf-8")
         for version in re.findall(r"(?:apache/spark:|pyspark[ =]=*)(\d+\.\d+\.\d+)", text):
             assert version == _TESTED_SPARK, f"{path.name} names Spark {version}"
