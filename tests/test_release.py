@@ -25,6 +25,8 @@ from types import SimpleNamespace
 import pytest
 from execpods.kubesim import KubeSim
 
+from tests.sidecar.conftest import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -174,8 +176,8 @@ def test_the_sidecar_wheel_installs_alone_and_starts(wheels: Path, tmp_path: Pat
                 assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), (
                     line + process.communicate(timeout=30)[1]
                 )
+                wait_for(sim.pods, what="the installed sidecar's executor pod")
             finally:
                 process.terminate()
                 process.wait(30)
         assert process.returncode == 0
-        assert sim.pods(), "the installed sidecar created no executor pod"
