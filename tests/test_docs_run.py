@@ -64,6 +64,12 @@ def test_the_readme_and_the_spark_doc_have_runnable_commands() -> None:
     assert {"README.md", "docs/spark.md", "docs/sidecar.md"} <= where
 
 
+def test_the_docs_use_the_default_port() -> None:
+    """The sidecar's default port is 50551; 50051 (gRPC's usual example) was a stale default."""
+    for path in DOCS:
+        assert "50051" not in path.read_text(encoding="utf-8"), path.name
+
+
 def test_the_docs_name_one_spark_version() -> None:
     """Images and pins in the docs and the example manifests are the tested Spark (pyspark 4.3.0,
     the `spark` dependency group)."""
