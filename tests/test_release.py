@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 from execpods.kubesim import KubeSim
 
-from tests.sidecar.conftest import wait_for
+from tests.kubesim.support import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,7 +176,8 @@ def test_the_sidecar_wheel_installs_alone_and_starts(wheels: Path, tmp_path: Pat
                 assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), (
                     line + process.communicate(timeout=30)[1]
                 )
-                wait_for(sim.pods, what="the installed sidecar's executor pod")
+                # The first round runs on its own thread after the listener is up.
+                assert eventually(sim.pods, timeout=30), "the installed sidecar created no pod"
             finally:
                 process.terminate()
                 process.wait(30)
