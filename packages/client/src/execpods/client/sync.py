@@ -123,7 +123,7 @@ class SnapshotStream(DecodedCall[BlockingCall]):
 class AllocatorClient(Connection):
     """A driver's handle on the sidecar's `execpods.v1.ExecutorAllocator` service.
 
-    `target` is a gRPC target such as `127.0.0.1:50051` or `unix:/run/execpods.sock`. `timeout`
+    `target` is a gRPC target such as `127.0.0.1:50551` or `unix:/run/execpods.sock`. `timeout`
     (seconds) bounds each unary call and `wait_for_ready`; streams have no deadline, since they are
     meant to last as long as the driver. Use it as a context manager, or call `close()`.
     """

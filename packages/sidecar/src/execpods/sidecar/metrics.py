@@ -64,6 +64,8 @@ def _port(value: int) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsSettings(SettingsBase):
+    """The Prometheus endpoint: off by default; on its own address and port when on."""
+
     enabled: bool = setting(
         "execpods.sidecar.metrics.enabled",
         False,

@@ -145,7 +145,10 @@ def settings_table() -> str:
     """Every property as Markdown tables, one per settings class (docs/configuration.md)."""
     sections = []
     for cls in SETTINGS_CLASSES:
-        title = (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+        doc = (cls.__doc__ or "").strip()
+        if not doc or doc.startswith(f"{cls.__name__}("):  # the dataclass' generated signature
+            raise TypeError(f"{cls.__name__} needs a docstring: its first line heads its table")
+        title = doc.splitlines()[0]
         rows = [
             f"| `{spec.key}` | {f'`{spec.default_text}`' if spec.default_text else '-'} | "
             + " ".join(f"`{via}`" for via in (spec.flag, spec.env) if via)
