@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from execpods.core import CoreSettings, SettingsError, parse_duration, unknown_keys
+from execpods.core import CoreSettings, SettingsError
+from execpods.core.settingkit import parse_duration, unknown_keys
 
 
 def test_defaults_are_sparks() -> None:

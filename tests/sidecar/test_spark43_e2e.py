@@ -15,8 +15,9 @@ from typing import Any, cast
 
 import pytest
 from execpods.client import AllocatorClient, StreamUpdate
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim, Pod
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 from tests.sidecar.conftest import (
     SidecarFactory,

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 pytestmark = [
     pytest.mark.slow,

@@ -30,7 +30,6 @@ from execpods.core.allocation import (
     Limits,
     ProfileState,
     excess_to_delete,
-    executors_to_request,
     request_counts,
 )
 from execpods.core.creation import (
@@ -66,7 +65,7 @@ def _still_running(phase: str | None) -> bool:
     return (phase or "").lower() == "running"
 
 
-__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+__all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
 

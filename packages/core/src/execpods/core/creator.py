@@ -82,7 +82,7 @@ class PodCreator:
         self._batches: dict[int, AdaptiveBatch] = {}
         self._ceiling = round_ceiling(
             batch_size=settings.batch_size,
-            api_qps=settings.api_qps,
+            api_qps=settings.api_peak_qps,
             batch_delay=settings.batch_delay,
         )
         self.starts = StartTracker()

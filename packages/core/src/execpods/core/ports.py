@@ -168,6 +168,14 @@ class ExecutorRemoval:
     gone before it can see why."""
 
 
+class RoundObserver(Protocol):
+    """Hears each lifecycle round before its decisions (the sidecar's driver view infers the
+    running executors from the very snapshots the manager works on)."""
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """A round begins on these snapshots, before any decision is made on them."""
+
+
 class LifecycleObserver(Protocol):
     """What the lifecycle manager reports of its work, beyond what it tells the `DriverView`.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
+from execpods.kubesim.apf import ApfConfig, FairQueues
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
@@ -26,7 +27,9 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
+from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -57,8 +60,11 @@ class KubeSim:
         websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
+        apf: ApfConfig | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
+        #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
+        self.apf = FairQueues(apf)
         self.deterministic = deterministic
         self.clock: Clock = VirtualClock() if deterministic else RealClock()
         self.store = PodStore(event_window=event_window)
@@ -82,6 +88,9 @@ class KubeSim:
             )
             for k in KINDS
         }
+        self.cluster.mounts = VolumeMounts(
+            objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
+        )
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -127,6 +136,7 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
+            apf=self.apf,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -446,6 +456,10 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def configure_apf(self, config: ApfConfig) -> None:
+        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
+        self.apf.configure(config)
+
     def deny_deletes(
         self,
         labels: Mapping[str, str],
@@ -536,6 +550,7 @@ class KubeSim:
                 "distribution": self.config.start_distribution,
             },
             "createRate": self.create_limit.state(),
+            "apf": self.apf.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }
