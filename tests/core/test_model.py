@@ -24,9 +24,11 @@ target, every executor the driver knew whose pod is gone was removed, and nothin
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import pytest
 from execpods.core import (
     SPARK_LABELS,
     CoreSettings,
@@ -402,9 +404,22 @@ class GuaranteesModel(RuleBasedStateMachine):
         }
 
 
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    """Thousands of runs log every warning the faults cause: capturing them would cost more
+    than the runs (the rules that log are tested on their own)."""
+    core = logging.getLogger("execpods.core")
+    level = core.level
+    core.setLevel(logging.CRITICAL)
+    yield
+    core.setLevel(level)
+
+
+EXAMPLES = 1000
+STEPS = 50
 GuaranteesModel.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=40,
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
