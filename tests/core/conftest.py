@@ -1,4 +1,9 @@
-"""Shared wiring for the core's behaviour tests: SPARK-24248's deterministic store, real fakes."""
+"""Shared wiring for the core's behaviour tests: SPARK-24248's deterministic store, real fakes.
+
+Every rig is assembled by the one composition root (`compose_backend`, through
+`execpods.core.testing.compose_deterministic`), so the reconcilers under test are wired exactly
+as in production; a rig starts only the reconciler it tests and drives its rounds by hand.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,9 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import (
-    CoreSettings,
-    CreateRunner,
-    ExecutorFailureTracker,
-    ExecutorIdLedger,
-    ExecutorPodsAllocator,
-    ManualClock,
-    ResourceProfiles,
-)
+from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -22,7 +21,7 @@ from execpods.core.testing import (
     InMemoryPodOperations,
     RecordingDriver,
     RecordingObserver,
-    SimpleExecutorPodBuilder,
+    compose_deterministic,
 )
 
 
@@ -52,46 +51,37 @@ def make_allocator_rig(
     profiles: ResourceProfiles | None = None,
     clock_start: float = 0.0,
     runner: CreateRunner | None = None,
-    failures: ExecutorFailureTracker | None = None,
     pods: InMemoryPodOperations | None = None,
     id_ledger: ExecutorIdLedger | None = None,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
-    store = DeterministicSnapshotsStore()
     pods = pods if pods is not None else InMemoryPodOperations()
     clock = ManualClock(clock_start)
     driver = RecordingDriver()
-    allocator = ExecutorPodsAllocator(
+    composed = compose_deterministic(
         settings=settings,
-        pod_builder=SimpleExecutorPodBuilder(),
         pod_operations=pods,
-        store=store,
+        driver=driver,
         clock=clock,
-        failure_tracker=failures,
         profiles=profiles,
         runner=runner,
         rng=random.Random(7),
         id_ledger=id_ledger,
     )
-    allocator.start(TEST_APP_ID, driver)
-    return AllocatorRig(allocator, store, pods, clock, settings, driver)
+    composed.allocator.start(TEST_APP_ID, driver)
+    return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
     clock = ManualClock()
-    store = DeterministicSnapshotsStore(clock=clock)
     pods = InMemoryPodOperations()
     driver = RecordingDriver()
     observer = RecordingObserver()
-    manager = ExecutorPodsLifecycleManager(
-        settings=settings or CoreSettings(),
-        pod_operations=pods,
-        store=store,
-        clock=clock,
-        observer=observer,
+    composed = compose_deterministic(
+        settings=settings, pod_operations=pods, driver=driver, clock=clock, observers=[observer]
     )
-    manager.start(driver)
-    return LifecycleRig(manager, store, pods, driver, clock, observer)
+    composed.lifecycle.start(driver)
+    return LifecycleRig(composed.lifecycle, composed.store, pods, driver, clock, observer)
 
 
 @pytest.fixture

@@ -10,14 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from execpods.core import (
-    AllocatorNotice,
-    CoreSettings,
-    NoticeKind,
-    PodSelector,
-    SettingsError,
-    split_slots,
-)
+from execpods.core import AllocatorNotice, CoreSettings, NoticeKind, PodSelector, SettingsError
+from execpods.core.allocation import split_slots
 from execpods.core.testing import DeleteCall
 
 from .allocator_support import (
@@ -392,15 +386,6 @@ def test_max_pending_pods_per_rp_may_not_exceed_max_pending_pods() -> None:
                 "spark.kubernetes.allocation.maxPendingPodsPerRp": "4",
             }
         )
-
-
-def test_a_total_for_an_undeclared_profile_is_refused_and_changes_nothing() -> None:
-    rig = spark_rig()
-    with pytest.raises(ValueError, match="resource profile 3 was never declared"):
-        rig.allocator.set_totals({0: 2, 3: 1})
-    assert rig.allocator.targets() == {0: 0}
-    with pytest.raises(ValueError, match="negative"):
-        rig.allocator.set_total_expected_executors(-1)
 
 
 def test_allocation_maximum_stops_allocation_and_tells_the_driver_once() -> None:

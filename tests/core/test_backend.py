@@ -16,16 +16,22 @@ from execpods.core import (
     ExecutorRemoval,
     LifecycleObserver,
     ManualClock,
+    NumberedRemoval,
     PodSelector,
     ResourceProfile,
-    ScheduledSnapshotsStore,
+    TotalsRequest,
     compose_backend,
 )
-from execpods.core.store import SnapshotsCallback, Subscription
+from execpods.core.compose import scheduled_store
+from execpods.core.labels import ExecutorLabels
+from execpods.core.ports import Clock
+from execpods.core.states import PodClassifier
+from execpods.core.store import ScheduledSnapshotsStore, SnapshotsCallback, Subscription
 from execpods.core.testing import (
     TEST_APP_ID,
     DeleteCall,
     DeterministicSnapshotsStore,
+    HandFed,
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
@@ -42,8 +48,10 @@ APP_LABELS = {"spark-app-selector": TEST_APP_ID, "spark-role": "executor"}
 
 
 class LoggingStore(DeterministicSnapshotsStore):
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
+    def __init__(
+        self, log: list[str], *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock
+    ) -> None:
+        super().__init__(labels=labels, classifier=classifier, clock=clock)
         self.log = log
 
     def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
@@ -107,7 +115,14 @@ def make_backend(
     """A backend from the composition root, over a logging store, pods and sources."""
     settings = settings or CoreSettings.from_properties({"spark.executor.instances": "3"})
     log: list[str] = []
-    store = LoggingStore(log)
+    stores: list[LoggingStore] = []
+
+    def make_store(
+        *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock
+    ) -> LoggingStore:
+        stores.append(LoggingStore(log, labels=labels, classifier=classifier, clock=clock))
+        return stores[-1]
+
     pods = LoggingPods(log)
     clock = ManualClock()
     watch = RecordingSource("watch", log, fail_on_stop=watch_fails)
@@ -123,11 +138,11 @@ def make_backend(
         observers=observers,
         sources=lambda writer: [watch, poll],
         clock=clock,
-        store=store,
+        store=make_store,
         request_scheduler=requests,
         close=lambda: log.append("client.close"),
     )
-    return BackendRig(backend, store, pods, driver, requests, watch, poll, log)
+    return BackendRig(backend, stores[0], pods, driver, requests, watch, poll, log)
 
 
 def test_start_all_components_in_sparks_order() -> None:
@@ -203,13 +218,14 @@ def test_a_negative_total_is_refused_before_anything_runs() -> None:
 def test_the_total_is_validated_once_at_the_boundary_for_every_profile() -> None:
     rig = make_backend()
     rig.backend.start()
-    with pytest.raises(ValueError, match=r"resource_profile_id=1 is invalid: .* never declared"):
+    with pytest.raises(ValueError, match=r"resource profile 1 was never declared"):
         rig.backend.request_total(2, resource_profile_id=1)
-    rig.backend.declare_profiles([ResourceProfile(id=1, cores=2)])
-    rig.backend.request_total(2, resource_profile_id=1)
+    rig.backend.request(TotalsRequest(totals={1: 2}, profiles=(ResourceProfile(id=1, cores=2),)))
     rig.requests.run_until_idle()
     assert rig.backend.counts().total == 5, "the default profile's 3 and profile 1's 2"
-    with pytest.raises(ValueError, match=r"total=-1 is invalid: it must not be negative"):
+    with pytest.raises(
+        ValueError, match=r"profile 1: total=-1 is invalid: it must not be negative"
+    ):
         rig.backend.request_total(-1, resource_profile_id=1)
     with pytest.raises(ValueError, match="negative"):
         make_backend().backend.start(initial_executors=-1)
@@ -232,7 +248,15 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
     rig.backend.start()
     snapshots: list[ExecutorPodsSnapshot] = []
     removals: list[ExecutorRemoval] = []
-    subscription = rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    numbered: list[NumberedRemoval] = []
+
+    def heard(entry: NumberedRemoval) -> None:
+        numbered.append(entry)
+        removals.append(entry.removal)
+
+    subscription = rig.backend.open_stream(1.0, on_snapshots=snapshots.extend, on_removal=heard)
+    assert subscription.start == rig.backend.removal_position
+    assert subscription.start.sequence == 0
     assert rig.backend.subscription_count == 1
     rig.store.update_pod(running_executor(1))
     rig.store.update_pod(failed_executor(1, exit_code=137))
@@ -243,6 +267,8 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
         (1, 137, decided_on.serial)
     ]
     assert rig.driver.removals_of(1) == [removals[0].reason]
+    assert [n.sequence for n in numbered] == [1]
+    assert rig.backend.removal_position.sequence == 1
     subscription.cancel()
     assert rig.backend.subscription_count == 0
     delivered = len(snapshots)
@@ -254,26 +280,34 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
 
 def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuses_more() -> None:
     clock = ManualClock()
-    store = ScheduledSnapshotsStore(DeterministicScheduler(clock), clock=clock)
+    fed = HandFed()
     backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=CoreSettings(),
         pod_operations=InMemoryPodOperations(),
         pod_builder=SimpleExecutorPodBuilder(),
         driver=RecordingDriver(),
+        sources=fed,
         clock=clock,
-        store=store,
+        store=scheduled_store(DeterministicScheduler(clock)),
         request_scheduler=DeterministicScheduler(clock),
     )
+    store = fed.writer
+    assert isinstance(store, ScheduledSnapshotsStore)
     backend.start()
     reconcilers = store.subscriber_count
-    subscription = backend.subscribe(1.0, lambda batch: None, on_removal=lambda removal: None)
+    subscription = backend.open_stream(
+        1.0, on_snapshots=lambda batch: None, on_removal=lambda removal: None
+    )
     assert store.subscriber_count == reconcilers + 1
     subscription.cancel()
+    subscription.cancel()  # idempotent
     assert (store.subscriber_count, backend.subscription_count) == (reconcilers, 0)
     backend.stop()
     with pytest.raises(RuntimeError, match="stopped"):
         backend.subscribe(1.0, lambda batch: None)
+    with pytest.raises(RuntimeError, match="stopped"):
+        backend.open_stream(1.0, on_snapshots=lambda batch: None, on_removal=lambda r: None)
     assert backend.subscription_count == 0
 
 
@@ -307,7 +341,9 @@ def test_observers_hear_each_round_before_its_decisions_and_each_removal_after_t
     rig = make_backend(observers=[first, second], driver=driver)
     rig.backend.start()
     removals: list[ExecutorRemoval] = []
-    rig.backend.subscribe(1.0, lambda batch: None, on_removal=removals.append)
+    rig.backend.open_stream(
+        1.0, on_snapshots=lambda batch: None, on_removal=lambda n: removals.append(n.removal)
+    )
     rig.store.update_pod(failed_executor(4))
     rig.store.notify_subscribers()
     serial = rig.store.current_snapshot.serial
@@ -347,7 +383,9 @@ def test_every_removal_names_a_snapshot_that_shows_why(
     rig.backend.start()
     snapshots: list[ExecutorPodsSnapshot] = []
     removals: list[ExecutorRemoval] = []
-    rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    rig.backend.open_stream(
+        1.0, on_snapshots=snapshots.extend, on_removal=lambda n: removals.append(n.removal)
+    )
     for kind, arg in actions:
         if kind == "update":
             assert isinstance(arg, ExecutorPod)

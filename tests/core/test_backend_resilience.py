@@ -61,7 +61,7 @@ def _backend(pods: InMemoryPodOperations, clock: ManualClock, **props: str) -> E
         pod_builder=SimpleExecutorPodBuilder(),
         driver=RecordingDriver(),
         clock=clock,
-        store=DeterministicSnapshotsStore(),
+        store=DeterministicSnapshotsStore,
     )
 
 

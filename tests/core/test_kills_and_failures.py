@@ -11,20 +11,16 @@ from execpods.core import (
     ApiThrottled,
     CoreSettings,
     DeterministicScheduler,
-    ExecutorFailureTracker,
     ManualClock,
     PodAdmissionRejected,
     PodSelector,
-    compose_backend,
 )
 from execpods.core.kills import GracefulKiller
 from execpods.core.testing import (
     TEST_APP_ID,
     DeleteCall,
-    DeterministicSnapshotsStore,
     InMemoryPodOperations,
-    RecordingDriver,
-    SimpleExecutorPodBuilder,
+    compose_deterministic,
     failed_executor,
     running_executor,
 )
@@ -116,9 +112,11 @@ def test_the_grace_period_is_spark_s_property() -> None:
 def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocation(
     limit: int, stopped: bool
 ) -> None:
-    clock = ManualClock()
-    tracker = ExecutorFailureTracker(max_failures=limit, validity_interval=None, clock=clock)
-    rig = make_allocator_rig(failures=tracker)
+    rig = make_allocator_rig(
+        CoreSettings.from_properties({"spark.executor.maxNumFailures": str(limit)})
+    )
+    tracker = rig.allocator._failures  # shared with the lifecycle manager (compose_backend)
+    assert tracker is not None
     rig.store.replace_snapshot([])
     rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))
     rig.allocator.set_total_expected_executors(3)
@@ -145,28 +143,30 @@ def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocat
 
 
 def test_the_application_failure_reaches_every_subscriber_once_late_ones_included() -> None:
-    clock = ManualClock()
-    store = DeterministicSnapshotsStore(clock=clock)
-    backend = compose_backend(
-        app_id=TEST_APP_ID,
-        settings=CoreSettings.from_properties({"spark.executor.maxNumFailures": "1"}),
-        pod_operations=InMemoryPodOperations(),
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        clock=clock,
-        store=store,
-        request_scheduler=DeterministicScheduler(clock),
+    composed = compose_deterministic(
+        settings=CoreSettings.from_properties({"spark.executor.maxNumFailures": "1"})
     )
+    store, backend = composed.store, composed.backend
     backend.start(initial_executors=0)
     early: list[str] = []
-    backend.subscribe(1.0, lambda _: None, on_application_failure=early.append)
+    backend.open_stream(
+        1.0,
+        on_snapshots=lambda _: None,
+        on_removal=lambda _: None,
+        on_application_failure=early.append,
+    )
     store.update_pod(failed_executor(1))
     store.update_pod(failed_executor(2))
     store.notify_subscribers()
     store.update_pod(failed_executor(3))
     store.notify_subscribers()
     late: list[str] = []
-    backend.subscribe(1.0, lambda _: None, on_application_failure=late.append)
+    backend.open_stream(
+        1.0,
+        on_snapshots=lambda _: None,
+        on_removal=lambda _: None,
+        on_application_failure=late.append,
+    )
     assert len(early) == 1
     assert early == late
     assert "Max number of executor failures (1) reached: 2 executors failed" in early[0]

@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 from execpods.core import (
+    Clock,
     DeterministicScheduler,
+    ExecutorLabels,
     ExecutorPod,
     ExecutorPodsSnapshot,
-    ScheduledSnapshotsStore,
+    PodClassifier,
 )
+from execpods.core.store import ScheduledSnapshotsStore
+from execpods.core.testing import composed_store
 from execpods.k8s import (
     ApiGateway,
     ExecutorPodTemplateBuilder,
@@ -33,8 +37,10 @@ WAIT = 10.0
 class RecordingStore(ScheduledSnapshotsStore):
     """A real store that also records what the sources pushed and lets a test wait on it."""
 
-    def __init__(self) -> None:
-        super().__init__(DeterministicScheduler())
+    def __init__(self, *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock) -> None:
+        super().__init__(
+            DeterministicScheduler(), labels=labels, classifier=classifier, clock=clock
+        )
         self.updates: list[ExecutorPod] = []
         self.replacements: list[list[ExecutorPod]] = []
         self._cond = threading.Condition()
@@ -134,7 +140,7 @@ def operations(api_client: KubernetesApiClient) -> KubernetesPodOperations:
 
 @pytest.fixture
 def store() -> Iterator[RecordingStore]:
-    recording = RecordingStore()
+    recording = composed_store(RecordingStore)
     yield recording
     recording.stop()
 

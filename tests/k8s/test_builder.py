@@ -299,7 +299,7 @@ def test_a_pod_is_shaped_by_its_resource_profile() -> None:
                 memory_mib=2048,
                 memory_overhead_mib=512,
                 extra_resources={"nvidia.com/gpu": "1"},
-                pod_template=gpu_template,
+                pod_template=parse_pod_template(gpu_template, what="resource profile 2"),
             )
         ]
     )
@@ -341,7 +341,9 @@ def test_a_pod_built_by_spark_gets_each_executor_s_identity() -> None:
         ' {"name": "SPARK_EXECUTOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath":'
         ' "metadata.name"}}}]}]}}'
     )
-    profiles = ResourceProfiles([ResourceProfile(id=0, pod_template=spark_pod)])
+    profiles = ResourceProfiles(
+        [ResourceProfile(id=0, pod_template=parse_pod_template(spark_pod, what="a Spark pod"))]
+    )
     settings = KubernetesSettings.from_properties({"spark.kubernetes.container.image": IMAGE})
     shaped = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
     pod = shaped.build(executor_id=12, app_id="app")

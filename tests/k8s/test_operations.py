@@ -9,7 +9,6 @@ from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
     CoreSettings,
-    ExecutorPodsAllocator,
     ManualClock,
     PodAdmissionRejected,
     PodConflict,
@@ -18,6 +17,7 @@ from execpods.core import (
     PodNotFound,
     PodSelector,
 )
+from execpods.core.testing import compose_deterministic
 from execpods.k8s import (
     ApiGateway,
     ExecutorPodTemplateBuilder,
@@ -28,7 +28,7 @@ from execpods.k8s import (
 )
 from execpods.kubesim import KubeSim
 
-from tests.k8s.conftest import APP_ID, IMAGE, RecordingStore, executor_pod, free_port
+from tests.k8s.conftest import APP_ID, IMAGE, executor_pod, free_port
 
 APP = PodSelector(labels={"spark-app-selector": APP_ID, "spark-role": "executor"})
 APP_SELECTOR = APP.label_selector()
@@ -164,7 +164,6 @@ def test_a_slow_server_times_out_as_unavailable(
 def test_creation_errors_reach_the_core_allocator_typed(
     sim: KubeSim,
     operations: KubernetesPodOperations,
-    store: RecordingStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The core's allocator over the adapter: it decides from the error's type alone."""
@@ -172,18 +171,19 @@ def test_creation_errors_reach_the_core_allocator_typed(
         settings=KubernetesSettings(container_image=IMAGE), namespace="default"
     )
     clock = ManualClock()
-    allocator = ExecutorPodsAllocator(
-        settings=CoreSettings(),
+    composed = compose_deterministic(
+        # Refused creates count as executor failures: a limit this test does not reach.
+        settings=CoreSettings.from_properties({"spark.executor.maxNumFailures": "100"}),
+        app_id=APP_ID,
         pod_builder=builder,
         pod_operations=operations,
-        store=store,
         clock=clock,
     )
+    allocator, store = composed.allocator, composed.store
     allocator.start(APP_ID)
-    allocator.set_total_expected_executors(3)
     sim.reject_creates(422, count=3)  # a quota: the pods were refused, nothing to track
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
-        allocator.on_new_snapshots([store.current_snapshot])
+        allocator.set_total_expected_executors(3)  # a round at once (the store is deterministic)
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
     assert allocator.stats.refused == 3

@@ -12,7 +12,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
-from execpods.core import CoreSettings, ExecutorPod, ExecutorPodsSnapshot, ExecutorState
+from execpods.core import (
+    Clock,
+    CoreSettings,
+    ExecutorLabels,
+    ExecutorPod,
+    ExecutorPodsSnapshot,
+    ExecutorState,
+    PodClassifier,
+)
+from execpods.core.testing import composed_store
 from execpods.k8s import (
     ApiGateway,
     EventWaiter,
@@ -59,6 +68,7 @@ class VirtualWaiter:
         self._event = threading.Event()
         self._cond = threading.Condition()
         self.waits: list[float] = []
+        self.wakes = 0
         self.on_wait: list[Callable[[], None]] = []
 
     def wait(self, seconds: float) -> bool:
@@ -80,6 +90,9 @@ class VirtualWaiter:
         """Block until `predicate()` holds after a wait (the only thing that moves virtual time)."""
         with self._cond:
             return self._cond.wait_for(predicate, timeout)
+
+    def wake(self) -> None:
+        self.wakes += 1
 
     def stop(self) -> None:
         self._event.set()
@@ -520,8 +533,8 @@ def test_a_malformed_pod_in_the_stream_is_skipped_and_the_stream_continues(
 class FlakyStore(RecordingStore):
     """A store whose next `update_pod` fails: a bug downstream, not an API failure."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, labels: ExecutorLabels, classifier: PodClassifier, clock: Clock) -> None:
+        super().__init__(labels=labels, classifier=classifier, clock=clock)
         self.fail_next = False
 
     def update_pod(self, pod: ExecutorPod) -> None:
@@ -534,7 +547,7 @@ class FlakyStore(RecordingStore):
 def test_an_unexpected_error_is_logged_and_the_event_is_not_lost(
     sim: KubeSim, operations: KubernetesPodOperations, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = FlakyStore()
+    store = composed_store(FlakyStore)
     waiter = VirtualWaiter(sim)
     source = start_watch(sim, operations, store, waiter=waiter)
     store.fail_next = True

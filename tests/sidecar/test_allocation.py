@@ -75,7 +75,18 @@ def test_a_driver_declares_a_profile_and_gets_pods_of_its_shape(
         (pb.RequestTotalRequest(total=1, profile_totals={0: 1}), "profile_totals[0] is invalid"),
         (
             pb.RequestTotalRequest(total=1, profile_totals={1: -1}, profiles=[GPU_PROFILE]),
-            "profile_totals[1]=-1 is invalid",
+            "resource profile 1: total=-1 is invalid: it must not be negative",
+        ),
+        (  # the total is refused: the profile declared beside it is not declared either
+            pb.RequestTotalRequest(total=10_001, profiles=[pb.ResourceProfile(id=7, cores=2)]),
+            "resource profile 0: total=10001 is invalid: it is above "
+            "execpods.allocation.maxTotal=10000",
+        ),
+        (
+            pb.RequestTotalRequest(
+                profiles=[pb.ResourceProfile(id=7, cores=2), pb.ResourceProfile(id=7, cores=3)]
+            ),
+            "resource profile 7 is declared twice in one request",
         ),
         (
             pb.RequestTotalRequest(profiles=[pb.ResourceProfile(id=3, pod_template="[1]")]),

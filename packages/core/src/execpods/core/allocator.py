@@ -30,7 +30,6 @@ from execpods.core.allocation import (
     Limits,
     ProfileState,
     excess_to_delete,
-    executors_to_request,
     request_counts,
 )
 from execpods.core.creation import (
@@ -66,7 +65,7 @@ def _still_running(phase: str | None) -> bool:
     return (phase or "").lower() == "running"
 
 
-__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+__all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
 
@@ -170,17 +169,9 @@ class ExecutorPodsAllocator:
     def set_totals(self, totals: Mapping[int, int]) -> None:
         """Set targets per profile; re-evaluate at once when nothing is outstanding (fast scale-up).
 
-        All or nothing: a negative total or an undeclared profile raises `ValueError` and changes
-        nothing. Profiles not named keep their targets (Spark never forgets a profile).
+        The totals were judged by the backend (`TotalsRequest.check`): non-negative, of declared
+        profiles. Profiles not named keep their targets (Spark never forgets a profile).
         """
-        for profile_id, total in totals.items():
-            if total < 0:
-                raise ValueError(
-                    f"the total number of executors must not be negative, not {total} "
-                    f"(resource profile {profile_id})"
-                )
-            if profile_id not in self.profiles:
-                raise ValueError(f"resource profile {profile_id} was never declared")
         with self._lock:
             changed = any(self._targets.get(p) != total for p, total in totals.items())
             self._targets.update(totals)
@@ -229,6 +220,10 @@ class ExecutorPodsAllocator:
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Call `listener` with every later notice; returns a function that unregisters it."""
         return self._creator.add_listener(listener)
+
+    def notify(self, notice: AllocatorNotice) -> None:
+        """Tell every notice listener (also other policies' notices: OOM recovery mode)."""
+        self._creator.notify(notice)
 
     # One round (the store calls it serially).
 

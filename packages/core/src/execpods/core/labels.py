@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from execpods.core.idlists import INT64_MAX
+from execpods.core.pods import ExecutorPod
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,12 @@ class ExecutorLabels:
         labels[self.executor_id] = str(executor_id)
         return labels
 
+    def executor_id_of_pod(self, pod: ExecutorPod) -> int | None:
+        """The id the conversion parsed, else the label's (see `executor_id_of`)."""
+        if pod.executor_id is not None:
+            return pod.executor_id
+        return self.executor_id_of(pod.name, pod.labels)
+
     def executor_id_of(self, name: str, labels: Mapping[str, str]) -> int | None:
         """The executor id a pod carries, or None (with a warning) when it is missing or invalid.
 
@@ -49,6 +56,9 @@ class ExecutorLabels:
         if raw is None:
             logger.warning("Skipping pod %s: it has no %s label.", name, self.executor_id)
             return None
+        executor_id = parse_executor_id(raw)
+        if executor_id is not None:
+            return executor_id
         if not (raw.isascii() and raw.isdigit()):
             logger.warning(
                 "Skipping pod %s: its %s label %r is not a non-negative integer.",
@@ -68,16 +78,25 @@ class ExecutorLabels:
                 raw[:40],
             )
             return None
-        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
-        digits = raw
-        executor_id = int(digits) if len(digits) <= len(str(INT64_MAX)) else INT64_MAX + 1
-        if executor_id > INT64_MAX:
-            # A valid label value, but no executor id: the contract carries ids as int64.
-            logger.warning(
-                "Skipping pod %s: its %s label %r is beyond 64 bits.", name, self.executor_id, raw
-            )
-            return None
-        return executor_id
+        # A valid label value, but no executor id: the contract carries ids as int64.
+        logger.warning(
+            "Skipping pod %s: its %s label %r is beyond 64 bits.", name, self.executor_id, raw
+        )
+        return None
+
+
+def parse_executor_id(raw: str | None) -> int | None:
+    """An executor id label's value as an id (a decimal integer up to 2^63-1, written as the
+    allocator writes it: no leading zeros), else None."""
+    if raw is None or not (raw.isascii() and raw.isdigit()):
+        return None
+    if len(raw) > 1 and raw[0] == "0":
+        return None
+    # The length first: int() refuses (ValueError) strings of over 4,300 digits.
+    if len(raw) > len(str(INT64_MAX)):
+        return None
+    executor_id = int(raw)
+    return executor_id if executor_id <= INT64_MAX else None
 
 
 SPARK_LABELS = ExecutorLabels()

@@ -103,6 +103,10 @@ class ExecutorPod:
     pod_ip: str | None = None
     resource_version: str | None = None
     restart_policy: str | None = None
+    executor_id: int | None = None
+    """The executor id its id label carries, parsed once where the pod is converted (the
+    adapter); None when it was not parsed there (a pod made by hand): the snapshot then reads the
+    label itself, and skips a pod whose label is missing or invalid."""
     disruption: str | None = None
     """Why Kubernetes disrupted the pod, when its `DisruptionTarget` condition is True: the
     condition's reason (`EvictionByEvictionAPI`, `PreemptionByScheduler`,

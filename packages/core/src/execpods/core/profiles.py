@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from execpods.core.labels import ExecutorLabels
-from execpods.core.pods import ExecutorPod
+from execpods.core.pods import ExecutorPod, PodManifest
 from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,9 @@ class ResourceProfile:
 
     `extra_resources` maps a Kubernetes extended resource name to a quantity (for example
     `{"nvidia.com/gpu": "1"}`); it goes into both the requests and the limits of the executor
-    container, as Kubernetes requires for extended resources. `pod_template` is a pod manifest as a
-    JSON or YAML string, used instead of the settings' template for this profile's pods.
+    container, as Kubernetes requires for extended resources. `pod_template` is a pod manifest,
+    parsed once where the profile is made (the adapter's `parse_pod_template` reads JSON or YAML),
+    used instead of the settings' template for this profile's pods.
     """
 
     id: int
@@ -42,7 +43,7 @@ class ResourceProfile:
     memory_mib: int | None = None
     memory_overhead_mib: int | None = None
     extra_resources: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    pod_template: str | None = None
+    pod_template: PodManifest | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.extra_resources, MappingProxyType):
@@ -105,17 +106,15 @@ class ResourceProfiles:
         incoming = list(profiles)
         with self._lock:
             merged = dict(self._profiles)
-            for profile in incoming:
-                known = merged.get(profile.id)
-                if known is not None and known != profile and not _is_default_alias(known, profile):
-                    raise ProfileConflict(
-                        f"resource profile {profile.id} is already declared with another shape "
-                        "(profiles are immutable once declared)"
-                    )
-                merged[profile.id] = profile
+            _check_declarable(merged, incoming)
+            merged.update((profile.id, profile) for profile in incoming)
             self._profiles = MappingProxyType(merged)
         for profile in incoming:
             logger.debug("Resource profile %d declared: %s", profile.id, profile)
+
+    def check_declarable(self, profiles: Iterable[ResourceProfile]) -> None:
+        """Raise `ProfileConflict` as `declare` would, declaring nothing."""
+        _check_declarable(self._profiles, list(profiles))
 
     def get(self, profile_id: int) -> ResourceProfile | None:
         return self._profiles.get(profile_id)
@@ -125,6 +124,18 @@ class ResourceProfiles:
 
     def ids(self) -> list[int]:
         return sorted(self._profiles)
+
+
+def _check_declarable(
+    known: Mapping[int, ResourceProfile], incoming: list[ResourceProfile]
+) -> None:
+    for profile in incoming:
+        before = known.get(profile.id)
+        if before is not None and before != profile and not _is_default_alias(before, profile):
+            raise ProfileConflict(
+                f"resource profile {profile.id} is already declared with another shape "
+                "(profiles are immutable once declared)"
+            )
 
 
 def _is_default_alias(known: ResourceProfile, profile: ResourceProfile) -> bool:

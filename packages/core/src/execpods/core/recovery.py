@@ -58,7 +58,7 @@ def adoption_of(
     live: dict[int, int] = {}
     beyond: list[str] = []
     for pod in pods:
-        executor_id = labels.executor_id_of(pod.name, pod.labels)
+        executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
             continue
         if (maximum is not None and executor_id >= maximum) or (
@@ -135,7 +135,7 @@ class LostCreates:
             return []
         selector = PodSelector.executors_of(labels, app_id, waiting)
         try:
-            found = {labels.executor_id_of(pod.name, pod.labels) for pod in pods.list(selector)}
+            found = {labels.executor_id_of_pod(pod) for pod in pods.list(selector)}
         except PodOperationError as error:
             logger.debug("Could not read back executors %s yet (%s).", waiting, error)
             return []

@@ -72,7 +72,7 @@ class ExecutorPodsSnapshot:
         """A full snapshot; pods without a valid executor id label are skipped with a warning."""
         states: dict[int, ObservedPod] = {}
         for pod in pods:
-            executor_id = labels.executor_id_of(pod.name, pod.labels)
+            executor_id = labels.executor_id_of_pod(pod)
             if executor_id is not None:
                 states[executor_id] = classifier.classify(pod)
         return cls(
@@ -89,7 +89,7 @@ class ExecutorPodsSnapshot:
 
     def with_update(self, pod: ExecutorPod) -> ExecutorPodsSnapshot:
         """A new snapshot with `pod`'s state; `self` when the pod has no valid executor id."""
-        executor_id = self.labels.executor_id_of(pod.name, pod.labels)
+        executor_id = self.labels.executor_id_of_pod(pod)
         if executor_id is None:
             return self
         observed = self.classifier.classify(pod)

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import replace
 
 from execpods.core.clock import ManualClock
-from execpods.core.compose import compose_backend
+from execpods.core.compose import compose_backend, scheduled_store
 from execpods.core.pods import ContainerStatus, ContainerTerminated
 from execpods.core.ports import SnapshotsWriter
 from execpods.core.scheduling import DeterministicScheduler
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--executors", type=int, default=12)
     args = parser.parse_args()
-    settings = CoreSettings(initial_executors=0, batch_size=5)
+    settings = CoreSettings(executor_instances=0, batch_size=5)
     clock = ManualClock()
     scheduler = DeterministicScheduler(clock)
     pods = InMemoryPodOperations()
@@ -82,7 +82,7 @@ def main() -> None:
         driver=driver,
         sources=sources,
         clock=clock,
-        store_scheduler=scheduler,
+        store=scheduled_store(scheduler),
         request_scheduler=scheduler,
     )
     backend.start()

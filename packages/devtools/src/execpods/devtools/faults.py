@@ -1,18 +1,25 @@
-"""The fault suite (issue 11): a sidecar on kubesim through every fault a cluster throws at it.
+"""The fault suite (issues 11 and 20): a sidecar on kubesim through every fault a cluster throws
+at it.
 
 Each scenario starts a sidecar (in-process, real gRPC, the real Kubernetes client over HTTP) for
 one application on a fresh simulator, with a bystander pod of another application beside it,
-brings it to its target, then injects one fault while the driver asks for more executors, ends
-the fault and waits for the target again. A monitor samples the cluster every 50 ms and a driver
-stream records every removal. After each scenario the checks are:
+brings it to its target, then injects one fault (`execpods.devtools.fault_scenarios`) while the
+driver asks for more executors, ends the fault and waits for the target again. A monitor samples
+the cluster every 50 ms and a driver stream records every removal. After each scenario the
+report says:
 
-- recovered: the target was reached again, and how long after the fault began;
-- ids once: no executor id was held by two different pods (uids) over the run;
-- lost once: every executor whose pod was lost (failed, deleted under it) was reported to the
-  driver exactly once, and no executor was reported twice;
-- rate: the API request rate (peak over any 1 s, as kubesim logged it) stayed within the
+- target again: whether the target was reached again, and how long after the fault began;
+- ids reused: executor ids held by two different pods (uids) over the run, sidecar restarts
+  included (must be 0);
+- failures counted: what the sidecar counts toward `spark.executor.maxNumFailures`, against the
+  executors whose pods failed by themselves (a kill, a delete or a disruption is no failure);
+  they must be equal;
+- removals per executor: the most removals the driver heard of for one executor (must be 1),
+  and the lost executors (failed, disrupted, deleted under it) never reported (must be none);
+- peak req/s: the API request rate (peak over any 1 s, as kubesim logged it) against the
   configured limit (`execpods.kubernetes.api.qps` + `api.burst`);
-- clean: after shutdown no executor pod of the app is left, and the bystander is untouched.
+- pods leaked: executor pods of the app left after shutdown (must be 0), with the bystander
+  untouched.
 
     .venv/bin/python -m execpods.devtools.faults            # the short run (as in the tests)
     .venv/bin/python -m execpods.devtools.faults --soak     # 30 s faults, larger targets
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import sys
 import threading
 import time
@@ -33,28 +41,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.client import AllocatorClient
+from execpods.core.states import DISRUPTION_REASONS
+from execpods.devtools.fault_scenarios import (
+    APP_ID,
+    SCENARIOS,
+    SHORT,
+    SOAK,
+    Fault,
+    FaultContext,
+    Scale,
+    app_pods,
+    running_ids,
+)
 from execpods.devtools.proxy import CuttableProxy
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
-APP_ID = "faults-app"
+__all__ = ["SCENARIOS", "SHORT", "SOAK", "Result", "main", "run", "run_scenario", "table"]
+
 QPS = 20
 BURST = 40
 BYSTANDER = "bystander-exec-1"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scale:
-    """How long faults last and how many executors: the short run or the soak."""
-
-    fault_seconds: float
-    target: int
-    deadline: float
-    drop_every: float
-
-
-SHORT = Scale(fault_seconds=4.0, target=6, deadline=60.0, drop_every=1.0)
-SOAK = Scale(fault_seconds=30.0, target=20, deadline=180.0, drop_every=3.0)
+CACHE_TIMEOUT = "1s"
+"""`deletedExecutorsCacheTimeout` in the suite: a pod that lingers through a 4 s fault outlives
+the cache of removed executors several times (the default is 3 minutes)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -64,25 +75,46 @@ class Result:
     seconds: float = float("nan")
     """From the fault's start until the target ran again (the fault itself lasts `fault`)."""
     fault: float = 0.0
-    ids_once: bool = False
-    lost_once: bool = False
-    rate_ok: bool = False
+    ids_reused: int = 0
+    failures_counted: int = 0
+    pods_failed: int = 0
+    """Executors whose pods failed by themselves (not killed, deleted or disrupted)."""
+    removals_max: int = 0
+    removed: int = 0
+    unreported: int = 0
     peak_rate: float = 0.0
-    clean: bool = False
+    leaked: int = 0
+    bystander_ok: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
+    def rate_ok(self) -> bool:
+        return self.peak_rate <= QPS + BURST
+
+    @property
     def passed(self) -> bool:
-        return self.recovered and self.ids_once and self.lost_once and self.rate_ok and self.clean
+        return (
+            self.recovered
+            and self.ids_reused == 0
+            and self.failures_counted == self.pods_failed
+            and self.removals_max <= 1
+            and self.unreported == 0
+            and self.rate_ok
+            and self.leaked == 0
+            and self.bystander_ok
+        )
 
 
 class Monitor:
-    """Samples the app's pods: which uids held each executor id, and which pods were lost."""
+    """Samples the app's pods: which uids held each executor id, and how each pod ended."""
 
     def __init__(self, sim: KubeSim) -> None:
         self._sim = sim
         self.uids: dict[int, set[str]] = collections.defaultdict(set)
+        self.lost: set[int] = set()
+        """Executors whose pod failed, was disrupted or was deleted under them."""
         self.failed: set[int] = set()
+        """The subset whose pod failed by itself: what counts toward maxNumFailures."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="faults-monitor", daemon=True)
 
@@ -101,6 +133,12 @@ class Monitor:
             except Exception:  # kubesim mid-restart: try again next tick
                 continue
 
+    def forget_lost(self) -> None:
+        """A sidecar stopped and deleted its pods: those are no executors lost to a fault."""
+        self.sample()
+        self.lost.clear()
+        self.failed.clear()
+
     def sample(self) -> None:
         for pod in self._sim.pods():
             labels = pod["metadata"].get("labels", {})
@@ -108,22 +146,20 @@ class Monitor:
                 continue
             executor_id = int(labels["spark-exec-id"])
             self.uids[executor_id].add(str(pod["metadata"]["uid"]))
-            if pod.get("status", {}).get("phase") == "Failed":
+            status = pod.get("status", {})
+            if status.get("phase") != "Failed" or executor_id in self.lost:
+                continue
+            self.lost.add(executor_id)
+            disrupted = status.get("reason") in DISRUPTION_REASONS or any(
+                c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            if not disrupted and not pod["metadata"].get("deletionTimestamp"):
                 self.failed.add(executor_id)
 
 
-def _running_ids(sim: KubeSim) -> set[int]:
-    return {
-        int(pod["metadata"]["labels"]["spark-exec-id"])
-        for pod in sim.pods()
-        if pod["metadata"].get("labels", {}).get("spark-app-selector") == APP_ID
-        and pod.get("status", {}).get("phase") == "Running"
-        and not pod["metadata"].get("deletionTimestamp")
-    }
-
-
 def running(sim: KubeSim) -> int:
-    return len(_running_ids(sim))
+    return len(running_ids(sim))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -138,117 +174,37 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-@dataclass(slots=True, kw_only=True)
-class FaultContext:
-    """What a fault acts on: the simulator, the driver's network, an admin client, the target
-    the driver asks for during the fault, and executors the fault removes on purpose."""
-
-    sim: KubeSim
-    scale: Scale
-    proxy: CuttableProxy
-    admin: AllocatorClient
-    target: int
-    removed: set[int] = field(default_factory=set)
-
-
-Fault = Callable[[FaultContext], Callable[[], None]]
-"""Starts a fault; returns what ends it."""
-
-
-def _drops(ctx: FaultContext) -> Callable[[], None]:
-    sim, scale = ctx.sim, ctx.scale
-    sim.drop_watches_every(scale.drop_every)
-    return lambda: sim.drop_watches_every(0)
-
-
-def _gone_storm(ctx: FaultContext) -> Callable[[], None]:
-    sim, scale = ctx.sim, ctx.scale
-    sim.expire_next(seconds=scale.fault_seconds)
-    return lambda: None
-
-
-def _errors(ctx: FaultContext) -> Callable[[], None]:
-    sim, scale = ctx.sim, ctx.scale
-    sim.fail_requests(500, seconds=scale.fault_seconds)
-    return lambda: None
-
-
-def _throttle(ctx: FaultContext) -> Callable[[], None]:
-    sim, scale = ctx.sim, ctx.scale
-    sim.throttle(seconds=scale.fault_seconds, retry_after=1)
-    return lambda: None
-
-
-def _latency(ctx: FaultContext) -> Callable[[], None]:
-    sim = ctx.sim
-    sim.set_latency(0.5)
-    return lambda: sim.set_latency(0.0)
-
-
-def _restart(ctx: FaultContext) -> Callable[[], None]:
-    sim, scale = ctx.sim, ctx.scale
-    sim.restart(down_seconds=min(2.0, scale.fault_seconds / 2))
-    return lambda: None
-
-
-def _start_failures(ctx: FaultContext) -> Callable[[], None]:
-    sim = ctx.sim
-    sim.set_failures(0.2, after=0.0)
-    return lambda: sim.set_failures(0.0)
-
-
-def _node_loss(ctx: FaultContext) -> Callable[[], None]:
-    sim = ctx.sim
-    busiest = max(sim.nodes(), key=lambda node: node.pods)
-    sim.lose_node(busiest.name)
-    return lambda: None
-
-
-def _stream_cut(ctx: FaultContext) -> Callable[[], None]:
-    """The driver's network fails mid-scale-down: the driver kills half its executors and lowers
-    its target while its stream is cut; the client must resume and hear each removal once."""
-    ctx.proxy.cut()
-    running_ids = sorted(_running_ids(ctx.sim))
-    doomed = running_ids[: len(running_ids) // 2]
-    ctx.target = len(running_ids) - len(doomed)
-    ctx.admin.request_total(ctx.target)
-    ctx.admin.kill_executors(doomed)
-    ctx.removed.update(doomed)
-    return ctx.proxy.restore
-
-
-SCENARIOS: dict[str, Fault] = {
-    "watch drops": _drops,
-    "410 storm": _gone_storm,
-    "500s": _errors,
-    "429s": _throttle,
-    "500ms latency": _latency,
-    "kubesim restart": _restart,
-    "20% start failures": _start_failures,
-    "node lost": _node_loss,
-    "driver stream cut mid-scale-down": _stream_cut,
-}
-
-
 CLUSTER = ClusterConfig(nodes=2, start_latency=0.2, start_jitter=0.1, stop_latency=0.05)
 
 
 def run_scenario(name: str, fault: Fault, scale: Scale) -> Result:
-    """One scenario on a fresh simulator; the result holds every check."""
+    """One scenario on a fresh simulator; the result holds every figure and check."""
     result = Result(name=name, fault=scale.fault_seconds)
     with KubeSim(cluster=CLUSTER) as sim:
         bystander = sim.create_pod(_bystander())
         removals: collections.Counter[int] = collections.Counter()
-        with (
-            Monitor(sim) as monitor,
-            EmbeddedSidecar(_properties(sim, scale)) as sidecar,
-            CuttableProxy(sidecar.address) as proxy,
-            AllocatorClient(proxy.target) as driver,
-            AllocatorClient(sidecar.address) as admin,
-        ):
+        properties = _properties(sim, scale)
+        with contextlib.ExitStack() as stack:
+            monitor = stack.enter_context(Monitor(sim))
+            sidecars = [stack.enter_context(EmbeddedSidecar(properties))]
+            proxy = stack.enter_context(CuttableProxy(sidecars[0].address))
+            driver = stack.enter_context(AllocatorClient(proxy.target))
+            admin = stack.enter_context(AllocatorClient(sidecars[0].address))
             ctx = FaultContext(
                 sim=sim, scale=scale, proxy=proxy, admin=admin, target=scale.target * 2
             )
+
+            def restart() -> None:
+                """Stop the sidecar (its pods deleted), then start a new one for the app."""
+                sidecars[-1].stop()
+                wait_until(lambda: not app_pods(sim), 10.0)
+                monitor.forget_lost()
+                sidecars.append(stack.enter_context(EmbeddedSidecar(properties)))
+                ctx.admin = stack.enter_context(AllocatorClient(sidecars[-1].address))
+                proxy.cut()
+                proxy.restore(sidecars[-1].address)
+
+            ctx.restart = restart
             _drive(
                 ctx=ctx,
                 driver=driver,
@@ -257,7 +213,7 @@ def run_scenario(name: str, fault: Fault, scale: Scale) -> Result:
                 removals=removals,
                 monitor=monitor,
             )
-            monitor.failed.update(ctx.removed)
+            result.failures_counted = sum(s.runtime.backend.failed_executors for s in sidecars)
         _check(sim=sim, bystander=bystander, result=result, removals=removals, monitor=monitor)
     return result
 
@@ -279,6 +235,9 @@ def _properties(sim: KubeSim, scale: Scale) -> dict[str, str]:
             "spark.kubernetes.allocation.batch.delay": "200ms",
             "spark.kubernetes.executor.eventProcessingInterval": "100ms",
             "spark.kubernetes.executor.apiPollingInterval": "2s",
+            # The suite checks the static limit's bound: burst + qps in any second.
+            "execpods.kubernetes.api.ratePolicy": "static",
+            "spark.kubernetes.executor.deletedExecutorsCacheTimeout": CACHE_TIMEOUT,
             "execpods.kubernetes.api.qps": str(QPS),
             "execpods.kubernetes.api.burst": str(BURST),
             "execpods.kubernetes.backoffMax": "5s",
@@ -296,7 +255,8 @@ def _drive(
     monitor: Monitor,
 ) -> None:
     """Reach the target, inject the fault while the driver asks for twice as many (or what the
-    fault sets), end it, and time how long the new target took from the fault's start."""
+    fault sets), end it, time how long the new target took from the fault's start, and give the
+    driver's stream a while to hear of every executor lost."""
     sim, scale = ctx.sim, ctx.scale
     stream = driver.stream_snapshots()
     threading.Thread(target=_read_removals, args=(stream, removals), daemon=True).start()
@@ -315,7 +275,8 @@ def _drive(
         result.seconds = time.monotonic() - started
         result.peak_rate = sim.peak_request_rate(1.0)
         monitor.sample()
-        expected = monitor.failed | ctx.removed
+        monitor.lost.update(ctx.removed)
+        expected = set(monitor.lost)
         wait_until(lambda: all(removals[i] for i in expected), 10.0)
     finally:
         stream.cancel()
@@ -330,32 +291,29 @@ def _check(
     monitor: Monitor,
 ) -> None:
     """The checks after shutdown (the sidecar has stopped and deleted what it owned)."""
-    result.rate_ok = result.peak_rate <= QPS + BURST
-    result.ids_once = all(len(uids) == 1 for uids in monitor.uids.values())
+    result.ids_reused = sum(1 for uids in monitor.uids.values() if len(uids) > 1)
+    result.pods_failed = len(monitor.failed)
+    result.removals_max = max(removals.values(), default=0)
+    result.removed = len(removals)
+    unreported = sorted(monitor.lost - set(removals))
+    result.unreported = len(unreported)
     twice = sorted(i for i, n in removals.items() if n > 1)
-    unreported = sorted(monitor.failed - set(removals))
-    result.lost_once = not twice and not unreported
     if twice or unreported:
         result.notes.append(f"reported twice {twice}, never {unreported}")
-    wait_until(lambda: not _app_pods(sim), 10.0)
-    left = _app_pods(sim)
+    if result.ids_reused:
+        reused = sorted(i for i, uids in monitor.uids.items() if len(uids) > 1)
+        result.notes.append(f"ids held by two pods: {reused}")
+    wait_until(lambda: not app_pods(sim), 10.0)
+    left = [p["metadata"]["name"] for p in app_pods(sim)]
+    result.leaked = len(left)
     other = sim.pod(BYSTANDER)
-    result.clean = (
-        not left
-        and other is not None
+    result.bystander_ok = (
+        other is not None
         and other["metadata"]["uid"] == bystander["metadata"]["uid"]
         and not other["metadata"].get("deletionTimestamp")
     )
-    if not result.clean:
-        result.notes.append(f"left {left}")
-
-
-def _app_pods(sim: KubeSim) -> list[str]:
-    return [
-        p["metadata"]["name"]
-        for p in sim.pods()
-        if p["metadata"].get("labels", {}).get("spark-app-selector") == APP_ID
-    ]
+    if left or not result.bystander_ok:
+        result.notes.append(f"left {left}, bystander untouched: {result.bystander_ok}")
 
 
 def _read_removals(stream: object, removals: collections.Counter[int]) -> None:
@@ -369,16 +327,20 @@ def _read_removals(stream: object, removals: collections.Counter[int]) -> None:
 
 def table(results: Sequence[Result]) -> str:
     head = (
-        "| scenario | target again | took (s) | after the fault (s) | ids once | lost once "
-        "| peak req/s | clean |"
+        "| scenario | target again | took (s) | after the fault (s) | ids reused "
+        "| failures counted (pods failed) | removals per executor (max; lost unreported) "
+        "| peak req/s | pods leaked |"
     )
-    rule = "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     rows = [head, rule]
     for r in results:
         rows.append(
             f"| {r.name} | {_yes(r.recovered)} | {r.seconds:.1f} | "
-            f"{max(0.0, r.seconds - r.fault):.1f} | {_yes(r.ids_once)} | "
-            f"{_yes(r.lost_once)} | {r.peak_rate:.0f} (limit {QPS + BURST}) | {_yes(r.clean)} |"
+            f"{max(0.0, r.seconds - r.fault):.1f} | {r.ids_reused} | "
+            f"{r.failures_counted} ({r.pods_failed}) | "
+            f"{r.removals_max} ({r.removed} executors); {r.unreported} | "
+            f"{r.peak_rate:.0f} (limit {QPS + BURST}) | "
+            f"{r.leaked}{'' if r.bystander_ok else ' (bystander touched)'} |"
         )
     return "\n".join(rows)
 
@@ -392,7 +354,7 @@ def run(names: Sequence[str], scale: Scale) -> list[Result]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--soak", action="store_true", help="30 s faults, a larger target")
     parser.add_argument("--only", default="", help="comma-separated scenario names")
     args = parser.parse_args(argv)

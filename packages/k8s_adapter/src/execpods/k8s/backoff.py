@@ -24,10 +24,13 @@ RETRY_AFTER_CAP = 300.0
 
 
 class Waiter(Protocol):
-    """Waits that end early when the owner stops."""
+    """Waits that end early when the owner stops, or when something tells them to wake."""
 
     def wait(self, seconds: float) -> bool:
         """Wait up to `seconds`; True when stopped (at once, or during the wait)."""
+
+    def wake(self) -> None:
+        """End the current wait (or, if none runs, the next one) early, without stopping."""
 
     def stop(self) -> None:
         """End every current and future wait at once."""
@@ -37,20 +40,32 @@ class Waiter(Protocol):
 
 
 class EventWaiter:
-    """The real-time `Waiter`, on a `threading.Event`."""
+    """The real-time `Waiter`, on a `threading.Condition`."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._woken = False
 
     def wait(self, seconds: float) -> bool:
-        return self._event.wait(max(0.0, seconds))
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopped or self._woken, max(0.0, seconds))
+            self._woken = False
+            return self._stopped
+
+    def wake(self) -> None:
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
 
     def stop(self) -> None:
-        self._event.set()
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
 
     @property
     def stopped(self) -> bool:
-        return self._event.is_set()
+        return self._stopped
 
 
 @dataclass(slots=True, kw_only=True)
@@ -77,6 +92,17 @@ class Backoff:
         self.attempts = 0
 
 
+class ApiHeldBack(ApiThrottled):
+    """A call the `ApiBackoffGate` did not send: the server asked us to wait (a 429), or is
+    failing (5xx, refused connections). The core treats both alike (an unsent call, retried after
+    `retry_after`); `outage` tells a caller that reports it which it was, so a driver hears
+    UNAVAILABLE during an outage rather than a quota's RESOURCE_EXHAUSTED."""
+
+    def __init__(self, message: str, *, retry_after: float, outage: bool) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.outage = outage
+
+
 class ApiBackoffGate:
     """One back-off shared by every API call: what makes every path honour the server.
 
@@ -85,7 +111,8 @@ class ApiBackoffGate:
     gateway asks this gate before each call: after a 429 nothing is sent until its Retry-After has
     passed; after a 5xx or a connection failure nothing is sent for a jittered, exponentially
     growing delay (`Backoff`); the first call the server answers normally resets it. A call made
-    while the gate is closed fails at once, unsent, as `ApiThrottled` naming the seconds left, so
+    while the gate is closed fails at once, unsent, as `ApiHeldBack` (an `ApiThrottled`) naming
+    the seconds left and whether an outage closed it, so
     callers back off as if the server had said so and the server sees at most one probe per
     delay, however many loops want it.
 
@@ -108,6 +135,8 @@ class ApiBackoffGate:
         self._clock = clock
         self._lock = threading.Lock()
         self._open_at = 0.0
+        self._outage = False  # what closed the gate last: a failing server, or a 429
+        self._listeners: list[Callable[[], None]] = []
         self.refused = 0
         """Calls failed locally, unsent, because the gate was closed (for tests and metrics)."""
 
@@ -117,15 +146,18 @@ class ApiBackoffGate:
             return max(0.0, self._open_at - self._clock())
 
     def check(self, what: str) -> None:
-        """Raise `ApiThrottled` (unsent) while the gate is closed."""
+        """Raise `ApiHeldBack` (unsent) while the gate is closed."""
         with self._lock:
             left = self._open_at - self._clock()
             if left <= 0:
                 return
             self.refused += 1
-        raise ApiThrottled(
-            f"{what} was not sent: backing off for {left:.2f}s more after API failures",
+            outage = self._outage
+        cause = "API failures" if outage else "the API throttled us (429)"
+        raise ApiHeldBack(
+            f"{what} was not sent: backing off for {left:.2f}s more after {cause}",
             retry_after=left,
+            outage=outage,
         )
 
     def failed(self, error: PodOperationError) -> float:
@@ -149,9 +181,22 @@ class ApiBackoffGate:
                 return self._open_at - now
             delay = self._backoff.next_delay(retry_after)
             self._open_at = now + delay
+            self._outage = isinstance(error, ApiUnavailable)
             return delay
 
     def succeeded(self) -> None:
-        """The server answered normally: the next failure starts the back-off afresh."""
+        """The server answered normally: the next failure starts the back-off afresh, and the
+        listeners hear of a recovery (the first normal answer after failures)."""
         with self._lock:
+            recovered = self._backoff.attempts > 0
             self._backoff.reset()
+            listeners = list(self._listeners) if recovered else []
+        for listener in listeners:
+            listener()
+
+    def on_recovery(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (on the calling thread, quickly) whenever a call succeeds after
+        failures: the watch cuts its retry wait short then (a loop waiting out its own back-off
+        would otherwise sleep through the recovery)."""
+        with self._lock:
+            self._listeners.append(listener)

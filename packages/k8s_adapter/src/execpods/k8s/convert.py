@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 from execpods.core import (
-    INT64_MAX,
     SPARK_LABELS,
     ContainerRunning,
     ContainerState,
@@ -27,7 +26,7 @@ from execpods.core import (
     ContainerWaiting,
     ExecutorPod,
 )
-from execpods.k8s.clienttypes import KubernetesApiClient
+from execpods.core.labels import parse_executor_id
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +72,9 @@ def _int(value: object, field_name: str, default: int | None = None) -> int:
     raise MalformedPod(f"{field_name} is not an integer: {value!r}")
 
 
-def _beyond_int64(digits: str) -> bool:
-    """Whether a decimal string is above int64 (by length first: int() refuses 4,300+ digits)."""
-    significant = digits.lstrip("0") or "0"
-    return len(significant) > len(str(INT64_MAX)) or int(significant) > INT64_MAX
-
-
-def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
-    """The labels, checked; `ExecutorPod` makes its own read-only copy, so none is made here.
+def _labels(value: object, executor_id_label: str) -> tuple[Mapping[str, str], int | None]:
+    """The labels, checked, and the executor id they carry (parsed here, once, for everyone
+    after); `ExecutorPod` makes its own read-only copy of the labels, so none is made here.
 
     An executor id label beyond int64 is a valid label value but no executor id the contract can
     carry (protobuf would refuse it on every stream): such a pod is malformed.
@@ -90,17 +84,18 @@ def _labels(value: object, executor_id_label: str) -> Mapping[str, str]:
         if not isinstance(label, str):
             raise MalformedPod(f"label {key!r} is not a string: {label!r}")
     raw_id = labels.get(executor_id_label)
+    executor_id = parse_executor_id(raw_id)
     if (
-        raw_id is not None
-        and len(raw_id) >= 19  # shorter decimal ids always fit: cheap on the hot path
+        executor_id is None
+        and raw_id is not None
         and raw_id.isascii()
         and raw_id.isdigit()
-        and _beyond_int64(raw_id)
+        and raw_id[0] != "0"  # leading zeros: the core's label parser skips such a pod (issue 20)
     ):
         raise MalformedPod(
             f"label {executor_id_label}={raw_id[:40]!r} is beyond 64 bits: not an executor id"
         )
-    return labels
+    return labels, executor_id
 
 
 # The container helpers name fields relative to their container (".image"): the full path is
@@ -177,10 +172,12 @@ def pod_from_dict_strict(
     spec = _mapping(pod.get("spec"), "spec")
     status = _mapping(pod.get("status"), "status")
     namespace = _opt_str(metadata.get("namespace"), "metadata.namespace")
+    labels, executor_id = _labels(metadata.get("labels"), executor_id_label)
     return ExecutorPod(
         name=name,
         namespace=namespace or "default",
-        labels=_labels(metadata.get("labels"), executor_id_label),
+        labels=labels,
+        executor_id=executor_id,
         uid=_opt_str(metadata.get("uid"), "metadata.uid"),
         phase=_opt_str(status.get("phase"), "status.phase"),
         reason=_opt_str(status.get("reason"), "status.reason"),
@@ -278,9 +275,3 @@ def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:
     except orjson.JSONDecodeError as error:
         raise MalformedPod(f"the pod list is not JSON: {error}") from None
     return pods_from_list(parsed)
-
-
-def pod_from_model(model: object, api_client: KubernetesApiClient) -> ExecutorPod | None:
-    """The client-model path (`V1Pod` -> ExecutorPod), kept only for the benchmark comparison."""
-    raw: object = api_client.sanitize_for_serialization(model)
-    return pod_from_dict(raw)

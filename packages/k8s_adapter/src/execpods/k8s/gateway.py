@@ -3,7 +3,9 @@
 Every call is made with `_preload_content=False`, so the client never builds its (slow) models: the
 caller gets the urllib3 response and parses the bytes with orjson. Every call gets a timeout, and
 every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`). With a
-`rate_limiter`, every call first takes a token from it (`ratelimit.py`). With a `backoff` gate,
+`rate_limiter`, every call first takes a start from it, and the limiter hears every answer (the
+static token bucket of `ratelimit.py` ignores them; the adaptive one of `congestion.py` learns its
+rate from them). With a `backoff` gate,
 no call is sent while the server's last 429 Retry-After or a 5xx back-off runs (`backoff.py`).
 
 The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
@@ -20,14 +22,14 @@ from functools import partial
 from typing import cast
 
 import orjson
-from execpods.core import ApiUnavailable, PodOperationError
+from execpods.core import ApiThrottled, ApiUnavailable, PodOperationError
 from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
-from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.ratelimit import RateLimiter
 from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
-from kubernetes.client import V1Pod
+from kubernetes.client import V1ConfigMap, V1Pod
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -61,7 +63,7 @@ class ApiGateway:
         namespace: str,
         request_timeout: float = 30.0,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        rate_limiter: TokenBucket | None = None,
+        rate_limiter: RateLimiter | None = None,
         backoff: ApiBackoffGate | None = None,
         telemetry: ApiCallListener | None = None,
     ) -> None:
@@ -76,6 +78,9 @@ class ApiGateway:
             core.patch_namespaced_pod: "patch",
             core.delete_namespaced_pod: "delete",
             core.delete_collection_namespaced_pod: "deletecollection",
+            core.read_namespaced_config_map: "get",
+            core.create_namespaced_config_map: "create",
+            core.patch_namespaced_config_map: "patch",
         }
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -128,9 +133,11 @@ class ApiGateway:
 
     def delete_pod(
         self, name: str, *, grace_period_seconds: int | None = None, dry_run: bool = False
-    ) -> None:
-        """DELETE one pod (with the pod's own grace period unless one is given)."""
-        self._bytes(
+    ) -> object:
+        """DELETE one pod (with the pod's own grace period unless one is given); the answer's
+        JSON (the pod as deleted), or None when it is not JSON: the pod was deleted all the
+        same."""
+        data = self._bytes(
             f"delete pod {name}",
             partial(
                 self._core.delete_namespaced_pod,
@@ -140,6 +147,10 @@ class ApiGateway:
                 dry_run=_dry(dry_run),
             ),
         )
+        try:
+            return orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return None
 
     def delete_pods(
         self,
@@ -238,6 +249,52 @@ class ApiGateway:
             timeout=(self.connect_timeout, read_timeout),
         )
 
+    # --- the id ledger's ConfigMap (see ledger.py) ----------------------------------------
+
+    def read_config_map(self, name: str) -> object:
+        """One ConfigMap's JSON; raises `PodNotFound` (the core's 404) when there is none."""
+        return self._json(
+            f"get configmap {name}",
+            partial(self._core.read_namespaced_config_map, name, self.namespace),
+        )
+
+    def create_config_map(
+        self, name: str, manifest: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """POST a ConfigMap; its JSON as stored (409 `PodConflict` when it exists)."""
+        return self._json(
+            f"create configmap {name}",
+            partial(
+                self._core.create_namespaced_config_map,
+                self.namespace,
+                cast(V1ConfigMap, dict(manifest)),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_config_map(
+        self, name: str, patch: Mapping[str, object], *, dry_run: bool = False
+    ) -> object:
+        """A merge patch of one ConfigMap (a `metadata.resourceVersion` in it is a
+        precondition: 409 `PodConflict` when another writer came first); its JSON."""
+        return self._json(
+            f"patch configmap {name}",
+            partial(
+                self._core.patch_namespaced_config_map,
+                name,
+                self.namespace,
+                dict(patch),
+                dry_run=_dry(dry_run),
+            ),
+        )
+
+    def patch_pod_json(self, name: str, patch: Mapping[str, object], *, what: str) -> object:
+        """A strategic merge patch of one pod; the pod's JSON as stored."""
+        return self._json(
+            f"{what} of pod {name}",
+            partial(self._core.patch_namespaced_pod, name, self.namespace, dict(patch)),
+        )
+
     # --- the machinery -----------------------------------------------------------------------
 
     def _verb_of(self, call: Callable[..., object]) -> str:
@@ -255,31 +312,45 @@ class ApiGateway:
         gate = self.backoff
         if gate is not None:
             gate.check(what)  # unsent while the server asked us to wait
-        if self.rate_limiter is not None:
-            self.rate_limiter.acquire()  # every call, watches included, takes a token first
+        limiter = self.rate_limiter
+        # Every call, watches included, waits for its start first.
+        waited = limiter.acquire() if limiter is not None else 0.0
+        verb = self._verb_of(call)
         started = time.perf_counter()
         outcome = SUCCESS
+        code = 200
+        retry_after: float | None = None
         try:
             with _typed_errors(what):
                 response = call(
                     _preload_content=False,
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 )
+            code = cast(BaseHTTPResponse, response).status
         except PodOperationError as error:
             outcome = type(error).__name__
+            code = error.status or 0
+            if isinstance(error, ApiThrottled):
+                retry_after = error.retry_after
             if gate is not None:
                 gate.failed(error)
             raise
         except Exception as error:
             outcome = type(error).__name__
+            code = -1  # not an answer: a bug or an interrupt, nothing to learn from
             raise
         finally:
+            seconds = time.perf_counter() - started
+            if limiter is not None and verb != "watch" and code >= 0:
+                limiter.answered(verb=verb, seconds=seconds, status=code, retry_after=retry_after)
             if self._telemetry is not None:
                 self._telemetry(
                     ApiCall(
-                        verb=self._verb_of(call),
+                        verb=verb,
                         outcome=outcome,
-                        seconds=time.perf_counter() - started,
+                        seconds=seconds,
+                        code=max(code, 0),
+                        waited=waited,
                     )
                 )
         if gate is not None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 
 from execpods.core import SPARK_LABELS, ExecutorPod, PodManifest, PodNotFound, PodSelector
 from execpods.k8s.convert import pod_page
@@ -27,6 +28,40 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 500
 """Pods a list page holds by default (client-go's reflector and kubectl use 500 too)."""
+DELETED_UIDS_KEPT = 65_536
+"""How many deleted pods' uids are remembered (about 6 MiB at most), so a pod deleted again (a
+kill of a terminating executor, the shutdown's delete of pods a kill already deleted, a pod a
+finalizer holds) is not counted again."""
+
+
+class _RecentUids:
+    """A bounded set of uids, forgetting the oldest first."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._uids: dict[str, None] = {}
+        self._lock = threading.Lock()
+
+    def first_time(self, uids: Iterable[str | None]) -> int:
+        """How many of `uids` were not seen before (a missing uid counts: it cannot be told);
+        remembers them."""
+        new = 0
+        with self._lock:
+            for uid in uids:
+                if uid is None:
+                    new += 1
+                elif uid not in self._uids:
+                    new += 1
+                    self._uids[uid] = None
+                    if len(self._uids) > self._limit:
+                        del self._uids[next(iter(self._uids))]
+        return new
+
+
+def _uid_of(item: object) -> str | None:
+    metadata = item.get("metadata") if isinstance(item, dict) else None
+    uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    return uid if isinstance(uid, str) and uid else None
 
 
 def _name_of(manifest: PodManifest) -> str:
@@ -54,6 +89,7 @@ class KubernetesPodOperations:
         self._gateway = gateway
         self._executor_id_label = executor_id_label
         self._page_size = page_size
+        self._deleted = _RecentUids(DELETED_UIDS_KEPT)
 
     @property
     def namespace(self) -> str:
@@ -69,10 +105,17 @@ class KubernetesPodOperations:
         logger.debug("Created pod %s in namespace %s.", name, self.namespace)
 
     def delete(self, name: str) -> None:
+        self.delete_counted(name)
+
+    def delete_counted(self, name: str) -> int:
+        """Delete one pod; 1 when this deleted it, 0 when it was gone or an earlier call of
+        this process had deleted it already (it is still terminating, or a finalizer holds it)."""
         try:
-            self._gateway.delete_pod(name)
+            body = self._gateway.delete_pod(name)
         except PodNotFound:
             logger.debug("Pod %s was already gone when deleted.", name)
+            return 0
+        return self._deleted.first_time([_uid_of(body)])
 
     def delete_by_selector(
         self, selector: PodSelector, *, grace_period_seconds: int | None = None
@@ -88,8 +131,13 @@ class KubernetesPodOperations:
         )
         # A real server answers with the list of deleted pods, although the client types a Status.
         items = body.get("items") if isinstance(body, dict) else None
-        count = len(items) if isinstance(items, list) else 0
-        logger.debug("Deleted %d pods matching %r.", count, label_selector)
+        if not isinstance(items, list):
+            return 0
+        # Pods already deleted by an earlier call (terminating ones match again) count once.
+        count = self._deleted.first_time(_uid_of(item) for item in items)
+        logger.debug(
+            "Deleted %d pods matching %r (%d answered).", count, label_selector, len(items)
+        )
         return count
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
@@ -149,6 +197,30 @@ class KubernetesPodOperations:
     def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""
         self._gateway.patch_pod(name, {"metadata": {"labels": dict(labels)}}, what="patch labels")
+
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations of one pod with a strategic merge patch."""
+        self._gateway.patch_pod(
+            name, {"metadata": {"annotations": dict(annotations)}}, what="patch annotations"
+        )
+
+    def is_ready(self, name: str, *, container: str | None = None) -> bool:
+        """Whether pod `name` has condition Ready=True (fabric8's `waitUntilReady` test, which
+        Spark waits on for the driver), or, when `container` is named, that container is ready
+        (a driver pod with the sidecar in it is Ready only once the sidecar is too). Raises
+        `PodNotFound` when the pod is gone."""
+        status = self.get(name).get("status")
+        if not isinstance(status, dict):
+            return False
+        if any(
+            isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        ):
+            return True
+        return container is not None and any(
+            isinstance(c, dict) and c.get("name") == container and c.get("ready") is True
+            for c in status.get("containerStatuses") or ()
+        )
 
     def get(self, name: str) -> dict[str, object]:
         """One pod's raw JSON; raises `PodNotFound`."""

@@ -13,7 +13,9 @@ loop does what Kubernetes controllers do instead:
    back to 1, as client-go's reflector does;
 5. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
    and resume from the latest version. The back-off resets as soon as a list or a watch is
-   answered, so an outage long past does not slow the recovery from the next dropped connection.
+   answered, so an outage long past does not slow the recovery from the next dropped connection;
+   and a retry wait ends early once any other API call succeeds again (the gateway's back-off
+   gate tells of the recovery), so the watch does not sleep through the end of an outage.
 
 It uses its own loop over the raw response rather than `kubernetes.watch.Watch`, whose reconnects
 can spin in a tight loop and which deserialises every event into client models (slow). Any failure
@@ -71,6 +73,8 @@ class WatchStats:
     expired: int = 0
     too_large: int = 0
     failures: int = 0
+    recoveries: int = 0
+    """Retry waits cut short because another API call succeeded again."""
 
 
 def iter_lines(response: BaseHTTPResponse) -> Iterator[bytes]:
@@ -144,6 +148,10 @@ class WatchSource:
         self._thread: threading.Thread | None = None
         self._started = False
         self._resource_version: str | None = None
+        self._failing = False  # between a failed list/watch and the next one answered
+        gate = self._gateway.backoff
+        if gate is not None:
+            gate.on_recovery(self._api_recovered)
         self.stats = WatchStats()
 
     @property
@@ -179,6 +187,14 @@ class WatchSource:
             if thread.is_alive():
                 logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
 
+    def _api_recovered(self) -> None:
+        """Another call succeeded after failures: a retry wait of a failing watch ends now.
+
+        The watch's own answers do not count (they end its failing state themselves)."""
+        if self._failing and threading.current_thread() is not self._thread:
+            self.stats.recoveries += 1
+            self._waiter.wake()
+
     def _run(self, selector: str) -> None:
         expired_streak = 0
         while not self._waiter.stopped:
@@ -206,14 +222,17 @@ class WatchSource:
                     # A fresh list's version expiring again: do not re-list in a tight loop.
                     delay = self._relist_backoff.next_delay()
             except ApiThrottled as error:
+                self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay(error.retry_after)
                 logger.warning("Watch throttled (%s); retrying in %.2fs.", error, delay)
             except PodOperationError as error:
+                self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay()
                 logger.warning("Watch failed (%s); retrying in %.2fs.", error, delay)
             except Exception:
+                self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay()
                 logger.exception("Watch loop error; retrying in %.2fs.", delay)
@@ -224,6 +243,7 @@ class WatchSource:
     def _list(self, selector: str) -> None:
         self.stats.lists += 1
         pods, version = self._operations.list_with_version(selector)
+        self._failing = False
         self._backoff.reset()
         self._store.replace_snapshot(pods)
         self._resource_version = version or None
@@ -243,6 +263,7 @@ class WatchSource:
         self.stats.watches += 1
         started = self._clock.monotonic()
         response = self._open(selector)
+        self._failing = False
         with self._lock:
             self._response = response
         if self._waiter.stopped:

@@ -16,14 +16,20 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from execpods.kubesim.affinity import fits_node
+from execpods.kubesim.apf import ApfConfig, FairQueues
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
+from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
 from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
 from execpods.kubesim.control import make_control
+from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
+from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -54,8 +60,11 @@ class KubeSim:
         websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
+        apf: ApfConfig | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
+        #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
+        self.apf = FairQueues(apf)
         self.deterministic = deterministic
         self.clock: Clock = VirtualClock() if deterministic else RealClock()
         self.store = PodStore(event_window=event_window)
@@ -79,9 +88,17 @@ class KubeSim:
             )
             for k in KINDS
         }
+        self.cluster.mounts = VolumeMounts(
+            objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
+        )
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
+        #: Claims' phases and pods waiting for their claims (`claims.py`).
+        self.claim_binding = ClaimBinding(
+            claims=self.object_apis["persistentvolumeclaims"], pods=self.store, cluster=self.cluster
+        )
+        self.cluster.node_filters.append(fits_node)
         self._websocket_watch = websocket_watch
         if rbac is not None:
             self.enable_rbac(rbac)
@@ -119,6 +136,7 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
+            apf=self.apf,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -311,9 +329,14 @@ class KubeSim:
         """OOMKilled, exit code 137."""
         return self._must(self.cluster.oom_kill(namespace, name), name)
 
-    def evict(self, name: str, namespace: str = "default", *, message: str = "") -> Pod:
-        """Fail the pod with reason ``Evicted``, whatever its restart policy."""
-        return self._must(self.cluster.evict(namespace, name, message), name)
+    def evict(
+        self, name: str, namespace: str = "default", *, message: str = "", cause: str = "Evicted"
+    ) -> Pod:
+        """Disrupt the pod as Kubernetes does (see `execpods.kubesim.disruptions`): condition
+        ``DisruptionTarget`` with the cause's reason, then ``Evicted`` (the kubelet: the pod
+        fails with reason ``Evicted``, whatever its restart policy), or ``Preempted``,
+        ``DeletionByTaintManager`` or ``EvictionByEvictionAPI`` (a graceful delete)."""
+        return as_pod(copy_obj(disrupt(self.cluster, namespace, name, cause, message)))
 
     def lose_node(self, node: str) -> list[Pod]:
         """The node goes away; its pods fail with reason ``NodeLost``."""
@@ -327,6 +350,14 @@ class KubeSim:
 
     def nodes(self) -> list[NodeInfo]:
         return self.cluster.nodes()
+
+    def crash_pods_on(self, node: str, *, crashing: bool = True) -> None:
+        """Make ``node`` a bad node: every pod its kubelet starts from now on fails at once with
+        exit code 1 (``crashing=False`` heals it)."""
+        if crashing:
+            self.cluster.crashing_nodes.add(node)
+        else:
+            self.cluster.crashing_nodes.discard(node)
 
     def pause_kubelet(self) -> None:
         """Hold back every kubelet action (starts, exits, graceful-deletion finishes)."""
@@ -425,6 +456,22 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def configure_apf(self, config: ApfConfig) -> None:
+        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
+        self.apf.configure(config)
+
+    def deny_deletes(
+        self,
+        labels: Mapping[str, str],
+        *,
+        code: int = 403,
+        message: str = "",
+        count: int | None = None,
+    ) -> None:
+        """Deny deletes of the pods whose labels include ``labels``, as an admission webhook
+        (403) or a policy (400, 422) would, until the faults are cleared (or ``count`` times)."""
+        self.faults.deny_deletes(labels, code=code, message=message, count=count)
+
     def clear_faults(self) -> None:
         """Disarm every fault, the periodic watch drops included."""
         self.faults.clear()
@@ -503,6 +550,7 @@ class KubeSim:
                 "distribution": self.config.start_distribution,
             },
             "createRate": self.create_limit.state(),
+            "apf": self.apf.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

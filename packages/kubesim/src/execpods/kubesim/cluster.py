@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.limits import Distribution, check_latency, sample_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.pods import TERMINAL_PHASES, rfc3339
 from execpods.kubesim.podstatus import (
     Termination,
     condition,
+    container_creating,
     image_pull_failed,
     running,
     terminated,
@@ -109,6 +111,15 @@ class Cluster:
         self._paused = False
         self._deferred: list[Callable[[], object]] = []
         self._ip = 0
+        #: The kubelet's Secret and ConfigMap mounts (set by KubeSim, which serves those objects).
+        self.mounts: VolumeMounts | None = None
+        #: Why a pod cannot be scheduled yet (a claim it names does not exist), or None: kubesim's
+        #: volume binding registers one (`claims.py`).
+        self.schedule_checks: list[Callable[[Obj], str | None]] = []
+        #: Whether a pod may go to a node (required node affinity, `affinity.py`).
+        self.node_filters: list[Callable[[Obj, str], bool]] = []
+        #: Nodes whose kubelet fails every pod it starts (exit code 1): a bad node.
+        self.crashing_nodes: set[str] = set()
         store.add_listener(self._on_event)
 
     # -- helpers -------------------------------------------------------------------------------
@@ -188,11 +199,13 @@ class Cluster:
 
     # -- scheduler -----------------------------------------------------------------------------
 
-    def _pick_node(self) -> str | None:
+    def _pick_node(self, pod: Obj | None = None) -> str | None:
         best: tuple[int, str] | None = None
         for name, ready in self._nodes.items():
             used = len(self._bound[name])
-            if ready and used < self.config.pods_per_node and (best is None or (used, name) < best):
+            fits = pod is None or all(allowed(pod, name) for allowed in self.node_filters)
+            better = best is None or (used, name) < best
+            if ready and fits and used < self.config.pods_per_node and better:
                 best = (used, name)
         return None if best is None else best[1]
 
@@ -203,13 +216,15 @@ class Cluster:
                 return
             if pod["metadata"].get("deletionTimestamp") or pod["spec"].get("nodeName"):
                 return
-            node = self._pick_node()
+            waiting = next(filter(None, (check(pod) for check in self.schedule_checks)), None)
+            node = None if waiting else self._pick_node(pod)
             if node is None:
                 self._unschedulable[key] = uid
                 ready = sum(1 for r in self._nodes.values() if r)
-                msg = (
+                msg = waiting or (
                     f"0/{len(self._nodes)} nodes are available: {ready} Too many pods, "
-                    f"{len(self._nodes) - ready} node(s) were unreachable."
+                    f"{len(self._nodes) - ready} node(s) were unreachable or did not match "
+                    "the pod's node affinity."
                 )
 
                 def unschedulable(p: Obj) -> Obj:
@@ -254,6 +269,11 @@ class Cluster:
                     return
             self._schedule(key, uid)
 
+    def retry_unschedulable(self) -> None:
+        """Give every waiting pod another try soon (something it waited for may exist now)."""
+        with self._lock:
+            self._retry_unschedulable_soon()
+
     # -- kubelet -------------------------------------------------------------------------------
 
     def _plan_start(self, key: Key, uid: str, delay: float | None = None) -> None:
@@ -277,12 +297,21 @@ class Cluster:
             return
         if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
             return
+        if self.mounts is not None and (problem := self.mounts.problem(pod)) is not None:
+            if not pod.get("status", {}).get("containerStatuses"):
+                self._update(key, uid, lambda p: container_creating(p, self._now()))
+            self._plan_start(key, uid, delay=self.mounts.failed(pod, problem))
+            return
         annotations = pod["metadata"].get("annotations") or {}
         images = {c.get("image") for c in pod["spec"]["containers"]}
         if annotations.get(ANNOTATION_PREFIX + "image-pull-failure") == "true" or images & set(
             self.config.image_pull_failures
         ):
             self._update(key, uid, lambda p: image_pull_failed(p, self._now()))
+            return
+        if pod["spec"].get("nodeName") in self.crashing_nodes:
+            message = "the node's kubelet fails every pod (kubesim bad node)"
+            self.terminate(*key, exit_code=1, reason="Error", message=message, uid=uid)
             return
         with self._lock:
             self._ip += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter, deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 
 from execpods.kubesim.clock import Clock
@@ -82,6 +82,17 @@ class RequestLog:
             self._verbs.clear()
 
 
+@dataclass(slots=True, kw_only=True)
+class _DeleteDenial:
+    """Deletes of pods whose labels include `labels` fail with `code` (`count` more times, or
+    for ever when None), as an admission webhook or a ValidatingAdmissionPolicy denies them."""
+
+    labels: dict[str, str]
+    code: int
+    message: str
+    count: int | None
+
+
 class Faults:
     """The currently armed faults; the server consults it on every API request."""
 
@@ -105,6 +116,7 @@ class Faults:
             self._reject_code = 0
             self._reject_count = 0
             self._reject_message = ""
+            self._deny_deletes: list[_DeleteDenial] = []
 
     @property
     def latency(self) -> float:
@@ -179,6 +191,49 @@ class Faults:
             self._reject_code = code
             self._reject_count = count
             self._reject_message = message
+
+    def deny_deletes(
+        self,
+        labels: Mapping[str, str],
+        *,
+        code: int = 403,
+        message: str = "",
+        count: int | None = None,
+    ) -> None:
+        """Deny deletes of the pods whose labels include ``labels`` (all pods with ``{}``): 403
+        as an admission webhook denies them, 400 or 422 as a policy may; the next ``count`` such
+        deletes, or every one until the faults are cleared. A deletecollection deletes the
+        other matches and then fails with the denial, as the API server's does."""
+        if code not in (400, 403, 422):
+            raise ValueError("deny_deletes takes 400, 403 or 422")
+        with self._lock:
+            self._deny_deletes.append(
+                _DeleteDenial(labels=dict(labels), code=code, message=message, count=count)
+            )
+
+    def check_delete(self, name: str, labels: Mapping[str, str]) -> None:
+        """Raise the denial armed for deleting this pod, if any."""
+        with self._lock:
+            for rule in self._deny_deletes:
+                if rule.count == 0 or any(labels.get(k) != v for k, v in rule.labels.items()):
+                    continue
+                if rule.count is not None:
+                    rule.count -= 1
+                code, message = rule.code, rule.message
+                break
+            else:
+                return
+        text = message or "deleting executor pods is not allowed by policy"
+        if code == 403:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'admission webhook "deny-delete.kubesim.execpods.io" denied the request: {text}',
+                name=name,
+            )
+        if code == 422:
+            raise ApiError(422, "Invalid", f'pods "{name}" is invalid: {text}', name=name)
+        raise ApiError(400, "BadRequest", f'pods "{name}" cannot be deleted: {text}', name=name)
 
     def check_request(self) -> None:
         """Raise the error an armed throttle or outage imposes on this request, if any."""

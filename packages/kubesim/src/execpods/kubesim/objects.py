@@ -13,6 +13,7 @@ import random
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,9 @@ class Kind:
     short_names: tuple[str, ...] = ()
     #: Services' names must be DNS-1035 labels (they become DNS names); others are subdomains.
     dns_label_name: bool = False
+    #: A DELETE answers the deleted object (the kind's registry sets `ReturnDeletedObject`, as
+    #: for pods, Services and PersistentVolumeClaims); otherwise a Success Status.
+    returns_deleted_object: bool = False
 
     def discovery(self) -> Obj:
         entry: Obj = {
@@ -66,14 +70,18 @@ KINDS: tuple[Kind, ...] = (
         singular="service",
         short_names=("svc",),
         dns_label_name=True,
+        returns_deleted_object=True,
     ),
     Kind(
         plural="persistentvolumeclaims",
         kind="PersistentVolumeClaim",
         singular="persistentvolumeclaim",
         short_names=("pvc",),
+        returns_deleted_object=True,
     ),
     Kind(plural="secrets", kind="Secret", singular="secret"),
+    # The kubelet's FailedMount warnings (mounts.py); clients may write events too.
+    Kind(plural="events", kind="Event", singular="event", short_names=("ev",)),
 )
 
 
@@ -117,6 +125,9 @@ class ObjectApi:
         self.faults = Faults(cluster.clock)
         self._lister = _Lister(store=self.store, cluster=cluster, faults=self.faults, log=log)
         self._lister.kind_name = kind.kind
+        #: Fills in what a controller would on create (a claim's binding, `claims.py`); by
+        #: default a claim is bound at once.
+        self.on_create: Callable[[Obj], None] | None = None
 
     # -- what the server's watch needs -----------------------------------------------------------
 
@@ -248,6 +259,8 @@ class ObjectApi:
                     port.setdefault("protocol", "TCP")
                     port.setdefault("targetPort", port.get("port"))
             obj["status"] = {"loadBalancer": {}}
+        elif self.on_create is not None:
+            self.on_create(obj)
         elif self.kind.kind == "PersistentVolumeClaim":
             obj.setdefault("spec", {})["volumeName"] = f"pvc-{obj['metadata']['uid']}"
             obj["status"] = {"phase": "Bound"}
@@ -295,8 +308,9 @@ class ObjectApi:
             lambda old: self._write(old, apply_patch(content_type, old, body), name),
         )
 
-    def delete(self, namespace: str, name: str, options: Any) -> Status:
-        """Remove at once (nothing here has a grace period) and answer a Success Status."""
+    def delete(self, namespace: str, name: str, options: Any) -> Status | Obj:
+        """Remove at once (nothing here has a grace period); answer the deleted object for a
+        kind whose registry returns it, else a Success Status, as the API server does."""
         if not isinstance(options, dict):
             raise ApiError.bad_request("DeleteOptions must be a JSON object")
         obj = self.store.get(namespace, name)
@@ -313,8 +327,11 @@ class ObjectApi:
                     name=name,
                     kind=self.kind.plural,
                 )
-        if self.store.remove(namespace, name, obj["metadata"]["uid"]) is None:
+        removed = self.store.remove(namespace, name, obj["metadata"]["uid"])
+        if removed is None:
             raise ApiError.not_found(name, self.kind.plural)
+        if self.kind.returns_deleted_object:
+            return removed
         return status_body(200, "", "", {"name": name, "kind": self.kind.plural})
 
     def delete_collection(self, namespace: str, query: dict[str, str]) -> Obj:

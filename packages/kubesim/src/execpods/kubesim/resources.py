@@ -25,6 +25,7 @@ from execpods.kubesim.bodies import (
     as_pods,
 )
 from execpods.kubesim.cluster import Cluster
+from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog
 from execpods.kubesim.limits import CreateRateLimit
@@ -461,7 +462,17 @@ class PodApi:
 
     def delete(self, namespace: str, name: str, query: dict[str, str], options: JsonValue) -> Pod:
         grace, pre = self._grace(query, options)
+        pod = self.store.get(namespace, name)
+        self.faults.check_delete(name, pod["metadata"].get("labels") or {})
         return as_pod(self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre))
+
+    def evict(self, namespace: str, name: str, body: JsonValue) -> JsonObject:
+        """The eviction subresource (policy/v1 Eviction; no PodDisruptionBudgets are kept, so
+        every eviction is allowed): a graceful delete marked `DisruptionTarget`."""
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
+            raise ApiError.bad_request("the body of an eviction must be a policy/v1 Eviction")
+        disrupt(self.cluster, namespace, name, "EvictionByEvictionAPI")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
     def delete_collection(
         self, namespace: str, query: dict[str, str], options: JsonValue
@@ -470,8 +481,12 @@ class PodApi:
         grace, _ = self._grace(query, options)
         items, _ = self.store.list(namespace, self.predicate(query))
         deleted = []
+        denied: ApiError | None = None
         for pod in items:
             try:
+                self.faults.check_delete(
+                    pod["metadata"]["name"], pod["metadata"].get("labels") or {}
+                )
                 deleted.append(
                     self.cluster.delete(
                         namespace,
@@ -481,6 +496,10 @@ class PodApi:
                     )
                 )
             except ApiError as err:
-                if err.code not in (404, 409):
+                if err.code in (400, 403, 422) and denied is None:
+                    denied = err  # the others are deleted; the call then fails with it
+                elif err.code not in (404, 409):
                     raise
+        if denied is not None:
+            raise denied
         return _pod_list(deleted, self.store.resource_version)

@@ -23,22 +23,36 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.apf import FairQueues
 from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status)?)?$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+
+
+def check_namespace(method: str, path: str) -> None:
+    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
+    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
+    m = _IN_NAMESPACE.match(path)
+    if m is None or valid_namespace_name(m.group(1)):
+        return
+    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
+        raise ApiError.not_found(m.group(1), "namespaces")
+
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -63,6 +77,7 @@ class ServerContext:
     bookmark_interval: float
     objects: dict[str, ObjectApi] = field(default_factory=dict)
     websocket_watch: bool = True
+    apf: FairQueues | None = None
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
@@ -260,7 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._pending = (method, path, query, verb, started)
         status = 500
         try:
-            status = self._api(method, path, query, body, ctx)
+            with self._seat(ctx, verb):
+                status = self._api(method, path, query, body, ctx)
         except ApiError as err:
             status = err.code
             self._send_error(err)
@@ -270,6 +286,14 @@ class _Handler(BaseHTTPRequestHandler):
             _log.exception("kubesim: internal error serving %s %s", method, self.path)
             self._send_error(ApiError(500, "InternalError", "Internal error occurred in kubesim"))
         self._log_once(status)  # when no answer went out (the client hung up)
+
+    def _seat(self, ctx: ServerContext, verb: str) -> contextlib.AbstractContextManager[float]:
+        """An APF seat for the request (watches and discovery hold none), or a 429."""
+        if ctx.apf is None or not ctx.apf.enabled or verb in ("watch", "discovery"):
+            return contextlib.nullcontext(0.0)
+        # The flow: who is asking (the bearer token), else the client's User-Agent.
+        flow = self.header("Authorization") or self.header("User-Agent") or "anonymous"
+        return ctx.apf.seat(flow)
 
     def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
         try:
@@ -294,6 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
+        check_namespace(method, path)
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
@@ -327,6 +352,11 @@ class _Handler(BaseHTTPRequestHandler):
             namespace, name = None, None
         elif m := _POD.match(path):
             namespace, name, subresource = m.group(1), m.group(2), m.group(3) is not None
+            if m.group(3) == "/eviction":
+                api.faults.check_request()
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+                return self._reply(201, api.evict(m.group(1), m.group(2), self._json(body)))
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:

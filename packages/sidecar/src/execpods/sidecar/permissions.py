@@ -14,6 +14,10 @@ the verb is not granted, while any later answer (404, 422, 200) means it is:
 | create | a server-side dry run (`dryRun=All`) of a pod with no containers (invalid: 422) |
 | deletecollection | dry run, with a selector that matches no pod |
 
+Without a driver pod the executor id ledger is a ConfigMap (`execpods.k8s.ledger`), so its verbs
+are probed too: get and patch (dry run) of a name that cannot exist, and a dry-run create of a
+ConfigMap whose name is invalid (422).
+
 A server that ignores `dryRun` still changes nothing: the names and the selector match no pod and
 the pod to create is invalid. Every verb is probed before the answer: the error names each missing
 verb and the resource, so one fix to the Role covers all. An unreachable API server does not stop
@@ -41,18 +45,27 @@ from execpods.k8s import ApiGateway
 logger = logging.getLogger(__name__)
 
 VERBS = ("get", "list", "watch", "create", "patch", "delete", "deletecollection")
+CONFIG_MAP_VERBS = ("get", "create", "patch")
+"""The verbs the id ledger needs on configmaps when there is no driver pod to annotate."""
 PROBE_LABEL = "execpods.io/permission-probe"
 
 
 class MissingPermissions(ExecpodsError):
-    """The service account may not use some verbs on pods; the message names them."""
+    """The service account may not use some verbs on pods (or on configmaps, for the id
+    ledger); the message names them. `missing` holds "verb" for pods, "verb configmaps" else."""
 
     def __init__(self, namespace: str, missing: dict[str, str]) -> None:
-        verbs = ", ".join(missing)
+        by_resource: dict[str, list[str]] = {}
+        for key in missing:
+            verb, _, resource = key.partition(" ")
+            by_resource.setdefault(resource or "pods", []).append(verb)
+        refused = " and ".join(
+            f"{', '.join(verbs)} on resource {resource}" for resource, verbs in by_resource.items()
+        )
         details = "; ".join(f"{verb}: {message}" for verb, message in missing.items())
         super().__init__(
-            f"the Kubernetes API refused {verbs} on resource pods in namespace {namespace!r}: "
-            f"grant the sidecar's service account these verbs on pods (see deploy/rbac.yaml). "
+            f"the Kubernetes API refused {refused} in namespace {namespace!r}: grant the "
+            f"sidecar's service account these verbs (see deploy/rbac.yaml). "
             f"The API said: {details}"
         )
         self.namespace = namespace
@@ -85,10 +98,26 @@ def _probe_calls(gateway: ApiGateway, selector: str) -> dict[str, Callable[[], o
     }
 
 
-def check_pod_permissions(gateway: ApiGateway, *, selector: str) -> None:
-    """Raise `MissingPermissions` naming every verb on pods the API refuses."""
+def _config_map_probes(gateway: ApiGateway) -> dict[str, Callable[[], object]]:
+    absent = f"execpods-permission-probe-{secrets.token_hex(4)}"
+    invalid = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": absent.upper()}}
+    return {
+        "get configmaps": lambda: gateway.read_config_map(absent),
+        "create configmaps": lambda: gateway.create_config_map(absent, invalid, dry_run=True),
+        "patch configmaps": lambda: gateway.patch_config_map(
+            absent, {"data": {"probe": "x"}}, dry_run=True
+        ),
+    }
+
+
+def check_pod_permissions(gateway: ApiGateway, *, selector: str, config_maps: bool = False) -> None:
+    """Raise `MissingPermissions` naming every verb on pods the API refuses (and, with
+    `config_maps`, every verb the id ledger needs on configmaps)."""
     missing: dict[str, str] = {}
-    for verb, call in _probe_calls(gateway, selector).items():
+    probes = _probe_calls(gateway, selector)
+    if config_maps:
+        probes |= _config_map_probes(gateway)
+    for verb, call in probes.items():
         try:
             call()
         except PodAdmissionRejected:
@@ -108,7 +137,10 @@ def check_pod_permissions(gateway: ApiGateway, *, selector: str) -> None:
     if missing:
         raise MissingPermissions(gateway.namespace, missing)
     logger.info(
-        "The service account may %s pods in namespace %s.", ", ".join(VERBS), gateway.namespace
+        "The service account may %s pods%s in namespace %s.",
+        ", ".join(VERBS),
+        f" and {', '.join(CONFIG_MAP_VERBS)} configmaps" if config_maps else "",
+        gateway.namespace,
     )
 
 

@@ -1,21 +1,21 @@
-"""RequestTotal's resource profiles and per-profile totals, checked whole before anything applies.
+"""RequestTotal's message mapped onto the core's `TotalsRequest`: shapes, templates, totals.
 
-A driver declares executor shapes (`ResourceProfile` messages) and asks for a total per profile.
-Everything is validated first: each profile's shape and pod template, that no declaration changes a
-known profile, that every total is non-negative and names a declared (or now declared) profile.
-Only then are the profiles declared and the totals requested, so a bad request changes nothing.
+The servicer decides nothing: this module turns the contract's fields into core values (a
+profile's pod template is parsed here, once, and the parsed manifest travels with the profile to
+the pod builder), and the backend judges the whole request (`execpods.core.TotalsRequest`). Only
+what the message's shape alone can get wrong is refused here: a profile field core refuses, a
+template that is not a pod or is labelled for another application, and a total for profile 0 in
+`profile_totals` (its total is `total`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Collection
-from dataclasses import dataclass
 
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
     SPARK_LABELS,
     ResourceProfile,
     SettingsError,
+    TotalsRequest,
 )
 from execpods.k8s import parse_pod_template
 from execpods.v1 import allocator_pb2 as pb
@@ -23,14 +23,6 @@ from execpods.v1 import allocator_pb2 as pb
 
 class InvalidProfiles(ValueError):
     """A profile or a per-profile total is invalid; the message names it."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TotalsRequest:
-    """A checked RequestTotal: the profiles to declare and the totals to set."""
-
-    profiles: tuple[ResourceProfile, ...]
-    totals: dict[int, int]
 
 
 def profile_from_message(
@@ -44,23 +36,22 @@ def profile_from_message(
     them. Saying so at the first RequestTotal beats a driver waiting for executors forever."""
     what = f"profiles[id={message.id}]"
     try:
+        template = (
+            parse_pod_template(message.pod_template, what=f"resource profile {message.id}")
+            if message.pod_template
+            else None
+        )
         profile = ResourceProfile(
             id=message.id,
             cores=message.cores or None,
             memory_mib=message.memory_mib or None,
             memory_overhead_mib=message.memory_overhead_mib or None,
             extra_resources=dict(message.extra_resources),
-            pod_template=message.pod_template or None,
+            pod_template=template,
         )
-    except ValueError as error:
+    except (ValueError, SettingsError) as error:
         raise InvalidProfiles(f"{what} is invalid: {error}") from None
-    if profile.pod_template is not None:
-        try:
-            template = parse_pod_template(
-                profile.pod_template, what=f"resource profile {profile.id}"
-            )
-        except SettingsError as error:
-            raise InvalidProfiles(f"{what} is invalid: {error}") from None
+    if template is not None:
         labels = (template.get("metadata") or {}).get("labels") or {}
         owner = labels.get(SPARK_LABELS.app_id) if isinstance(labels, dict) else None
         if app_id is not None and owner is not None and owner != app_id:
@@ -72,31 +63,13 @@ def profile_from_message(
     return profile
 
 
-def check_totals_request(
-    request: pb.RequestTotalRequest, *, declared: Collection[int], app_id: str | None = None
-) -> TotalsRequest:
-    """Check a RequestTotal whole; raises `InvalidProfiles` naming the first bad field."""
+def totals_request(request: pb.RequestTotalRequest, *, app_id: str | None = None) -> TotalsRequest:
+    """The core's request for a RequestTotal; `InvalidProfiles` for what the message alone gets
+    wrong (the backend judges the rest)."""
     profiles = tuple(profile_from_message(m, app_id=app_id) for m in request.profiles)
-    ids = [p.id for p in profiles]
-    if len(set(ids)) != len(ids):
-        raise InvalidProfiles(f"profiles declares an id twice ({sorted(ids)})")
-    if request.total < 0:
-        raise InvalidProfiles(f"total={request.total} is invalid: it must not be negative")
-    totals = {DEFAULT_RESOURCE_PROFILE_ID: request.total}
-    known = set(declared) | set(ids)
-    for profile_id, total in sorted(request.profile_totals.items()):
-        if profile_id == DEFAULT_RESOURCE_PROFILE_ID:
-            raise InvalidProfiles(
-                "profile_totals[0] is invalid: the default profile's total is `total`"
-            )
-        if total < 0:
-            raise InvalidProfiles(
-                f"profile_totals[{profile_id}]={total} is invalid: it must not be negative"
-            )
-        if profile_id not in known:
-            raise InvalidProfiles(
-                f"profile_totals[{profile_id}] is invalid: resource profile {profile_id} was "
-                "never declared (declare it in `profiles`)"
-            )
-        totals[profile_id] = total
-    return TotalsRequest(profiles=profiles, totals=totals)
+    if DEFAULT_RESOURCE_PROFILE_ID in request.profile_totals:
+        raise InvalidProfiles(
+            "profile_totals[0] is invalid: the default profile's total is `total`"
+        )
+    totals = {DEFAULT_RESOURCE_PROFILE_ID: request.total, **request.profile_totals}
+    return TotalsRequest(totals=totals, profiles=profiles)

@@ -43,12 +43,14 @@ class SidecarServer:
         self.service = AllocatorService(runtime)
         self._health = health.aio.HealthServicer()
         limit = runtime.settings.sidecar.max_concurrent_rpcs
+        self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
+        # The metrics interceptor first: it sees every call end, the security refusals included.
+        counted = () if self.ops.grpc_metrics is None else (self.ops.grpc_metrics,)
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=limit if limit > 0 else None,
-            interceptors=security.interceptors(runtime.settings.security),
+            interceptors=(*counted, *security.interceptors(runtime.settings.security)),
         )
-        self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
         add_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
@@ -90,6 +92,10 @@ class SidecarServer:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
+        if self.runtime.before_start is not None:
+            # The driver's readiness, before any RPC can set a target the backend's start would
+            # then overwrite with its initial one.
+            await asyncio.to_thread(self.runtime.before_start)
         await self._server.start()
         await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)
@@ -111,6 +117,7 @@ class SidecarServer:
 
     def _on_signal(self, signum: int) -> None:
         logger.info("Received %s: shutting down.", signal.Signals(signum).name)
+        ignore_stop_signals(asyncio.get_running_loop())
         self.request_stop()
 
     def request_stop(self) -> None:
@@ -140,6 +147,19 @@ class SidecarServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """From the first stop signal on, SIGTERM and SIGINT are ignored by the process itself.
+
+    The loop's handlers would ignore them too, but only while the loop runs: closing it restores
+    the default action, so a second SIGTERM in the moments after the stop (while the process
+    exits) ended it with 143 and masked the exit 1 that says pods were left. Taken out of the
+    loop's hands, the ignore outlives it.
+    """
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def refuse_unix_socket_in_use(path: str) -> None:

@@ -2,10 +2,10 @@
 
 The core stays pure and the adapter knows nothing of Prometheus: the gateway reports each API
 call to one callback, the pod operations the reconcilers use are wrapped to report pods created,
-deleted and refused, and the store the reconcilers subscribe to is wrapped to time each of their
-rounds. Everything reports to one `Telemetry` hub; a listener overrides the methods it cares
-about. Listeners run on the reporting thread and must be quick and never raise (a failing
-listener is logged and skipped, so observation can never break allocation).
+deleted and refused, and the composition root reports each reconciler round to `round_finished`
+(its `on_round` hook). Everything reports to one `Telemetry` hub; a listener overrides the
+methods it cares about. Listeners run on the reporting thread and must be quick and never raise
+(a failing listener is logged and skipped, so telemetry can never break allocation).
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from execpods.core import (
     ApiThrottled,
-    Clock,
-    CoreSettings,
     ExecutorPod,
-    ExecutorPodsAllocator,
-    ExecutorPodsLifecycleManager,
     ExecutorPodsSnapshot,
     PodAdmissionRejected,
     PodForbidden,
@@ -30,13 +26,7 @@ from execpods.core import (
     PodOperationError,
     PodOperations,
     PodSelector,
-    ScheduledSnapshotsStore,
-    Scheduler,
     SnapshotsCallback,
-    SnapshotsStore,
-    Subscription,
-    SystemClock,
-    ThreadScheduler,
 )
 from execpods.k8s import ApiCall
 
@@ -192,8 +182,15 @@ class CountedPodOperations:
         self._telemetry.pods_created(1)
 
     def delete(self, name: str) -> None:
-        self._inner.delete(name)
-        self._telemetry.pods_deleted(1)
+        # Counted by the adapter when it can tell (a pod an earlier call deleted counts once).
+        counted = getattr(self._inner, "delete_counted", None)
+        if callable(counted):
+            count = int(counted(name))
+        else:
+            self._inner.delete(name)
+            count = 1
+        if count:
+            self._telemetry.pods_deleted(count)
 
     def delete_by_selector(
         self, selector: PodSelector, *, grace_period_seconds: int | None = None
@@ -206,88 +203,8 @@ class CountedPodOperations:
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._inner.patch_labels(name, labels)
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        self._inner.patch_annotations(name, annotations)
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)
-
-
-ROUND_KINDS = ((ExecutorPodsAllocator, "allocator"), (ExecutorPodsLifecycleManager, "lifecycle"))
-
-
-def _round_kind(callback: SnapshotsCallback) -> str | None:
-    """`allocator` or `lifecycle` for a reconciler's round method, else None (a stream...)."""
-    owner = getattr(callback, "__self__", None)
-    for cls, kind in ROUND_KINDS:
-        if isinstance(owner, cls):
-            return kind
-    return None
-
-
-class TimedRounds:
-    """A `SnapshotsStore` whose reconciler subscribers' rounds are timed and reported.
-
-    A subscriber that is a reconciler's bound method (the allocator's or the lifecycle manager's
-    `on_new_snapshots`) is wrapped to report each round's duration; any other (streams, metrics)
-    subscribes unchanged.
-    """
-
-    def __init__(self, store: SnapshotsStore, telemetry: TelemetryListener) -> None:
-        self._store = store
-        self._telemetry = telemetry
-
-    def add_subscriber(self, interval: float, callback: SnapshotsCallback) -> Subscription:
-        kind = _round_kind(callback)
-        if kind is None:
-            return self._store.add_subscriber(interval, callback)
-        telemetry = self._telemetry
-
-        def timed(snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-            started = time.perf_counter()
-            try:
-                callback(snapshots)
-            finally:
-                telemetry.round_finished(kind, time.perf_counter() - started)
-
-        timed.__qualname__ = getattr(callback, "__qualname__", kind)
-        return self._store.add_subscriber(interval, timed)
-
-    def update_pod(self, pod: ExecutorPod) -> None:
-        self._store.update_pod(pod)
-
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        self._store.replace_snapshot(pods)
-
-    def notify_subscribers(self) -> None:
-        self._store.notify_subscribers()
-
-    def stop(self) -> None:
-        self._store.stop()
-
-    @property
-    def current_snapshot(self) -> ExecutorPodsSnapshot:
-        return self._store.current_snapshot
-
-    @property
-    def subscriber_count(self) -> int:
-        """The wrapped store's subscriber count (for leak tests), when it keeps one."""
-        count: int = getattr(self._store, "subscriber_count", 0)
-        return count
-
-
-def timed_store(
-    settings: CoreSettings,
-    telemetry: TelemetryListener,
-    *,
-    clock: Clock | None = None,
-    scheduler: Scheduler | None = None,
-) -> TimedRounds:
-    """The production store (as `compose_backend` would make it), with reconciler rounds timed."""
-    return TimedRounds(
-        ScheduledSnapshotsStore(
-            scheduler
-            if scheduler is not None
-            else ThreadScheduler(workers=2, name="execpods-subscribers"),
-            clock=clock if clock is not None else SystemClock(),
-            labels=settings.labels,
-        ),
-        telemetry,
-    )

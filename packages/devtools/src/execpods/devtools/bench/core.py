@@ -11,19 +11,18 @@ import gc
 import time
 from collections.abc import Callable, Sequence
 
-from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.clock import ManualClock
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.compose import compose_backend, scheduled_store
 from execpods.core.pods import ExecutorPod
 from execpods.core.scheduling import DeterministicScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import (
-    DeterministicSnapshotsStore,
+    HandFed,
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
+    compose_deterministic,
     failed_executor,
     pending_executor,
     running_executor,
@@ -55,14 +54,27 @@ def with_update_cost(executors: int, updates: int = 20_000) -> float:
 
 
 def store_throughput(executors: int = 10_000, updates: int = 100_000) -> float:
-    """Updates per second into a store with two subscribers, deliveries included."""
+    """Updates per second into the store alone (the backend is composed but not started: no
+    reconciler subscribes) with two subscribers, deliveries included."""
     events = [
         (running_executor if i % 2 else pending_executor)(i % executors) for i in range(updates)
     ]
 
     def run() -> float:
         scheduler = DeterministicScheduler(ManualClock())
-        store = ScheduledSnapshotsStore(scheduler, clock=scheduler.clock)
+        fed = HandFed()
+        backend = compose_backend(
+            app_id="bench",
+            settings=CoreSettings(),
+            pod_operations=InMemoryPodOperations(),
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=RecordingDriver(),
+            sources=fed,
+            clock=scheduler.clock,
+            store=scheduled_store(scheduler),
+            request_scheduler=scheduler,
+        )
+        store = fed.writer
         store.replace_snapshot(running_pods(executors))
         received = [0, 0]
 
@@ -72,8 +84,8 @@ def store_throughput(executors: int = 10_000, updates: int = 100_000) -> float:
         def second(batch: Sequence[ExecutorPodsSnapshot]) -> None:
             received[1] += len(batch)
 
-        store.add_subscriber(1.0, first)
-        store.add_subscriber(2.0, second)
+        backend.subscribe(1.0, first)
+        backend.subscribe(2.0, second)
         start = time.perf_counter()
         for index, pod in enumerate(events):
             store.update_pod(pod)
@@ -88,18 +100,15 @@ def store_throughput(executors: int = 10_000, updates: int = 100_000) -> float:
 
 
 def lifecycle_batch(executors: int = 10_000, snapshots: int = 1_000) -> float:
-    """Milliseconds for one lifecycle round over a batch of `snapshots` snapshots."""
+    """Milliseconds for one lifecycle round over a batch of `snapshots` snapshots: the lifecycle
+    manager alone (composed as in production; only it is started, the allocator is not)."""
     base = ExecutorPodsSnapshot.from_pods(running_pods(executors))
 
     def run() -> float:
-        store = DeterministicSnapshotsStore()
-        pods = InMemoryPodOperations()
         # The measured round fails many executors on purpose: not an application to fail.
         settings = CoreSettings(max_num_failures=executors * 10)
-        manager = ExecutorPodsLifecycleManager(
-            settings=settings, pod_operations=pods, store=store, clock=ManualClock()
-        )
         driver = RecordingDriver(known=set(range(executors)))
+        manager = compose_deterministic(settings=settings, driver=driver).lifecycle
         manager.start(driver)
         manager.on_new_snapshots([base])  # the state before the measured round
         batch = [base]
@@ -117,18 +126,13 @@ def lifecycle_batch(executors: int = 10_000, snapshots: int = 1_000) -> float:
 
 
 def allocator_pass(executors: int = 10_000) -> float:
-    """Milliseconds for one allocation round over a snapshot of `executors` executors."""
+    """Milliseconds for one allocation round over a snapshot of `executors` executors: the
+    allocator alone (composed as in production; only it is started, the lifecycle manager is
+    not)."""
     snapshot = ExecutorPodsSnapshot.from_pods(running_pods(executors))
 
     def run() -> float:
-        store = DeterministicSnapshotsStore()
-        allocator = ExecutorPodsAllocator(
-            settings=CoreSettings(),
-            pod_builder=SimpleExecutorPodBuilder(),
-            pod_operations=InMemoryPodOperations(),
-            store=store,
-            clock=ManualClock(),
-        )
+        allocator = compose_deterministic(app_id="bench").allocator
         allocator.start("bench")
         allocator.set_total_expected_executors(executors + 5)
         start = time.perf_counter()

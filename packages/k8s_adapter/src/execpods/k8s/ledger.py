@@ -1,0 +1,205 @@
+"""The core's `ExecutorIdLedger` in the cluster: the highest executor id ever reserved.
+
+A restarted sidecar must never issue an id again, even when every pod that carried one is gone,
+so the mark lives beside the application in the API server, not in the pods:
+
+- with a driver pod (`spark.kubernetes.driver.pod.name`), as its annotation
+  `execpods.io/highest-executor-id`: it lives exactly as long as the application, and the
+  sidecar already may get and patch pods;
+- without one, in a ConfigMap `<app>-execpods-ids` (key `highestExecutorId`) labelled like the
+  executors (`spark-app-selector=<app>`, `spark-role=executor`), so the clean-ups that remove an
+  application's executor objects by label remove it too, and owned by the driver pod when an
+  owner is given.
+
+Writes are optimistic: each carries the resourceVersion it was based on, so of two writers (two
+sidecars, or a sidecar and a person editing the object) the second gets 409 Conflict, reads the
+mark again and writes only if it is still below what it needs. The mark therefore never goes
+down. Reads and writes go through the `ApiGateway`, so they share the rate limit and back-off of
+every other call. Failures raise `PodOperationError`, as the port says: the allocator then issues
+no id above the old mark until a write succeeds (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from execpods.core import SPARK_LABELS, ExecutorLabels, PodConflict, PodNotFound, PodOperationError
+from execpods.k8s.gateway import ApiGateway
+
+logger = logging.getLogger(__name__)
+
+ANNOTATION = "execpods.io/highest-executor-id"
+"""The driver pod's annotation that holds the mark."""
+DATA_KEY = "highestExecutorId"
+"""The ConfigMap's data key that holds the mark."""
+LEDGER_LABEL = "execpods.io/ledger"
+"""Tells the ledger's ConfigMap from the executors' own (Spark's executor ConfigMap)."""
+CONFIG_MAP_SUFFIX = "-execpods-ids"
+MAX_CONFLICTS = 8
+"""Conflicting writes in a row before a reservation gives up (another writer keeps winning)."""
+_MAX_NAME = 253
+_NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
+
+
+def ledger_config_map_name(app_id: str) -> str:
+    """The ConfigMap's name for `app_id`: a DNS subdomain; a short hash of the id keeps two
+    application ids that sanitize alike apart."""
+    cleaned = _NOT_SUBDOMAIN.sub("-", app_id.lower()).strip(".-")
+    if cleaned != app_id or not cleaned:
+        digest = hashlib.sha256(app_id.encode()).hexdigest()[:8]
+        cleaned = f"{cleaned[: _MAX_NAME - 40]}-{digest}".strip(".-")
+    return f"{cleaned[: _MAX_NAME - len(CONFIG_MAP_SUFFIX)]}{CONFIG_MAP_SUFFIX}"
+
+
+def _mark_of(raw: object, *, where: str) -> int:
+    """The stored mark (0 when absent); a value that is not a plain decimal is an error: a
+    guess could reuse ids."""
+    if raw is None:
+        return 0
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+        return int(raw)
+    raise PodOperationError(
+        f"{where} holds {str(raw)[:40]!r}, not an executor id: set it to the highest executor id "
+        "the application ever used (or remove it if no executor ever ran)"
+    )
+
+
+def _metadata(body: object) -> dict[str, Any]:
+    metadata = body.get("metadata") if isinstance(body, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+class ClusterIdLedger:
+    """`ExecutorIdLedger` over the API: the driver pod's annotation, or a ConfigMap."""
+
+    def __init__(
+        self,
+        gateway: ApiGateway,
+        *,
+        app_id: str,
+        labels: ExecutorLabels = SPARK_LABELS,
+        driver_pod_name: str | None = None,
+        owner: Mapping[str, object] | None = None,
+    ) -> None:
+        self._gateway = gateway
+        self._app_id = app_id
+        self._labels = labels
+        self._driver = driver_pod_name
+        self._owner = dict(owner) if owner is not None else None
+        self._config_map = ledger_config_map_name(app_id)
+        self._lock = threading.Lock()
+        self._known = 0  # a lower bound of the stored mark (only ever raised)
+        self._version: str | None = None  # the resourceVersion the next write is based on
+        self._exists = driver_pod_name is not None
+        self.writes = 0
+        """Writes that raised the mark (for tests and benchmarks)."""
+
+    @property
+    def location(self) -> str:
+        """Where the mark is kept, for messages and logs."""
+        if self._driver is not None:
+            return f"annotation {ANNOTATION} of pod {self._driver}"
+        return f"configmap {self._config_map} (key {DATA_KEY})"
+
+    @property
+    def uses_config_map(self) -> bool:
+        return self._driver is None
+
+    def highest_reserved(self) -> int:
+        with self._lock:
+            mark = self._read()
+            logger.info("Executor ids up to %d were reserved before (%s).", mark, self.location)
+            return mark
+
+    def reserve_through(self, executor_id: int) -> None:
+        with self._lock:
+            if executor_id <= self._known:
+                return
+            for _ in range(MAX_CONFLICTS):
+                if self._version is None and self._read() >= executor_id:
+                    return
+                try:
+                    self._write(executor_id)
+                except PodConflict:
+                    # Another writer came first (or our version is stale): read and decide again.
+                    self._version = None
+                    continue
+                except PodNotFound:
+                    if self._driver is not None:
+                        raise  # the driver pod is gone: nothing to keep the mark on
+                    # The ConfigMap was deleted under us: create it again from our own mark.
+                    self._exists, self._version = False, None
+                    continue
+                self.writes += 1
+                self._known = executor_id
+                logger.debug("Reserved executor ids through %d (%s).", executor_id, self.location)
+                return
+            raise PodOperationError(
+                f"could not reserve executor ids through {executor_id} in {self.location}: "
+                f"{MAX_CONFLICTS} conflicting writes in a row"
+            )
+
+    # --- the object ------------------------------------------------------------------------
+
+    def _read(self) -> int:
+        """Read the stored mark and version (caller holds the lock); raises the known bound."""
+        if self._driver is not None:
+            metadata = _metadata(self._gateway.read_pod(self._driver))
+            annotations = metadata.get("annotations")
+            raw = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+            where = self.location
+        else:
+            try:
+                body = self._gateway.read_config_map(self._config_map)
+            except PodNotFound:
+                self._exists, self._version = False, None
+                return self._known
+            self._exists = True
+            metadata = _metadata(body)
+            data = body.get("data") if isinstance(body, dict) else None
+            raw = data.get(DATA_KEY) if isinstance(data, dict) else None
+            where = self.location
+        mark = _mark_of(raw, where=where)
+        version = metadata.get("resourceVersion")
+        self._version = version if isinstance(version, str) else None
+        self._known = max(self._known, mark)
+        return self._known
+
+    def _write(self, mark: int) -> None:
+        """Store `mark` based on `self._version` (409 `PodConflict` when it is stale)."""
+        value = str(mark)
+        if self._driver is not None:
+            body = self._gateway.patch_pod_json(
+                self._driver,
+                {
+                    "metadata": {
+                        "resourceVersion": self._version,
+                        "annotations": {ANNOTATION: value},
+                    }
+                },
+                what="reserve executor ids",
+            )
+        elif not self._exists:
+            metadata: dict[str, object] = {
+                "name": self._config_map,
+                "labels": {**self._labels.for_app(self._app_id), LEDGER_LABEL: "executor-ids"},
+            }
+            if self._owner is not None:
+                metadata["ownerReferences"] = [self._owner]
+            manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
+            body = self._gateway.create_config_map(
+                self._config_map, {**manifest, "data": {DATA_KEY: value}}
+            )
+            self._exists = True
+        else:
+            body = self._gateway.patch_config_map(
+                self._config_map,
+                {"metadata": {"resourceVersion": self._version}, "data": {DATA_KEY: value}},
+            )
+        version = _metadata(body).get("resourceVersion")
+        self._version = version if isinstance(version, str) else None

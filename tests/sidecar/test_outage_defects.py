@@ -1,0 +1,117 @@
+"""Issue 20's defects 12, 14 and 15 on a real sidecar over kubesim (each fails on fde8f25).
+
+12: a call the back-off gate holds during an outage answers UNAVAILABLE (docs/sidecar.md), not
+    RESOURCE_EXHAUSTED, which a driver reads as a quota and does not retry;
+14: deleted counts (the reply and `execpods_pods_deleted_total`) count each pod once, however
+    often it is deleted while it terminates;
+15: a second SIGTERM after the first is ignored until the process has exited, so its exit code
+    (1 when pods were left) is never masked by 143.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from execpods.client import AllocatorClient
+from execpods.kubesim import ClusterConfig, KubeSim
+
+from tests.sidecar.conftest import SidecarOnFactory, running_ids, wait_for
+from tests.sidecar.serve_process import serve
+from tests.sidecar.test_observability import METRICS_CONF, scrape, value
+
+SLOW_STOP = ClusterConfig(start_latency=0.1, start_jitter=0.05, stop_latency=60.0)
+"""Killed pods stay terminating (the kubelet takes a minute to stop them): deleted again."""
+
+
+ONE_QUICK_STOP = {"spark.executor.instances": "1", "execpods.shutdown.deleteGrace": "0"}
+"""One executor; the stop tries its delete once (the gate may hold it for half a minute)."""
+
+
+@pytest.fixture
+def slow_stop_sim() -> Iterator[KubeSim]:
+    with KubeSim(cluster=SLOW_STOP) as simulator:
+        yield simulator
+
+
+def kill_code(client: AllocatorClient, ids: list[int]) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as caught:
+        client.kill_executors(ids)
+    return caught.value.code(), caught.value.details() or ""
+
+
+def test_a_kill_held_by_the_back_off_gate_in_an_outage_is_unavailable(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    sim = slow_stop_sim
+    # A long back-off: once the first 503 closes the gate, the next kill is held, unsent.
+    conf = {"execpods.kubernetes.backoffInitial": "20s", "execpods.kubernetes.backoffMax": "30s"}
+    conf |= ONE_QUICK_STOP
+    sidecar = make_sidecar_on(sim, "outage", conf=conf)
+    wait_for(lambda: running_ids(sim, "outage") == {1}, what="one running")
+    with AllocatorClient(sidecar.address) as client:
+        sim.fail_requests(503)
+        first, _ = kill_code(client, [1])  # sent and answered 503, or already held
+        held, details = kill_code(client, [1])
+        assert "was not sent" in details  # the gate held it
+        assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
+        sim.clear_faults()
+
+
+def test_a_kill_held_after_a_429_stays_resource_exhausted(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    sim = slow_stop_sim
+    sidecar = make_sidecar_on(sim, "quota", conf=ONE_QUICK_STOP)
+    wait_for(lambda: running_ids(sim, "quota") == {1}, what="one running")
+    with AllocatorClient(sidecar.address) as client:
+        sim.throttle(retry_after=30, seconds=60)
+        kill_code(client, [1])
+        held, details = kill_code(client, [1])
+        assert "was not sent" in details
+        assert held == grpc.StatusCode.RESOURCE_EXHAUSTED
+        sim.clear_faults()
+
+
+def test_a_pod_deleted_twice_is_counted_once_in_the_reply_and_the_metric(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    sim = slow_stop_sim
+    sidecar = make_sidecar_on(sim, "twice", conf={"spark.executor.instances": "3", **METRICS_CONF})
+    wait_for(lambda: running_ids(sim, "twice") == {1, 2, 3}, what="three running")
+    with AllocatorClient(sidecar.address) as client:
+        assert client.kill_executors([1]) == 1
+        assert client.kill_executors([1]) == 0  # still terminating: deleted already
+        assert client.kill_executors([1, 2]) == 1
+    address = sidecar.server.ops.metrics_address
+    assert value(scrape(address), "execpods_pods_deleted_total") == 2
+    sidecar.stop()
+    report = sidecar.server.shutdown_report
+    assert report is not None
+    # The stop deleted the replacements and executor 3; 1 and 2 were deleted by the kills.
+    live = {p["metadata"]["name"] for p in sim.pods() if "deletionTimestamp" in p["metadata"]}
+    assert report.deleted == len(live) - 2
+
+
+def test_a_second_sigterm_after_the_first_is_ignored_and_the_exit_code_kept(
+    slow_stop_sim: KubeSim,
+) -> None:
+    sim = slow_stop_sim
+    conf = ["--image", "spark:test", "--conf", "execpods.shutdown.deleteGrace=0"]
+    conf += ["--conf", "spark.executor.instances=2"]
+    with serve(sim, "sigterm", *conf, stderr=subprocess.DEVNULL) as (process, _):
+        wait_for(lambda: len(running_ids(sim, "sigterm")) == 2, what="two running")
+        sim.fail_requests(503)  # the stop's delete fails: the process must exit 1
+        process.send_signal(signal.SIGTERM)
+        # SIGTERM again and again until it exits: each falls in the moments of the stop.
+        while True:
+            try:
+                code = process.wait(0.01)
+                break
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGTERM)
+        sim.clear_faults()
+    assert code == 1  # pods were left; never -15 (killed by the default action)
