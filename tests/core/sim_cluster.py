@@ -146,6 +146,11 @@ class SimCluster:
         if pod is not None:
             self._put(dataclasses.replace(pod, labels={**pod.labels, **labels}))
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        pod = self.pods.get(name)
+        if pod is not None:  # nothing the core reads: only the resource version would change
+            self._put(pod)
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return [pod for pod in self.pods.values() if selector.matches(pod)]
 

@@ -34,21 +34,19 @@ from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
     ExecutorPod,
-    ExecutorPodsBackend,
     ExecutorPodsSnapshot,
-    ExecutorRemoval,
     ManualClock,
     PodSelector,
-    compose_backend,
 )
+from execpods.core.removals import NumberedRemoval
 from execpods.core.states import ExecutorState
 from execpods.core.testing import (
     TEST_APP_ID,
-    DeterministicSnapshotsStore,
+    Composed,
     InMemoryIdLedger,
     RecordingDriver,
     RecordingObserver,
-    SimpleExecutorPodBuilder,
+    compose_deterministic,
 )
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -64,7 +62,7 @@ from tests.core.sim_cluster import CREATE_OUTCOMES, SimCluster
 MAX_PENDING = 4
 MAX_FAILURES = 5
 SETTINGS = CoreSettings(
-    initial_executors=0,
+    executor_instances=0,
     batch_size=2,
     max_pending_pods=MAX_PENDING,
     max_num_failures=MAX_FAILURES,
@@ -89,8 +87,8 @@ class Stream:
                 if observed.state is not ExecutorState.PENDING:
                     self.first_state.setdefault(executor_id, observed.state)
 
-    def on_removal(self, removal: ExecutorRemoval) -> None:
-        self.removals.append(removal.executor_id)
+    def on_removal(self, numbered: NumberedRemoval) -> None:
+        self.removals.append(numbered.removal.executor_id)
 
 
 @dataclasses.dataclass
@@ -98,8 +96,7 @@ class Life:
     """One sidecar process: its backend and what it was seen to do."""
 
     number: int
-    backend: ExecutorPodsBackend
-    store: DeterministicSnapshotsStore
+    composed: Composed
     scheduler: DeterministicScheduler
     observer: RecordingObserver
     stream: Stream
@@ -132,26 +129,24 @@ class GuaranteesModel(RuleBasedStateMachine):
         self.lives += 1
         self.cluster.life = self.lives
         scheduler = DeterministicScheduler(self.clock)
-        store = DeterministicSnapshotsStore(clock=self.clock)
         observer = RecordingObserver()
-        backend = compose_backend(
-            app_id=TEST_APP_ID,
+        composed = compose_deterministic(
             settings=SETTINGS,
             pod_operations=self.cluster,
-            pod_builder=SimpleExecutorPodBuilder(),
             driver=self.driver,
             observers=[observer],
             clock=self.clock,
-            store=store,
             request_scheduler=scheduler,
             id_ledger=self.ledger,
         )
         stream = Stream()
-        backend.subscribe(1.0, stream.on_snapshots, on_removal=stream.on_removal)
-        life = Life(self.lives, backend, store, scheduler, observer, stream)
+        composed.backend.open_stream(
+            1.0, on_snapshots=stream.on_snapshots, on_removal=stream.on_removal
+        )
+        life = Life(self.lives, composed, scheduler, observer, stream)
         self.life = life
-        backend.start(initial_executors=self.target)
-        self.cluster.watch = store
+        composed.backend.start(initial_executors=self.target)
+        self.cluster.watch = composed.store
         self.cluster.relist()  # the new process's first list
         return life
 
@@ -164,10 +159,10 @@ class GuaranteesModel(RuleBasedStateMachine):
                 self.life.violations.append(f"scale-down deleted executor {executor}'s pod")
 
     def _check_create(self, new_id: int) -> None:
-        backend = self.life.backend
+        backend = self.life.composed.backend
         running = [
             i
-            for i, observed in self.life.store.current_snapshot.executor_pods.items()
+            for i, observed in self.life.composed.store.current_snapshot.executor_pods.items()
             if is_running(observed.pod) and not observed.is_final and not backend.is_deleted(i)
         ]
         pending = [
@@ -193,7 +188,7 @@ class GuaranteesModel(RuleBasedStateMachine):
 
     def _round(self, seconds: float) -> None:
         self.life.scheduler.tick(seconds)
-        self.life.store.notify_subscribers()
+        self.life.composed.store.notify_subscribers()
 
     def _names(self, phase: str | None = None) -> list[str]:
         return sorted(
@@ -205,7 +200,7 @@ class GuaranteesModel(RuleBasedStateMachine):
     @rule(total=st.integers(0, 6))
     def set_target(self, total: int) -> None:
         self.target = total
-        self.life.backend.request_total(total)
+        self.life.composed.backend.request_total(total)
         self.life.scheduler.run_until_idle()
 
     @rule()
@@ -271,7 +266,7 @@ class GuaranteesModel(RuleBasedStateMachine):
         ids = [i for pod in self.cluster.pods.values() if (i := executor_id(pod)) is not None]
         if ids:
             chosen = data.draw(st.sets(st.sampled_from(sorted(set(ids))), min_size=1))
-            self.life.backend.kill_executors(chosen)
+            self.life.composed.backend.kill_executors(chosen)
             self.life.scheduler.run_until_idle()
 
     @rule()
@@ -301,7 +296,9 @@ class GuaranteesModel(RuleBasedStateMachine):
                 and is_running(pod)
                 and pod.deletion_timestamp is None
                 and i not in self.driver.known
-                and not self.life.backend.is_deleted(i)  # the driver refuses it, as Spark's
+                and not self.life.composed.backend.is_deleted(
+                    i
+                )  # the driver refuses it, as Spark's
             ):
                 self.driver.known.add(i)
                 self.driver.active.add(i)
@@ -326,6 +323,9 @@ class GuaranteesModel(RuleBasedStateMachine):
     def each_removal_reaches_a_stream_once(self) -> None:
         twice = sorted(i for i, n in Counter(self.life.stream.removals).items() if n > 1)
         assert not twice, f"removals delivered twice: {twice}"
+        decided = Counter(r.executor_id for r in self.life.observer.removals)
+        twice = sorted(i for i, n in decided.items() if n > 1)
+        assert not twice, f"removals decided twice by the lifecycle manager: {twice}"
 
     @invariant()
     def the_application_fails_only_for_enough_failures(self) -> None:
@@ -352,7 +352,7 @@ class GuaranteesModel(RuleBasedStateMachine):
         }
         first = self.life.stream.first_state
         never_ran = [i for i in made if first.get(i) is ExecutorState.FAILED]
-        starts = self.life.backend.allocator_stats.start_failures
+        starts = self.life.composed.allocator.stats.start_failures
         assert starts <= len(never_ran), f"{starts} start failures, never ran: {never_ran}"
 
     def teardown(self) -> None:
@@ -371,7 +371,7 @@ class GuaranteesModel(RuleBasedStateMachine):
                 i for i, name in self._live_executors().items() if is_running(cluster.pods[name])
             )
             if len(running) > self.target:  # the driver lets extra executors go, as Spark's
-                self.life.backend.kill_executors(running[self.target :])
+                self.life.composed.backend.kill_executors(running[self.target :])
                 self.life.scheduler.run_until_idle()
             if step % 5 == 0:
                 cluster.relist()
