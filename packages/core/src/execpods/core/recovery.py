@@ -50,9 +50,12 @@ def adoption_of(
     reserved_through: int | None = None,
 ) -> Adoption:
     """What the listed pods say. Not adopted (warned about), so that one hand-made pod cannot
-    spend every id and stop allocation for good: ids at or above `maximum`, which no executor
-    can have, and, with an id ledger, ids above its mark (`reserved_through`), which this
-    application never issued since every id is reserved before use."""
+    spend every id and stop allocation for good:
+    - with an id ledger that holds a mark (`reserved_through` > 0), ids above it: this
+      application never issued them, since every id is reserved before use;
+    - otherwise (no ledger, or an empty one: lost, or written by no earlier life), ids at or
+      above `maximum` - 1, which would leave no id below `spark.kubernetes.allocation.maximum`
+      to issue (Spark issues none at or above it); the pods are then all there is to go by."""
     highest = 0
     found = 0
     live: dict[int, int] = {}
@@ -61,8 +64,8 @@ def adoption_of(
         executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
             continue
-        if (maximum is not None and executor_id >= maximum) or (
-            reserved_through is not None and executor_id > reserved_through
+        if (reserved_through and executor_id > reserved_through) or (
+            not reserved_through and maximum is not None and executor_id >= maximum - 1
         ):
             beyond.append(pod.name)
             continue
@@ -77,7 +80,7 @@ def adoption_of(
     if beyond:
         logger.warning(
             "Not adopting executor pods %s: their executor ids were never issued by this "
-            "application (above the id ledger's mark %s, or at or above "
+            "application (above the id ledger's mark %s, or leaving no id below "
             "spark.kubernetes.allocation.maximum=%s); made by hand or by another run, they are "
             "left alone and new ids do not continue above them.",
             ",".join(sorted(beyond)),
