@@ -3,10 +3,12 @@
 A sidecar restarted beside a running driver (same application id) finds the executor pods its
 previous life created. Before its first create it lists them all, the inactive ones included
 (`spark-exec-inactive=true`, kept by `deleteOnTermination=false`): new ids continue above the
-highest found, so no id is used twice, and the live pods count as requested until the snapshots
-show them, so none is duplicated and none is left without an owner. Finished pods are left to
-the lifecycle manager, which reports each once when the snapshots show it. KubeRay and Flink
-adopt their pods the same way; Spark's allocator lives and dies with its driver and never needs to.
+highest found and the id ledger's mark (`ids.py`), so no id is used twice, and the live pods
+count as requested until the snapshots show them, so none is duplicated and none is left without
+an owner. Pods whose ids this application never issued are not adopted (`adoption_of`).
+Finished pods are left to the lifecycle manager, which reports each once when the snapshots show
+it. KubeRay and Flink adopt their pods the same way; Spark's allocator lives and dies with its
+driver and never needs to.
 
 A create whose answer was lost (a 5xx, a broken connection) may or may not have made its pod.
 Spark waits for the pod creation timeout to find out; one list of those executors tells at once.
