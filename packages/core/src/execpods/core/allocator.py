@@ -265,6 +265,10 @@ class ExecutorPodsAllocator:
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         for executor_id in [i for i in self._unseen if i in known]:
             self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
+        for executor_id in [i for i in self._unseen_known if i not in known]:
+            # The driver let it go (removed as missing, its pod gone before any snapshot showed
+            # it): it no longer holds a slot. Spark keeps it, and its target is never met.
+            del self._unseen_known[executor_id]
         self._expire_unseen_requests()
         if snapshots:
             self._last_snapshot = snapshots[-1]
@@ -348,7 +352,9 @@ class ExecutorPodsAllocator:
             del self._unseen[executor_id]
         self._creator.starts.forget(expired)
         if self._settings.delete_on_termination:
-            self._delete(PodSelector.executors_of(self._labels, self._app_or_fail(), expired))
+            # Spark's delete by id; followed until gone as scale-down's are (retried only while
+            # Pending): a denied delete must not leak them.
+            self._deleted.delete(expired, self._delete_expired, now)
 
     def _profile_states(self, known: frozenset[int]) -> list[ProfileState]:
         """Every profile with a target, classified from the last snapshot, in ascending id."""
@@ -439,6 +445,11 @@ class ExecutorPodsAllocator:
             unseen_known=state.unseen_known,
         )
 
+    def _delete_expired(self, ids: frozenset[int]) -> None:
+        self._pods.delete_by_selector(
+            PodSelector.executors_of(self._labels, self._app_or_fail(), ids)
+        )
+
     def _delete_pending(self, ids: frozenset[int]) -> None:
         """Scale-down's one call: the Pending pods of `ids`, never one that turned Running."""
         selector = PodSelector(
@@ -447,14 +458,6 @@ class ExecutorPodsAllocator:
             phase="Pending",
         )
         self._pods.delete_by_selector(selector)
-
-    def _delete(self, selector: PodSelector) -> bool:
-        try:
-            self._pods.delete_by_selector(selector)
-        except PodOperationError as error:
-            logger.warning("Could not delete pods %s: %s", selector.label_selector(), error)
-            return False
-        return True
 
     # Scale-up.
 
