@@ -14,14 +14,9 @@ import threading
 from dataclasses import replace
 from functools import partial
 
-from execpods.core import (
-    CoreSettings,
-    PodAdmissionRejected,
-    ResourceProfile,
-    ResourceProfiles,
-    ThreadPoolRunner,
-    split_slots,
-)
+from execpods.core import CoreSettings, PodAdmissionRejected, ResourceProfile, ResourceProfiles
+from execpods.core.allocation import split_slots
+from execpods.core.creation import ThreadPoolRunner
 from execpods.core.labels import SPARK_LABELS
 from execpods.core.testing import TEST_APP_ID
 from hypothesis import example, given, settings

@@ -10,11 +10,9 @@ from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
     CoreSettings,
-    ExecutorCounts,
     NoticeKind,
     PodAdmissionRejected,
     PodInvalid,
-    executors_to_request,
 )
 from execpods.core.testing import TEST_APP_ID
 
@@ -242,10 +240,22 @@ def test_setting_the_target_re_evaluates_at_once_when_nothing_is_outstanding() -
 def test_the_2018_batch_rule(
     target: int, running: int, pending: int, outstanding: int, expected: int
 ) -> None:
-    counts = ExecutorCounts(running=running, pending=pending)
-    assert (
-        executors_to_request(
-            target=target, counts=counts, outstanding_requests=outstanding, batch_size=5
-        )
-        == expected
-    )
+    """The 2018 rule's table, through the allocator: nothing while anything is pending or
+    requested-but-unseen, else the shortfall, at most one batch (5)."""
+    rig = spark_rig(RULE_2018)
+    shown = running + pending
+    rig.allocator.set_total_expected_executors(shown)
+    while len(created(rig)) < shown:  # each batch runs before the next: the rule itself
+        for executor_id in created(rig):
+            rig.store.update_pod(pod(rig, executor_id, "running"))
+        rig.store.notify_subscribers()
+    for index, executor_id in enumerate(created(rig)):
+        rig.store.update_pod(pod(rig, executor_id, "running" if index < running else "pending"))
+    rig.store.notify_subscribers()
+    if outstanding:  # created, never seen
+        rig.allocator.set_total_expected_executors(shown + outstanding)
+        assert len(created(rig)) == shown + outstanding
+    before = len(created(rig))
+    rig.allocator.set_total_expected_executors(target)
+    rig.store.notify_subscribers()
+    assert len(created(rig)) - before == expected

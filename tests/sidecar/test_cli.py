@@ -107,7 +107,8 @@ def test_every_flag_comes_from_a_setting_spec() -> None:
         option: action
         for action in serve._actions
         for option in action.option_strings
-        if option.startswith("--") and option not in ("--help", "--conf", "--properties-file")
+        if option.startswith("--")
+        and option not in ("--help", "--conf", "--properties-file", "--log-level", "--log-format")
     }
     specs = {spec.flag: spec for spec in flagged_specs()}
     assert set(flags) == set(specs)

@@ -2,7 +2,7 @@
 
 The allocator decides how many executors each profile gets (`allocation.py`); a `PodCreator`
 makes them: in steps sized by the profile's `AdaptiveBatch`, each step's creates run together on
-the `CreateRunner` (at most `spark.kubernetes.allocation.batch.concurrency` in flight), and every
+the `CreateRunner` (at most `execpods.allocation.batch.concurrency` in flight), and every
 outcome is booked: created and unknown-outcome creates are handed back for the allocator to track,
 refusals and throttling back off (`CreateBackoff`) and shrink the batch, and every failure is
 counted and told to the notice listeners. Nothing here raises out of a round (SPARK-55075).

@@ -27,7 +27,9 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
+from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -86,6 +88,9 @@ class KubeSim:
             )
             for k in KINDS
         }
+        self.cluster.mounts = VolumeMounts(
+            objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
+        )
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )

@@ -29,6 +29,7 @@ from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -40,6 +41,18 @@ _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$"
 _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+
+
+def check_namespace(method: str, path: str) -> None:
+    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
+    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
+    m = _IN_NAMESPACE.match(path)
+    if m is None or valid_namespace_name(m.group(1)):
+        return
+    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
+        raise ApiError.not_found(m.group(1), "namespaces")
+
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -305,6 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
+        check_namespace(method, path)
         discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
