@@ -100,6 +100,8 @@ class Life:
     scheduler: DeterministicScheduler
     observer: RecordingObserver
     stream: Stream
+    driver_removals_before: int
+    """How many removals the driver had heard of when this life began."""
     violations: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -143,7 +145,7 @@ class GuaranteesModel(RuleBasedStateMachine):
         composed.backend.open_stream(
             1.0, on_snapshots=stream.on_snapshots, on_removal=stream.on_removal
         )
-        life = Life(self.lives, composed, scheduler, observer, stream)
+        life = Life(self.lives, composed, scheduler, observer, stream, len(self.driver.removed))
         self.life = life
         composed.backend.start(initial_executors=self.target)
         self.cluster.watch = composed.store
@@ -393,6 +395,9 @@ class GuaranteesModel(RuleBasedStateMachine):
         assert not leftover, f"pods left over: {leftover}"
         gone = sorted(self.driver.known - set(live) - {HUGE_ID})
         assert not gone, f"executors the driver still believes in, whose pods are gone: {gone}"
+        told = [i for i, _ in self.driver.removed[self.life.driver_removals_before :]]
+        unsent = sorted(set(told) - set(self.life.stream.removals))
+        assert not unsent, f"removals the driver heard of that the stream never got: {unsent}"
 
     def _live_executors(self) -> dict[int, str]:
         return {
