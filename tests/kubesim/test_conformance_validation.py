@@ -188,3 +188,30 @@ def test_kubectl_describe_shows_the_failed_mount(sim: KubeSim, core: CoreApi) ->
     assert "ContainerCreating" in described.stdout
     assert "FailedMount" in described.stdout
     assert 'secret "absent" not found' in described.stdout
+
+
+def test_kubectl_get_ns_and_a_namespace_named_against_the_rules(
+    sim: KubeSim, tmp_path: Any
+) -> None:
+    """`kubectl get ns` lists namespaces; applying one whose name is no DNS-1123 label is 422."""
+    from tests.kubesim.test_kubectl import kubectl_path
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [kubectl_path(), "--kubeconfig", str(sim.kubeconfig_path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-b\n")
+    bad.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: Bad_NS\n")
+    assert kubectl("apply", "-f", str(good)).returncode == 0
+    refused = kubectl("apply", "-f", str(bad))
+    assert refused.returncode != 0
+    assert 'The Namespace "Bad_NS" is invalid: metadata.name' in refused.stderr
+    listed = kubectl("get", "ns")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert {"default", "team-b"} <= set(names)
+    assert "Bad_NS" not in names
+    missing = kubectl("get", "ns", "Bad_NS")
+    assert missing.returncode != 0
+    assert 'namespaces "Bad_NS" not found' in missing.stderr
