@@ -25,6 +25,8 @@ from types import SimpleNamespace
 import pytest
 from execpods.kubesim import KubeSim
 
+from tests.kubesim.support import eventually
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -174,8 +176,9 @@ def test_the_sidecar_wheel_installs_alone_and_starts(wheels: Path, tmp_path: Pat
                 assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), (
                     line + process.communicate(timeout=30)[1]
                 )
+                # The first round runs on its own thread after the listener is up.
+                assert eventually(sim.pods, timeout=30), "the installed sidecar created no pod"
             finally:
                 process.terminate()
                 process.wait(30)
         assert process.returncode == 0
-        assert sim.pods(), "the installed sidecar created no executor pod"

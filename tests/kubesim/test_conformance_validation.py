@@ -8,6 +8,7 @@ the object exists). Users' tests that pass here would fail against a cluster oth
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -167,3 +168,23 @@ def test_an_optional_missing_volume_object_does_not_hold_the_pod(
     sim.run_until_idle()
     assert core.read_namespaced_pod("free", NS).status.phase == "Running"
     assert _failed_mounts(core, "free") == []
+
+
+def test_kubectl_describe_shows_the_failed_mount(sim: KubeSim, core: CoreApi) -> None:
+    """`kubectl describe pod` selects the pod's events by `involvedObject.*` fields."""
+    from tests.kubesim.test_kubectl import kubectl_path
+
+    volumes = [{"name": "v", "secret": {"secretName": "absent"}}]
+    core.create_namespaced_pod(NS, _with_volumes("waits", volumes))
+    sim.advance(5)
+    described = subprocess.run(
+        [kubectl_path(), "--kubeconfig", str(sim.kubeconfig_path), "describe", "pod", "waits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert described.returncode == 0, described.stderr
+    assert "ContainerCreating" in described.stdout
+    assert "FailedMount" in described.stdout
+    assert 'secret "absent" not found' in described.stdout

@@ -95,6 +95,10 @@ def test_a_bad_log_level_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--log-level 'LOUD'" in _error(capsys, ["--log-level", "loud", "settings"], {})
 
 
+def flags_help(parser: argparse.ArgumentParser, flag: str) -> str:
+    return next(a.help or "" for a in parser._actions if flag in a.option_strings)
+
+
 def test_every_flag_comes_from_a_setting_spec() -> None:
     """Flag, help, variable and default are the spec's: no property key written twice."""
     commands = next(
@@ -108,8 +112,18 @@ def test_every_flag_comes_from_a_setting_spec() -> None:
         for action in serve._actions
         for option in action.option_strings
         if option.startswith("--")
-        and option not in ("--help", "--conf", "--properties-file", "--log-level", "--log-format")
+        and option
+        not in (
+            "--help",
+            "--conf",
+            "--properties-file",
+            "--log-level",
+            "--log-format",
+            "--insecure",
+        )
     }
+    # --insecure is a switch (no value) for execpods.sidecar.insecure, a setting spec's key.
+    assert "execpods.sidecar.insecure" in flags_help(serve, "--insecure")
     specs = {spec.flag: spec for spec in flagged_specs()}
     assert set(flags) == set(specs)
     assert {"--app-id", "--image", "--listen", "--initial-executors"} <= set(flags)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -209,3 +210,61 @@ def test_an_empty_token_file_is_refused_at_start(tmp_path: Path) -> None:
     )
     with pytest.raises(SettingsError, match="is empty"):
         read_token(settings.security)
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call, as grpcurl's -H does."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def _details(self, details: Any) -> Any:
+        return details._replace(metadata=tuple(details.metadata or ()) + self._metadata)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._details(details), requests)
+
+
+def test_server_reflection_lists_the_services_with_the_token_and_refuses_without(
+    token_file: Path, make_sidecar: SidecarFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reflection is a bidirectional stream: the guard covers every method kind, so grpcurl
+    (here grpcio-reflection's client) works with the token and gets UNAUTHENTICATED without."""
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    sidecar = make_sidecar("reflect", conf={"execpods.sidecar.auth.tokenFile": str(token_file)})
+    with grpc.insecure_channel(sidecar.address) as plain:
+        channel = grpc.intercept_channel(plain, _Bearer(TOKEN))
+        services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+    assert {"execpods.v1.ExecutorAllocator", "grpc.health.v1.Health"} <= services
+    with (
+        caplog.at_level(logging.WARNING),
+        grpc.insecure_channel(sidecar.address) as anonymous,
+        pytest.raises(grpc.RpcError) as caught,
+    ):
+        ProtoReflectionDescriptorDatabase(anonymous).get_services()
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_rotated_server_certificate_is_served_to_new_connections(
+    pki: Pki, make_sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """cert-manager rewrites the Secret's files in place: the next connection gets the new
+    certificate without a restart (a client trusting only the new CA connects)."""
+    sidecar = make_sidecar("rotate", conf=pki.tls_conf())
+    with AllocatorClient(sidecar.address, tls=pki.server_only()) as client:
+        assert client.request_total(0).total == 0
+    (tmp_path / "next").mkdir()
+    rotated = Pki(tmp_path / "next")
+    pki.server_key.write_bytes(rotated.server_key.read_bytes())
+    pki.server_cert.write_bytes(rotated.server_cert.read_bytes())
+    with AllocatorClient(sidecar.address, tls=rotated.server_only()) as client:
+        assert client.request_total(0).total == 0
+    code, _ = _code(_request(sidecar.address, tls=pki.server_only()))  # the old CA no longer
+    assert code == grpc.StatusCode.UNAVAILABLE

@@ -1,4 +1,5 @@
-"""Shared by the real-Spark tests: the plugin jar, built once per session."""
+"""Fixtures of the real-Spark tests: the plugin jar (built once), and the certificates and token
+of the sidecar's security tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from execpods.devtools.spark_plugin import build
+
+from tests.sidecar.test_security import pki, token_file  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")

@@ -19,25 +19,21 @@ from execpods.devtools.bench.runs import START_JITTER, START_LATENCY
 from execpods.devtools.bench.spark_peers import peak_per_second, spark_peer
 from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
-from execpods.devtools.spark_plugin import build
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
-pytestmark = [
+PLUGIN_MARKS = [
     pytest.mark.slow,
     pytest.mark.timeout(300),
     pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
     pytest.mark.skipif(shutil.which("javac") is None, reason="javac is not installed"),
 ]
 
+pytestmark = PLUGIN_MARKS
+
 APP = "spark-plugin-test"
 CAPACITY = 4
-
-
-@pytest.fixture(scope="module")
-def plugin_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(tmp_path_factory.mktemp("plugin"))
 
 
 @pytest.fixture

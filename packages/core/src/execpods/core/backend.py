@@ -289,6 +289,18 @@ class ExecutorPodsBackend:
         """`request(TotalsRequest.of(total))`: one profile's total."""
         return self.request(TotalsRequest.of(total, resource_profile_id=resource_profile_id))
 
+    def set_failure_limit(self, *, max_failures: int, validity_interval: float | None) -> None:
+        """Replace the executor failure limit and its window with the driver's (`ValueError` on
+        a negative limit or a non-positive window, and nothing changes)."""
+        self._lifecycle.failures.set_limit(
+            max_failures=max_failures, validity_interval=validity_interval
+        )
+
+    def failure_limit(self) -> tuple[int, float | None]:
+        """The failure limit and window in force."""
+        tracker = self._lifecycle.failures
+        return tracker.max_failures, tracker.validity_interval
+
     def declared_profile_ids(self) -> list[int]:
         """The ids of every declared resource profile (0, the default, always)."""
         return self._allocator.profiles.ids()

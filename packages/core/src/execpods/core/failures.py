@@ -41,6 +41,18 @@ class ExecutorFailureTracker:
             clock=clock,
         )
 
+    def set_limit(self, *, max_failures: int, validity_interval: float | None) -> None:
+        """The driver's limit and window replace the settings' (the Spark plugin sends its own
+        `spark.executor.maxNumFailures` and `failuresValidityInterval`, so the two never
+        disagree). Failures counted so far keep counting; a tracker already tripped stays so."""
+        if max_failures < 0:
+            raise ValueError(f"max_failures must not be negative, not {max_failures}")
+        if validity_interval is not None and validity_interval <= 0:
+            raise ValueError(f"validity_interval must be positive, not {validity_interval}")
+        with self._lock:
+            self.max_failures = max_failures
+            self._validity = validity_interval
+
     def register_failure(self) -> None:
         """One executor failed (its pod failed, or its pod could not be created)."""
         self.register_failures(1)
@@ -57,6 +69,10 @@ class ExecutorFailureTracker:
             while self._times and self._times[0] < oldest:
                 self._times.popleft()
         return len(self._times)
+
+    @property
+    def validity_interval(self) -> float | None:
+        return self._validity
 
     @property
     def failed_executors(self) -> int:

@@ -135,6 +135,17 @@ class SparkDriver:
         self.send(f"total {n}")
         self.expect("total", timeout)
 
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the driver ends on its own, or None if it still runs after
+        ``timeout`` seconds."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def stop(self, timeout: float = 60.0) -> int:
         """``SparkSession.stop()`` and wait for the process to exit; returns its exit code."""
         proc = self._proc

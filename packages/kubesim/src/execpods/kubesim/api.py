@@ -18,6 +18,7 @@ from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
 from execpods.kubesim.apf import ApfConfig, FairQueues
+from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
@@ -86,11 +87,12 @@ class KubeSim:
             k.plural: ObjectApi(
                 kind=k, cluster=self.cluster, log=self.log, event_window=event_window
             )
-            for k in KINDS
+            for k in (*KINDS, *APPLY_KINDS)
         }
         self.cluster.mounts = VolumeMounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
+        self.namespaces = NamespaceApi(self.clock)
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -137,6 +139,7 @@ class KubeSim:
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
             apf=self.apf,
+            namespaces=self.namespaces,
         )
         server = ApiServer(self._host, port, context)
         server.start()

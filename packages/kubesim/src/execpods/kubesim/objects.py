@@ -48,6 +48,12 @@ class Kind:
     #: A DELETE answers the deleted object (the kind's registry sets `ReturnDeletedObject`, as
     #: for pods, Services and PersistentVolumeClaims); otherwise a Success Status.
     returns_deleted_object: bool = False
+    #: The API group ("" = core, served under /api/v1; others under /apis/<group>/v1).
+    group: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/v1" if self.group else "v1"
 
     def discovery(self) -> Obj:
         entry: Obj = {
@@ -147,6 +153,7 @@ class ObjectApi:
     def list(self, namespace: str | None, query: dict[str, str]) -> Obj:
         result: Obj = dict(self._lister.list(namespace, query))
         result["kind"] = f"{self.kind.kind}List"
+        result["apiVersion"] = self.kind.api_version
         return result
 
     def get(self, namespace: str, name: str) -> Obj:
@@ -156,10 +163,10 @@ class ObjectApi:
         if not isinstance(body, dict):
             raise ApiError.bad_request("the request body must be a JSON object")
         kind, api_version = body.get("kind"), body.get("apiVersion")
-        if kind not in (None, self.kind.kind) or api_version not in (None, "v1"):
+        if kind not in (None, self.kind.kind) or api_version not in (None, self.kind.api_version):
             raise ApiError.bad_request(
                 f"the kind ({kind}) or API version ({api_version}) in the data does not match "
-                f"{self.kind.kind} v1"
+                f"{self.kind.kind} {self.kind.api_version}"
             )
         meta = body.get("metadata")
         if not isinstance(meta, dict):
@@ -172,7 +179,7 @@ class ObjectApi:
         name = meta.get("name") or ""
         generate = meta.get("generateName") or ""
         obj: Obj = {k: v for k, v in body.items() if k not in ("metadata", "status")}
-        obj.update(kind=self.kind.kind, apiVersion="v1")
+        obj.update(kind=self.kind.kind, apiVersion=self.kind.api_version)
         obj["metadata"] = {k: v for k, v in meta.items() if k not in SERVER_META}
         with self._rng_lock:
             if not name and generate:
@@ -282,7 +289,7 @@ class ObjectApi:
                 kind=self.kind.plural,
             )
         result: Obj = {k: v for k, v in new.items() if k != "status"}
-        result.update(kind=self.kind.kind, apiVersion="v1")
+        result.update(kind=self.kind.kind, apiVersion=self.kind.api_version)
         meta = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
             if k in old["metadata"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from execpods.kubesim.sidecars import init_statuses_running, init_statuses_stopped
 from execpods.kubesim.store import Obj
 
 __all__ = [
@@ -128,6 +129,8 @@ def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj
             }
         )
     st["containerStatuses"] = statuses
+    if pod["spec"].get("initContainers"):
+        st["initContainerStatuses"] = init_statuses_running(pod, now, container_id)
     return pod
 
 
@@ -174,6 +177,8 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
         not_ready(st, now, "ContainersNotReady", "containers not ready")
     else:
         st["phase"] = force_phase or ("Succeeded" if exit_code == 0 else "Failed")
+        if p["spec"].get("initContainers"):  # native sidecars stop with the main containers
+            st["initContainerStatuses"] = init_statuses_stopped(p, now)
         not_ready(st, now, "PodCompleted" if st["phase"] == "Succeeded" else "PodFailed", "")
         if pod_reason:
             st["reason"] = pod_reason

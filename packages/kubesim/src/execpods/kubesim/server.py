@@ -24,10 +24,17 @@ from urllib.parse import parse_qsl, urlsplit
 import orjson
 from execpods.kubesim import resources
 from execpods.kubesim.apf import FairQueues
+from execpods.kubesim.applykinds import (
+    NAMESPACE_RESOURCE,
+    RBAC_GROUP,
+    NamespaceApi,
+    group_discovery,
+)
 from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
+from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
 from execpods.kubesim.params import TRUE, parse_bool
 from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource, serve_watch
@@ -54,6 +61,10 @@ def check_namespace(method: str, path: str) -> None:
         raise ApiError.not_found(m.group(1), "namespaces")
 
 
+_GROUP_OBJECT = re.compile(
+    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
+)
+
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
 
@@ -78,6 +89,7 @@ class ServerContext:
     objects: dict[str, ObjectApi] = field(default_factory=dict)
     websocket_watch: bool = True
     apf: FairQueues | None = None
+    namespaces: NamespaceApi | None = None
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
@@ -319,14 +331,24 @@ class _Handler(BaseHTTPRequestHandler):
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
         check_namespace(method, path)
-        discovery = resources.discovery(path, self.server.server_address)
+        discovery = group_discovery(path, [o.kind for o in ctx.objects.values()])
+        if discovery is None and path.startswith(OPENAPI_ROOT):
+            kinds = [o.kind for o in ctx.objects.values()]
+            discovery = openapi_document(path, [(k.group, k.plural, k.kind, True) for k in kinds])
+        if discovery is None:
+            discovery = resources.discovery(path, self.server.server_address)
         if discovery is not None:
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
             if path == "/api/v1":
-                discovery["resources"].extend(o.kind.discovery() for o in ctx.objects.values())
+                listed = [r for r in discovery["resources"] if r["name"] != "namespaces"]
+                listed.append(dict(NAMESPACE_RESOURCE))
+                listed.extend(o.kind.discovery() for o in ctx.objects.values() if not o.kind.group)
+                discovery["resources"] = listed
             self._send(200, orjson.dumps(discovery))
             return 200
+        if ctx.namespaces is not None and (path == "/api/v1/namespaces" or _NAMESPACE.match(path)):
+            return self._namespaces(method, path, body, ctx.namespaces)
         objects = self._object_route(path, ctx)
         if objects is not None:
             api_, namespace_, name_, watch_path_ = objects
@@ -399,6 +421,14 @@ class _Handler(BaseHTTPRequestHandler):
         path: str, ctx: ServerContext
     ) -> tuple[ObjectApi, str | None, str | None, bool] | None:
         """(api, namespace, name, legacy watch path) for a ConfigMap, Service... path."""
+        if path.startswith("/apis/"):
+            g = _GROUP_OBJECT.match(path)
+            if g is None:
+                return None
+            api = ctx.objects.get(g.group(2))
+            if api is None or api.kind.group != RBAC_GROUP:
+                return None
+            return api, g.group(1), g.group(3), False
         if path.startswith("/api/v1/watch/"):
             m = _OBJECT_WATCH.match(path)
             watch_path = True
@@ -412,7 +442,29 @@ class _Handler(BaseHTTPRequestHandler):
         if m is None:
             return None
         api = ctx.objects.get(m.group(2))
-        return None if api is None else (api, m.group(1), m.group(3), watch_path)
+        if api is None or api.kind.group:
+            return None
+        return api, m.group(1), m.group(3), watch_path
+
+    def _namespaces(self, method: str, path: str, body: bytes, api: NamespaceApi) -> int:
+        """Namespaces, cluster-scoped (applykinds.NamespaceApi)."""
+        m = _NAMESPACE.match(path)
+        if m is None:
+            if method == "GET":
+                return self._reply(200, api.list())
+            if method == "POST":
+                return self._reply(201, api.create(self._json(body)))
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on namespaces")
+        name = m.group(1)
+        if method == "GET":
+            return self._reply(200, api.get(name))
+        if method == "PATCH":
+            return self._reply(200, api.patch(name, self.header("Content-Type"), self._json(body)))
+        if method == "PUT":
+            return self._reply(200, api.replace(name, self._json(body)))
+        if method == "DELETE":
+            return self._reply(200, api.delete(name))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a namespace")
 
     def _objects(
         self,

@@ -41,6 +41,7 @@ METRICS_PREFIX = f"{PROG}: metrics on "
 PROPERTIES_FILE_ENV = "EXECPODS_PROPERTIES_FILE"
 LOG_LEVEL_ENV = "EXECPODS_LOG_LEVEL"
 DEFAULT_LOG_LEVEL = "INFO"
+INSECURE_KEY = "execpods.sidecar.insecure"
 """As Kubernetes controllers do: the decisions that change the cluster are logged by default."""
 
 
@@ -74,6 +75,8 @@ def collect_sourced(
             sourced[spec.key] = (environ[spec.env], f"${spec.env}")
     for key, value in parse_conf(args.conf).items():
         sourced[key] = (value, "--conf")
+    if getattr(args, "insecure", False):
+        sourced[INSECURE_KEY] = ("true", "--insecure")
     for spec in flagged:
         flag_value: str | None = getattr(args, _dest(spec), None)
         if flag_value is not None and spec.flag is not None:
@@ -139,6 +142,11 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="any setting by its property name (repeatable; see `settings`)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve anonymous plaintext callers beyond loopback ({INSECURE_KEY}=true); warns",
     )
     parser.add_argument(
         "--properties-file",

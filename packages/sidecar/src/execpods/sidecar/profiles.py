@@ -18,6 +18,7 @@ from execpods.core import (
     TotalsRequest,
 )
 from execpods.k8s import parse_pod_template
+from execpods.sidecar.templatepolicy import PolicyRefusal, TemplatePolicy
 from execpods.v1 import allocator_pb2 as pb
 
 
@@ -26,14 +27,20 @@ class InvalidProfiles(ValueError):
 
 
 def profile_from_message(
-    message: pb.ResourceProfile, *, app_id: str | None = None
+    message: pb.ResourceProfile,
+    *,
+    app_id: str | None = None,
+    policy: TemplatePolicy | None = None,
 ) -> ResourceProfile:
     """The core's profile for a contract message; `InvalidProfiles` when it is unusable.
 
     A pod template labelled for another application (`spark-app-selector`, as every pod Spark's
     own builder makes, which the Spark plugin declares) is refused: the sidecar would relabel its
     pods with `app_id` and the driver, which finds its executors by its own id, would never see
-    them. Saying so at the first RequestTotal beats a driver waiting for executors forever."""
+    them. Saying so at the first RequestTotal beats a driver waiting for executors forever.
+
+    The template is then checked against the sidecar's `policy` (templatepolicy.py), before any
+    pod is built from it."""
     what = f"profiles[id={message.id}]"
     try:
         template = (
@@ -52,6 +59,11 @@ def profile_from_message(
     except (ValueError, SettingsError) as error:
         raise InvalidProfiles(f"{what} is invalid: {error}") from None
     if template is not None:
+        if policy is not None:
+            try:
+                policy.check(template)
+            except PolicyRefusal as refusal:
+                raise InvalidProfiles(f"{what}.pod_template is refused: {refusal}") from None
         labels = (template.get("metadata") or {}).get("labels") or {}
         owner = labels.get(SPARK_LABELS.app_id) if isinstance(labels, dict) else None
         if app_id is not None and owner is not None and owner != app_id:
@@ -63,10 +75,17 @@ def profile_from_message(
     return profile
 
 
-def totals_request(request: pb.RequestTotalRequest, *, app_id: str | None = None) -> TotalsRequest:
+def totals_request(
+    request: pb.RequestTotalRequest,
+    *,
+    app_id: str | None = None,
+    policy: TemplatePolicy | None = None,
+) -> TotalsRequest:
     """The core's request for a RequestTotal; `InvalidProfiles` for what the message alone gets
     wrong (the backend judges the rest)."""
-    profiles = tuple(profile_from_message(m, app_id=app_id) for m in request.profiles)
+    profiles = tuple(
+        profile_from_message(m, app_id=app_id, policy=policy) for m in request.profiles
+    )
     if DEFAULT_RESOURCE_PROFILE_ID in request.profile_totals:
         raise InvalidProfiles(
             "profile_totals[0] is invalid: the default profile's total is `total`"

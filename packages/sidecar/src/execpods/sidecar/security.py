@@ -13,9 +13,14 @@ shared, these settings add, each on its own:
   line, where `ps` would show it: every call must carry `authorization: Bearer <token>`, compared
   in constant time; a missing or wrong one is UNAUTHENTICATED.
 
-Refusals are logged with the method, the peer and the reason, never with the token. The standard
-health service is exempt from the token (its answer is not a secret, and Kubernetes' gRPC probes
-cannot send headers); it still sits behind TLS on the main port.
+Refusals are logged with the method, the peer and the reason, never with the token. Every kind of
+method is guarded, server reflection (a bidirectional stream) included: with the token, grpcurl's
+reflection works; without, it is UNAUTHENTICATED like any call. The standard health service is
+exempt from the token (its answer is not a secret, and Kubernetes' gRPC probes cannot send
+headers); it still sits behind TLS on the main port.
+
+A listener beyond loopback with neither TLS nor a token does not start without
+`execpods.sidecar.insecure` (`check_listener`), and a short token is refused (`read_token`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import grpc
 import grpc.aio
 from execpods.core import SettingsError
 from execpods.core.settingkit import SettingsBase, parse_bool, setting
+from execpods.sidecar.templatepolicy import POLICY_KEY, TemplatePolicyLevel, parse_policy
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +103,24 @@ class SecuritySettings(SettingsBase):
         rule=_if_file,
     )
 
+    template_policy: TemplatePolicyLevel = setting(  # noqa: RUF009 (an enum: immutable)
+        POLICY_KEY,
+        TemplatePolicyLevel.BASELINE,
+        "What pod templates sent over gRPC (RequestTotal's profiles) may ask for: baseline "
+        "(Pod Security Standards baseline: no privileged, host namespaces, hostPath, added "
+        "capabilities), restricted (PSS restricted), refuse (no templates over gRPC) or none "
+        "(the cluster's admission control decides). Except under none, a template's service "
+        "account and namespace must be the sidecar's.",
+        parse=parse_policy,
+        render=lambda level: level.value,
+    )
+    insecure: bool = setting(
+        "execpods.sidecar.insecure",
+        False,
+        "Allow a listen address beyond loopback with neither TLS nor a token (anybody who "
+        "reaches the port may create pods); without it such a sidecar refuses to start.",
+        parse=parse_bool,
+    )
     check_permissions: bool = setting(
         "execpods.sidecar.checkPermissions",
         True,
@@ -135,30 +159,133 @@ def _read(path: str, key: str) -> bytes:
         raise SettingsError(f"{key}: cannot read {path!r}: {error.strerror or error}") from None
 
 
+class _CertificateFiles:
+    """The server's certificate, key and client CA, read again when a file changes.
+
+    gRPC asks (`fetch`) at each new connection; an unchanged set of files answers None (keep the
+    current one). cert-manager rotates a Secret's files in place, so a long-running sidecar
+    serves the new certificate from the next connection on, without a restart. A file caught
+    half-written (unreadable) keeps the current certificate and is retried at the next connection.
+    """
+
+    def __init__(self, settings: SecuritySettings) -> None:
+        assert settings.cert_file is not None
+        assert settings.key_file is not None
+        self._files = {
+            "execpods.sidecar.tls.certFile": settings.cert_file,
+            "execpods.sidecar.tls.keyFile": settings.key_file,
+        }
+        if settings.client_ca_file is not None:
+            self._files["execpods.sidecar.tls.clientCaFile"] = settings.client_ca_file
+        self._stamp = self._stamps()
+        self.initial = self._configuration()
+
+    def _stamps(self) -> tuple[tuple[int, int], ...]:
+        stamps = []
+        for path in self._files.values():
+            try:
+                stat = Path(path).stat()
+            except OSError:
+                stamps.append((0, 0))
+            else:
+                stamps.append((stat.st_mtime_ns, stat.st_ino))
+        return tuple(stamps)
+
+    def _configuration(self) -> Any:
+        blobs = {key: _read(path, key) for key, path in self._files.items()}
+        return grpc.ssl_server_certificate_configuration(
+            [(blobs["execpods.sidecar.tls.keyFile"], blobs["execpods.sidecar.tls.certFile"])],
+            root_certificates=blobs.get("execpods.sidecar.tls.clientCaFile"),
+        )
+
+    def fetch(self) -> Any:
+        stamp = self._stamps()
+        if stamp == self._stamp:
+            return None
+        try:
+            configuration = self._configuration()
+        except (SettingsError, grpc.RpcError, ValueError) as error:
+            logger.warning("Keeping the current TLS certificate: %s", error)
+            return None
+        self._stamp = stamp
+        logger.info("TLS certificate files changed: serving the new certificate.")
+        return configuration
+
+
 def server_credentials(settings: SecuritySettings) -> Any | None:
-    """The server's TLS credentials (mutual when a client CA is set), or None for plaintext."""
+    """The server's TLS credentials (mutual when a client CA is set), or None for plaintext;
+    the files are read again when they change (`_CertificateFiles`)."""
     if settings.cert_file is None or settings.key_file is None:
         return None
-    cert = _read(settings.cert_file, "execpods.sidecar.tls.certFile")
-    key = _read(settings.key_file, "execpods.sidecar.tls.keyFile")
-    client_ca = (
-        None
-        if settings.client_ca_file is None
-        else _read(settings.client_ca_file, "execpods.sidecar.tls.clientCaFile")
+    files = _CertificateFiles(settings)
+    return grpc.dynamic_ssl_server_credentials(
+        files.initial,
+        files.fetch,
+        require_client_authentication=settings.client_ca_file is not None,
     )
-    return grpc.ssl_server_credentials(
-        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
+
+
+MIN_TOKEN_LENGTH = 16
+"""Shorter tokens are refused: a bearer token is the only thing between a caller and pod creation,
+and `openssl rand -hex 32` (deploy/) gives 64 characters."""
 
 
 def read_token(settings: SecuritySettings) -> bytes | None:
-    """The expected token (surrounding whitespace and the file's newline stripped), or None."""
+    """The expected token (surrounding whitespace and the file's newline stripped), or None.
+
+    A token shorter than `MIN_TOKEN_LENGTH` is refused; a file that every user of the machine
+    may read is accepted with a warning (a Kubernetes Secret volume's default mode is 0644,
+    where only the pod's own containers see it)."""
     if settings.token_file is None:
         return None
-    token = _read(settings.token_file, "execpods.sidecar.auth.tokenFile").strip()
+    key = "execpods.sidecar.auth.tokenFile"
+    token = _read(settings.token_file, key).strip()
     if not token:
-        raise SettingsError(f"execpods.sidecar.auth.tokenFile: {settings.token_file!r} is empty")
+        raise SettingsError(f"{key}: {settings.token_file!r} is empty")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise SettingsError(
+            f"{key}: the token in {settings.token_file!r} has {len(token)} characters; at least "
+            f"{MIN_TOKEN_LENGTH} are needed (e.g. openssl rand -hex 32)"
+        )
+    mode = Path(settings.token_file).stat().st_mode
+    if mode & 0o004:
+        logger.warning(
+            "%s: %r is readable by every user (mode %o); make it 0400 or 0440.",
+            key,
+            settings.token_file,
+            mode & 0o777,
+        )
     return token
+
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "::1", "[::1]"})
+
+
+def is_loopback_listen(listen: str) -> bool:
+    """Whether only this host (or pod) can reach `listen`: a Unix socket or a loopback address."""
+    if listen.startswith("unix:"):
+        return True
+    host = listen.rsplit(":", 1)[0]
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_listener(listen: str, settings: SecuritySettings) -> None:
+    """Refuse to serve anonymous callers beyond loopback unless `execpods.sidecar.insecure` says
+    so (then warn): whoever reaches the port could create pods under the sidecar's account."""
+    if is_loopback_listen(listen) or settings.tls or settings.token_file is not None:
+        return
+    if not settings.insecure:
+        raise SettingsError(
+            f"execpods.sidecar.listen={listen} is reachable beyond this host, with neither TLS "
+            "(execpods.sidecar.tls.certFile/keyFile) nor a token "
+            "(execpods.sidecar.auth.tokenFile): set one, listen on 127.0.0.1, or pass --insecure "
+            "(execpods.sidecar.insecure=true) to serve anonymous callers anyway"
+        )
+    logger.warning(
+        "Serving anonymous plaintext callers on %s (--insecure): anybody who reaches the port "
+        "may create and delete this application's pods.",
+        listen,
+    )
 
 
 class Refused(Exception):
@@ -230,37 +357,53 @@ def _refuse_log(method: str, context: Any, refused: Refused) -> None:
     )
 
 
-def _guard_unary(
+def _check(gate: Gate, method: str, context: Any) -> Refused | None:
+    try:
+        gate.check(method, context.invocation_metadata() or (), context.auth_context())
+    except Refused as refused:
+        _refuse_log(method, context, refused)
+        return refused
+    return None
+
+
+def _guard_unary_response(
     gate: Gate, method: str, behaviour: Callable[[Any, Any], Awaitable[Any]]
 ) -> Callable[[Any, Any], Awaitable[Any]]:
+    """Unary-unary and stream-unary: the request (or the request iterator) passes through."""
+
     async def guarded(request: Any, context: Any) -> Any:
-        try:
-            gate.check(method, context.invocation_metadata() or (), context.auth_context())
-        except Refused as refused:
-            _refuse_log(method, context, refused)
+        refused = _check(gate, method, context)
+        if refused is not None:
             await context.abort(refused.code, str(refused))
         return await behaviour(request, context)
 
     return guarded
 
 
-def _guard_stream(
-    gate: Gate, method: str, behaviour: Callable[[Any, Any], AsyncIterator[Any]]
+def _guard_stream_response(
+    gate: Gate, method: str, behaviour: Callable[[Any, Any], Any]
 ) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    """Unary-stream and stream-stream (server reflection is one): checked before the first
+    message either way."""
+
     async def guarded(request: Any, context: Any) -> AsyncIterator[Any]:
-        try:
-            gate.check(method, context.invocation_metadata() or (), context.auth_context())
-        except Refused as refused:
-            _refuse_log(method, context, refused)
+        refused = _check(gate, method, context)
+        if refused is not None:
             await context.abort(refused.code, str(refused))
-        async for response in behaviour(request, context):
-            yield response
+        responses = behaviour(request, context)
+        if hasattr(responses, "__aiter__"):
+            async for response in responses:
+                yield response
+        else:  # a synchronous generator (grpcio-reflection's servicer is one)
+            for response in responses:
+                yield response
 
     return guarded
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Checks every call against a `Gate` before its handler runs.
+    """Checks every call against a `Gate` before its handler runs, whatever its kind: unary,
+    server streaming, client streaming and bidirectional (server reflection).
 
     The check runs inside the handler (wrapped here) rather than in the interceptor itself,
     because only a handler's context holds the TLS peer's certificate names.
@@ -277,21 +420,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return None
         method: str = handler_call_details.method
         gate = self._gate
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _guard_unary(gate, method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _guard_stream(gate, method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        # The contract has no client-streaming calls; refuse rather than let one through unchecked.
-        logger.error("Refused %s: a streaming-request method has no authentication guard.", method)
-        return None
+        kinds = (
+            (handler.unary_unary, grpc.unary_unary_rpc_method_handler, _guard_unary_response),
+            (handler.stream_unary, grpc.stream_unary_rpc_method_handler, _guard_unary_response),
+            (handler.unary_stream, grpc.unary_stream_rpc_method_handler, _guard_stream_response),
+            (handler.stream_stream, grpc.stream_stream_rpc_method_handler, _guard_stream_response),
+        )
+        for behaviour, make, guard in kinds:
+            if behaviour is not None:
+                return make(
+                    guard(gate, method, behaviour),
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+        return None  # a handler with no behaviour: grpc answers UNIMPLEMENTED
 
 
 def interceptors(settings: SecuritySettings) -> list[AuthInterceptor]:

@@ -25,6 +25,7 @@ from execpods.core import ShutdownReport
 from execpods.sidecar import security
 from execpods.sidecar.ops import OpsPlane
 from execpods.sidecar.service import AllocatorService, add_to_server
+from execpods.sidecar.templatepolicy import POLICY_KEY, TemplatePolicy, TemplatePolicyLevel
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from grpc_health.v1 import health, health_pb2_grpc
@@ -107,6 +108,7 @@ class SidecarServer:
             self.address,
             security.describe(self.runtime.settings.security),
         )
+        log_template_policy(self.runtime.template_policy)
         return self.address
 
     def install_signal_handlers(self) -> None:
@@ -147,6 +149,24 @@ class SidecarServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def log_template_policy(policy: TemplatePolicy) -> None:
+    """Say at start-up what callers' pod templates may ask for; no policy is a WARNING."""
+    level = policy.level
+    if level is TemplatePolicyLevel.NONE:
+        logger.warning(
+            "Pod templates sent over gRPC are not checked (%s=none): the cluster's admission "
+            "control must refuse privileged or host-level executor pods.",
+            POLICY_KEY,
+        )
+    else:
+        logger.info(
+            "Pod templates sent over gRPC: policy %s, namespace %s, service account %s.",
+            level.value,
+            policy.namespace,
+            policy.service_account or "default",
+        )
 
 
 def ignore_stop_signals(loop: asyncio.AbstractEventLoop) -> None:

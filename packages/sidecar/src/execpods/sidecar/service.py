@@ -44,6 +44,21 @@ Context = grpc.aio.ServicerContext
 """The grpc.aio servicer context, typed by request and response: `abort` never returns."""
 
 
+def failure_limit(request: pb.RequestTotalRequest) -> tuple[int, float | None] | None:
+    """The driver's failure limit and window, when the request carries one (`ValueError` when
+    it is out of range)."""
+    if not request.HasField("failure_limit"):
+        return None
+    limit = request.failure_limit
+    if limit.max_failures < 0 or limit.validity_interval_ms < 0:
+        raise ValueError(
+            f"failure_limit (max_failures={limit.max_failures}, validity_interval_ms="
+            f"{limit.validity_interval_ms}) is invalid: neither may be negative"
+        )
+    window = limit.validity_interval_ms / 1000 if limit.validity_interval_ms else None
+    return limit.max_failures, window
+
+
 class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     """The servicer; `close_streams()` ends every open stream cleanly (at shutdown)."""
 
@@ -61,7 +76,19 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
         try:
-            applied = backend.request(totals_request(request, app_id=self._runtime.app_id))
+            totals = totals_request(
+                request, app_id=self._runtime.app_id, policy=self._runtime.template_policy
+            )
+            limit = failure_limit(request)  # checked before anything applies
+            applied = backend.request(totals)
+            if limit is not None and limit != backend.failure_limit():
+                backend.set_failure_limit(max_failures=limit[0], validity_interval=limit[1])
+                logger.info(
+                    "The driver's executor failure limit applies: more than %d failures %s "
+                    "fail the application.",
+                    limit[0],
+                    "in total" if limit[1] is None else f"within {limit[1]:g}s",
+                )
             await asyncio.wrap_future(applied)
         except ValueError as error:  # the message's or the backend's judgement: one wording
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
@@ -119,8 +146,15 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             released = check_driver_ids("released", request.released)
             registered_at_ms = dict(request.registered_at_ms)
             check_driver_ids("registered_at_ms", registered_at_ms)
+            if request.HasField("registration_timeout_ms") and request.registration_timeout_ms < 0:
+                raise InvalidArgument(
+                    f"registration_timeout_ms={request.registration_timeout_ms} is invalid: it "
+                    "must not be negative (0 turns the registration timeout off)"
+                )
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        if request.HasField("registration_timeout_ms") and self._runtime.registration is not None:
+            self._runtime.registration.set_timeout(request.registration_timeout_ms / 1000)
         known = self._runtime.driver_view.update(
             registered=registered,
             released=released,

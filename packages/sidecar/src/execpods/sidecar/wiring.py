@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from execpods.core import (
     Clock,
@@ -26,10 +26,13 @@ from execpods.core import (
     SnapshotSource,
     SnapshotsWriter,
     SourcesFactory,
+    SystemClock,
     compose_backend,
 )
-from execpods.core.clock import SystemClock
+from execpods.core.badnodes import NodeBlocklist
+from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
+from execpods.core.registration import RegistrationTimeout
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -41,6 +44,7 @@ from execpods.k8s import (
     RateLimiter,
     WatchSource,
     api_client_from,
+    builder_claims,
     rate_limiter_for,
     resolve_namespace,
 )
@@ -48,6 +52,7 @@ from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
+from execpods.sidecar.templatepolicy import TemplatePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,12 @@ class Runtime:
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
+    blocklist: NodeBlocklist | None = None
+    """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
+    registration: RegistrationTimeout | None = None
+    """The registration timeout a driver may set (UpdateDriverExecutors)."""
+    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
     @property
     def app_id(self) -> str:
@@ -87,6 +98,7 @@ def assemble(
     rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    claims: ExecutorClaims | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -97,6 +109,12 @@ def assemble(
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
+    blocklist = NodeBlocklist(settings=settings.bad_nodes) if settings.bad_nodes.enabled else None
+    registration = RegistrationTimeout(
+        timeout=settings.registration.timeout,
+        clock=clock if clock is not None else SystemClock(),
+        pod_operations=pod_operations,
+    )
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
@@ -113,6 +131,9 @@ def assemble(
         profiles=profiles,
         concurrent_creates=True,
         id_ledger=id_ledger,
+        claims=claims,
+        blocklist=blocklist,
+        registration=registration,
     )
     return Runtime(
         settings=settings,
@@ -121,6 +142,19 @@ def assemble(
         telemetry=telemetry,
         rate_limiter=rate_limiter,
         id_ledger=id_ledger,
+        blocklist=blocklist,
+        registration=registration,
+        template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
+    )
+
+
+def template_policy_of(settings: Settings, namespace: str) -> TemplatePolicy:
+    """The policy of `execpods.sidecar.templatePolicy` with the namespace and service account the
+    sidecar's settings fix."""
+    return TemplatePolicy(
+        level=settings.security.template_policy,
+        namespace=namespace,
+        service_account=settings.kubernetes.service_account,
     )
 
 
@@ -193,8 +227,26 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             PollSource(store, operations, core_settings=core),
         ]
 
+    core = settings.core
+    claims_api = builder_claims(
+        gateway, builder, read_write_once=settings.claims.legacy_read_write_once
+    )
+    claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
+        settings=settings.claims,
+        templates=claims_api,
+        operations=claims_api,
+        max_claims=(
+            core.dynamic_allocation_max_executors
+            if core.dynamic_allocation_enabled
+            else core.initial_executors
+        ),
+        reuse_after=core.batch_delay,
+        delete_on_stop=core.delete_on_termination,
+        declared=bool(builder.on_demand),
+    )
     runtime = assemble(
         settings,
+        claims=claims,
         pod_operations=operations,
         pod_builder=builder,
         sources=sources,
@@ -209,6 +261,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         runtime,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
+        template_policy=template_policy_of(settings, namespace),
     )
 
 

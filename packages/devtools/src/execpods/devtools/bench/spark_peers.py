@@ -18,6 +18,7 @@ from execpods.devtools.bench.runs import (
     SERVER_CREATE_RATE,
     START_JITTER,
     START_LATENCY,
+    FirstPodBody,
     Run,
 )
 from execpods.devtools.spark import PEER_PLUGIN, PEER_SPARK, spark_time_to_target
@@ -60,6 +61,7 @@ def spark_peer(executors: int, *, plugin_jar: Path | None = None) -> Run:
         rate_limit = float(core.api_burst + core.api_qps)
     started = time.monotonic()
     with KubeSim(cluster=cluster) as sim:
+        body = FirstPodBody(sim)
         run = spark_time_to_target(sim.url, executors, plugin_jar=plugin_jar, timeout=1800.0)
         calls = [r.at for r in sim.requests()]
         creates = sim.request_counts().get("create", 0)
@@ -75,6 +77,7 @@ def spark_peer(executors: int, *, plugin_jar: Path | None = None) -> Run:
         creates=creates,
         throttled=throttled,
         wall=time.monotonic() - started,
+        pod_bytes=body.bytes,
     )
 
 

@@ -9,6 +9,7 @@ import java.util.Set;
 
 import io.fabric8.kubernetes.api.model.Container;
 import io.fabric8.kubernetes.api.model.EnvVar;
+import io.fabric8.kubernetes.api.model.HasMetadata;
 import io.fabric8.kubernetes.api.model.Pod;
 import io.fabric8.kubernetes.api.model.Quantity;
 import io.fabric8.kubernetes.client.KubernetesClient;
@@ -48,11 +49,16 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
   public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
   public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
+  /** Spark's executor failure limit and window, sent to the sidecar so the two agree. */
+  static final String MAX_FAILURES = "spark.executor.maxNumFailures";
+  static final String FAILURES_VALIDITY = "spark.executor.failuresValidityInterval";
   /**
    * The executor id Spark's builder is given for a profile's template. The sidecar replaces it
    * with each executor's own id wherever Spark puts one (name, labels, environment, hostname).
    */
   static final String TEMPLATE_EXECUTOR_ID = "0";
+  /** The template annotation that carries the executor's OnDemand claims to the sidecar. */
+  static final String CLAIMS_ANNOTATION = "execpods.io/executor-claims";
 
   private static final Logger LOG = LoggerFactory.getLogger(ExecPodsAllocator.class);
   private static final int DEFAULT_PROFILE_ID = ResourceProfile.DEFAULT_RESOURCE_PROFILE_ID();
@@ -73,7 +79,10 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** Every profile's last total, so stop() can zero them all. */
   private final Map<Integer, Integer> totals = new HashMap<>();
   private volatile SidecarClient sidecar;
+  private volatile SidecarEvents events;
   private volatile String applicationId;
+  private final int maxFailures;
+  private final long failuresValidityMs;
 
   public ExecPodsAllocator(
       SparkConf conf,
@@ -90,6 +99,11 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     this.deleteOnTermination =
         conf.getBoolean("spark.kubernetes.executor.deleteOnTermination", true);
     this.driverPod = lookUpDriverPod();
+    // Spark's own limit, exactly as its lifecycle manager computes it (ExecutorFailureTracker).
+    this.maxFailures =
+        org.apache.spark.deploy.ExecutorFailureTracker$.MODULE$.maxNumExecutorFailures(conf);
+    this.failuresValidityMs = conf.contains(FAILURES_VALIDITY)
+        ? conf.getTimeAsMs(FAILURES_VALIDITY) : 0L;
   }
 
   /** The driver pod named by spark.kubernetes.driver.pod.name, as Spark's own allocator. */
@@ -117,18 +131,29 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     this.applicationId = applicationId;
     String address = conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS);
     long timeout = conf.getLong(SIDECAR_DEADLINE, DEFAULT_SIDECAR_DEADLINE_MS);
-    SidecarClient client = new SidecarClient(address, timeout);
+    SidecarSecurity security = new SidecarSecurity(conf);
+    SidecarClient client = new SidecarClient(address, timeout, security);
     try {
-      client.isDeleted(1); // reachable now, or Spark's start fails with the reason
+      client.isDeleted(1); // reachable and authorized now, or Spark's start fails with the reason
     } catch (RuntimeException e) {
       client.close();
-      throw new IllegalStateException(
-          "execpods: the sidecar at " + address + " (" + SIDECAR_ADDRESS + ") is not reachable: "
-              + e.getMessage(), e);
+      throw SidecarErrors.explain(e, address, security);
     }
     this.sidecar = client;
-    LOG.info("execpods: executor pods of {} are allocated by the sidecar at {}",
-        applicationId, address);
+    SidecarEvents following =
+        new SidecarEvents(client, applicationId, maxFailures, ExecPodsAllocator::exit);
+    following.start();
+    this.events = following;
+    LOG.info("execpods: executor pods of {} are allocated by the sidecar at {} ({}{}); "
+            + "executor failure limit {} ({})",
+        applicationId, address, security.tls ? (security.certFile != null ? "mutual TLS" : "TLS")
+            : "plaintext", security.hasToken() ? ", bearer token" : "", maxFailures,
+        failuresValidityMs > 0 ? "within " + failuresValidityMs + " ms" : "in total");
+  }
+
+  /** Spark's stopApplication: {@code sys.exit(code)}, which runs Spark's shutdown hooks. */
+  private static void exit(int code) {
+    System.exit(code);
   }
 
   @Override
@@ -148,7 +173,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
       totals.put(profile.id(), total);
     }
     int defaultTotal = totals.getOrDefault(DEFAULT_PROFILE_ID, 0);
-    Map<Integer, Integer> inForce = client.requestTotal(defaultTotal, others, toDeclare);
+    Map<Integer, Integer> inForce;
+    try {
+      inForce = client.requestTotal(
+          defaultTotal, others, toDeclare, maxFailures, failuresValidityMs);
+    } catch (RuntimeException e) {
+      throw SidecarErrors.explain(
+          e, conf.get(SIDECAR_ADDRESS, DEFAULT_SIDECAR_ADDRESS), client.security());
+    }
     LOG.debug("execpods: targets by resource profile now {}", inForce);
   }
 
@@ -158,16 +190,13 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
         conf.clone(), TEMPLATE_EXECUTOR_ID, applicationId, driverPod, profile.id());
     KubernetesExecutorSpec spec =
         executorBuilder.buildFromFeatures(executorConf, secMgr, kubernetesClient, profile);
-    if (!spec.executorKubernetesResources().isEmpty()) {
-      LOG.warn("execpods: the executor's extra Kubernetes resources ({}) are not created by the "
-          + "sidecar", spec.executorKubernetesResources());
-    }
     Container container = spec.pod().container();
     Pod pod = new io.fabric8.kubernetes.api.model.PodBuilder(spec.pod().pod())
         .editOrNewSpec()
         .addToContainers(0, container)
         .endSpec()
         .build();
+    withClaims(pod, CollectionConverters.asJava(spec.executorKubernetesResources()));
     int cores = parseCores(env(container, "SPARK_EXECUTOR_CORES"));
     long memoryMib = parseMib(env(container, "SPARK_EXECUTOR_MEMORY"));
     long podMemoryMib = 0;
@@ -179,6 +208,30 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     long overheadMib = podMemoryMib > memoryMib ? podMemoryMib - memoryMib : 0;
     return new SidecarClient.Profile(
         profile.id(), cores, memoryMib, overheadMib, Serialization.asJson(pod));
+  }
+
+  /**
+   * The executor's OnDemand PersistentVolumeClaims (Spark's MountVolumesFeatureStep makes them,
+   * named for executor {@value #TEMPLATE_EXECUTOR_ID}) travel with the template in the annotation
+   * {@value #CLAIMS_ANNOTATION}: the sidecar makes each executor's own claims from them, and
+   * owns and reuses them as Spark's allocator would. Other extra resources are not created.
+   */
+  private static void withClaims(Pod pod, List<HasMetadata> resources) {
+    List<HasMetadata> claims = new ArrayList<>();
+    for (HasMetadata resource : resources) {
+      if ("PersistentVolumeClaim".equals(resource.getKind())) {
+        claims.add(resource);
+      } else {
+        LOG.warn("execpods: the executor's extra Kubernetes resource {} {} is not created by the "
+            + "sidecar", resource.getKind(), resource.getMetadata().getName());
+      }
+    }
+    if (!claims.isEmpty()) {
+      if (pod.getMetadata().getAnnotations() == null) {
+        pod.getMetadata().setAnnotations(new HashMap<>());
+      }
+      pod.getMetadata().getAnnotations().put(CLAIMS_ANNOTATION, Serialization.asJson(claims));
+    }
   }
 
   private static String env(Container container, String name) {
@@ -243,6 +296,10 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     SidecarClient client = sidecar;
     if (client == null) {
       return;
+    }
+    SidecarEvents following = events;
+    if (following != null) {
+      following.close();
     }
     try {
       Map<Integer, Integer> zero = new HashMap<>();

@@ -10,12 +10,17 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 import org.sparkproject.connect.grpc.CallOptions;
+import org.sparkproject.connect.grpc.Channel;
+import org.sparkproject.connect.grpc.ChannelCredentials;
+import org.sparkproject.connect.grpc.ClientCall;
+import org.sparkproject.connect.grpc.ClientInterceptors;
 import org.sparkproject.connect.grpc.Context;
 import org.sparkproject.connect.grpc.ManagedChannel;
 import org.sparkproject.connect.grpc.MethodDescriptor;
 import org.sparkproject.connect.grpc.netty.NettyChannelBuilder;
 import org.sparkproject.connect.grpc.protobuf.ProtoUtils;
 import org.sparkproject.connect.grpc.stub.ClientCalls;
+import org.sparkproject.connect.grpc.stub.StreamObserver;
 import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorProto;
 import org.sparkproject.connect.protobuf.DescriptorProtos.FileDescriptorSet;
 import org.sparkproject.connect.protobuf.Descriptors;
@@ -36,16 +41,31 @@ final class SidecarClient implements AutoCloseable {
   static final String SERVICE = "execpods.v1.ExecutorAllocator";
   private static final String DESCRIPTORS = "/io/execpods/spark/allocator.desc";
 
-  private final ManagedChannel channel;
+  private final ManagedChannel managed;
+  /** The managed channel with the bearer token added to every call. */
+  private final Channel channel;
+  private final SidecarSecurity security;
   private final long deadlineMs;
   private final Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> methods;
   private final Descriptors.FileDescriptor contract;
 
-  /** A client of the sidecar at {@code target} ("host:port"); calls wait for it up to {@code deadlineMs}. */
-  SidecarClient(String target, long deadlineMs) {
+  /**
+   * A client of the sidecar at {@code target} ("host:port") over plaintext, TLS or mutual TLS,
+   * with a bearer token or not ({@code security}); calls wait for it up to {@code deadlineMs}.
+   */
+  SidecarClient(String target, long deadlineMs, SidecarSecurity security) {
     this.contract = loadContract();
     this.deadlineMs = deadlineMs;
-    this.channel = NettyChannelBuilder.forTarget(target).usePlaintext().build();
+    this.security = security;
+    ChannelCredentials credentials = security.credentials();
+    NettyChannelBuilder builder = credentials == null
+        ? NettyChannelBuilder.forTarget(target).usePlaintext()
+        : NettyChannelBuilder.forTarget(target, credentials);
+    if (security.authority != null) {
+      builder.overrideAuthority(security.authority);
+    }
+    this.managed = builder.build();
+    this.channel = ClientInterceptors.intercept(managed, security.bearer());
     Descriptors.ServiceDescriptor service = contract.findServiceByName("ExecutorAllocator");
     Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> byName = new HashMap<>();
     for (Descriptors.MethodDescriptor method : service.getMethods()) {
@@ -125,9 +145,27 @@ final class SidecarClient implements AutoCloseable {
    */
   Map<Integer, Integer> requestTotal(
       int defaultTotal, Map<Integer, Integer> others, List<Profile> profiles) {
+    return requestTotal(defaultTotal, others, profiles, -1, 0);
+  }
+
+  /**
+   * RequestTotal carrying the driver's executor failure limit ({@code maxFailures}, not sent
+   * when negative) and window ({@code validityMs}, 0 = failures always count).
+   */
+  Map<Integer, Integer> requestTotal(
+      int defaultTotal, Map<Integer, Integer> others, List<Profile> profiles,
+      int maxFailures, long validityMs) {
     Descriptor requestType = type("RequestTotalRequest");
     DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
     request.setField(requestType.findFieldByName("total"), defaultTotal);
+    if (maxFailures >= 0) {
+      Descriptor limitType = type("FailureLimit");
+      request.setField(requestType.findFieldByName("failure_limit"),
+          DynamicMessage.newBuilder(limitType)
+              .setField(limitType.findFieldByName("max_failures"), maxFailures)
+              .setField(limitType.findFieldByName("validity_interval_ms"), validityMs)
+              .build());
+    }
     FieldDescriptor totals = requestType.findFieldByName("profile_totals");
     for (Map.Entry<Integer, Integer> entry : others.entrySet()) {
       request.addRepeatedField(totals, mapEntry(totals, entry.getKey(), entry.getValue()));
@@ -215,6 +253,27 @@ final class SidecarClient implements AutoCloseable {
     return live;
   }
 
+  /**
+   * Follows StreamSnapshots in the background: {@code observer} gets each message (notices,
+   * the application's failure). Snapshots come at most every {@code batchIntervalMs}. Returns
+   * the call, to cancel it.
+   */
+  ClientCall<DynamicMessage, DynamicMessage> follow(
+      long batchIntervalMs, StreamObserver<DynamicMessage> observer) {
+    Descriptor requestType = type("StreamSnapshotsRequest");
+    DynamicMessage request = DynamicMessage.newBuilder(requestType)
+        .setField(requestType.findFieldByName("batch_interval_ms"), batchIntervalMs)
+        .build();
+    ClientCall<DynamicMessage, DynamicMessage> call = channel.newCall(
+        methods.get("StreamSnapshots"), CallOptions.DEFAULT.withWaitForReady());
+    ClientCalls.asyncServerStreamingCall(call, request, observer);
+    return call;
+  }
+
+  SidecarSecurity security() {
+    return security;
+  }
+
   private static DynamicMessage mapEntry(FieldDescriptor mapField, Object key, Object value) {
     Descriptor entryType = mapField.getMessageType();
     return DynamicMessage.newBuilder(entryType)
@@ -233,14 +292,16 @@ final class SidecarClient implements AutoCloseable {
 
   @Override
   public void close() {
-    channel.shutdown();
+    managed.shutdown();
     try {
-      if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
-        channel.shutdownNow();
+      if (!managed.awaitTermination(5, TimeUnit.SECONDS)) {
+        managed.shutdownNow();
       }
     } catch (InterruptedException e) {
-      channel.shutdownNow();
+      managed.shutdownNow();
       Thread.currentThread().interrupt();
+    } finally {
+      security.close();
     }
   }
 }

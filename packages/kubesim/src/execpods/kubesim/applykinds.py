@@ -1,0 +1,170 @@
+"""What `kubectl apply -k deploy/overlays/...` needs beyond pods: namespaces (cluster-scoped),
+ServiceAccounts, and the RBAC group's Roles and RoleBindings, with their discovery documents.
+
+ServiceAccounts, Roles and RoleBindings are plain stored objects (`ObjectApi`); the RBAC ones are
+served under `/apis/rbac.authorization.k8s.io/v1`. They are stored, listed, patched and deleted
+with the API server's semantics, but do not feed kubesim's authorizer, which takes its policy when
+RBAC is switched on (`KubeSim(rbac=...)`).
+
+Namespaces: every namespace exists in kubesim (a GET of any name answers an Active namespace, as
+before), and the ones created, patched or listed as defaults are stored, so `kubectl apply`
+(which GETs, then PATCHes) and `kubectl get ns` behave as against a cluster. Deleting one removes
+the stored object only: its pods and objects stay, as if the namespace controller were slow.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from execpods.kubesim.clock import Clock
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.objects import Kind
+from execpods.kubesim.patch import apply_patch
+from execpods.kubesim.pods import SERVER_META, rfc3339
+from execpods.kubesim.store import Obj
+
+__all__ = [
+    "APPLY_KINDS",
+    "RBAC_GROUP",
+    "NamespaceApi",
+    "group_discovery",
+]
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+_GROUP_VERSION = f"{RBAC_GROUP}/v1"
+
+APPLY_KINDS: tuple[Kind, ...] = (
+    Kind(
+        plural="serviceaccounts",
+        kind="ServiceAccount",
+        singular="serviceaccount",
+        short_names=("sa",),
+    ),
+    Kind(plural="roles", kind="Role", singular="role", group=RBAC_GROUP),
+    Kind(plural="rolebindings", kind="RoleBinding", singular="rolebinding", group=RBAC_GROUP),
+)
+
+NAMESPACE_RESOURCE: Obj = {
+    "name": "namespaces",
+    "singularName": "namespace",
+    "namespaced": False,
+    "kind": "Namespace",
+    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    "shortNames": ["ns"],
+}
+
+
+def group_discovery(path: str, kinds: list[Kind]) -> Obj | None:
+    """/apis, /apis/rbac.authorization.k8s.io and its /v1 resource list (None: not one)."""
+    version = {"groupVersion": _GROUP_VERSION, "version": "v1"}
+    group = {
+        "name": RBAC_GROUP,
+        "versions": [version],
+        "preferredVersion": version,
+    }
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+    if path == f"/apis/{RBAC_GROUP}":
+        return {"kind": "APIGroup", "apiVersion": "v1", **group}
+    if path == f"/apis/{_GROUP_VERSION}":
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": _GROUP_VERSION,
+            "resources": [k.discovery() for k in kinds if k.group == RBAC_GROUP],
+        }
+    return None
+
+
+class NamespaceApi:
+    """Namespaces: any name exists; created, patched and the default ones are stored."""
+
+    DEFAULTS = ("default", "kube-node-lease", "kube-public", "kube-system")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stored: dict[str, Obj] = {}
+        self._rv = 1
+        for name in self.DEFAULTS:
+            self._stored[name] = self._fresh(name, {})
+
+    def _fresh(self, name: str, meta: dict[str, Any]) -> Obj:
+        self._rv += 1
+        labels = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
+        return {
+            "kind": "Namespace",
+            "apiVersion": "v1",
+            "metadata": {
+                **{k: v for k, v in meta.items() if k not in SERVER_META},
+                "name": name,
+                "labels": labels,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim/namespaces/{name}")),
+                "resourceVersion": str(self._rv),
+                "creationTimestamp": rfc3339(self._clock.now()),
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
+
+    def get(self, name: str) -> Obj:
+        with self._lock:
+            stored = self._stored.get(name)
+            return dict(stored) if stored is not None else self._fresh(name, {})
+
+    def list(self) -> Obj:
+        with self._lock:
+            items = [self._stored[name] for name in sorted(self._stored)]
+            return {
+                "kind": "NamespaceList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": items,
+            }
+
+    def create(self, body: Any) -> Obj:
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(meta, dict):
+            meta = {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError.bad_request("a namespace needs metadata.name")
+        with self._lock:
+            if name in self._stored:
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'namespaces "{name}" already exists',
+                    name=name,
+                    kind="namespaces",
+                )
+            self._stored[name] = self._fresh(name, meta)
+            return self._stored[name]
+
+    def patch(self, name: str, content_type: str, body: Any) -> Obj:
+        with self._lock:
+            current = self._stored.get(name) or self._fresh(name, {})
+            patched = apply_patch(content_type, current, body)
+            if not isinstance(patched, dict):
+                raise ApiError.bad_request("the patched namespace is not an object")
+            meta = patched.get("metadata") or {}
+            self._stored[name] = self._fresh(name, meta if isinstance(meta, dict) else {})
+            self._stored[name]["metadata"]["uid"] = current["metadata"]["uid"]
+            return self._stored[name]
+
+    def replace(self, name: str, body: Any) -> Obj:
+        meta = body.get("metadata") if isinstance(body, dict) else {}
+        with self._lock:
+            self._stored[name] = self._fresh(name, meta if isinstance(meta, dict) else {})
+            return self._stored[name]
+
+    def delete(self, name: str) -> Obj:
+        with self._lock:
+            removed = self._stored.pop(name, None)
+        if removed is None:
+            raise ApiError(
+                404, "NotFound", f'namespaces "{name}" not found', name=name, kind="namespaces"
+            )
+        return {**removed, "status": {"phase": "Terminating"}}

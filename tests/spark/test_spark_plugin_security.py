@@ -1,0 +1,167 @@
+"""Real Spark 4.3 through the plugin to a secured sidecar, and the sidecar's failures in Spark.
+
+The sidecar serves TLS with a bearer token (then mutual TLS with a token): Spark, given the CA,
+its client certificate and the token file under `spark.execpods.sidecar.*`, reaches its target
+and cleans up; with a wrong token its start fails naming the property. When the sidecar's
+failure limit (the driver's, sent by the plugin) is hit, Spark's application ends as Spark's own
+lifecycle manager ends it: exit code 11 (EXCEED_MAX_EXECUTOR_FAILURES) with the sidecar's reason
+in the driver log, and the refused creates appear there at WARN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from execpods.devtools.simulated import simulator_properties
+from execpods.devtools.spark import ExecutorWatch, SparkDriver
+from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.sidecar.embedded import EmbeddedSidecar
+
+from tests.sidecar.test_security import TOKEN, Pki
+from tests.spark.test_spark_plugin import PLUGIN_MARKS, plugin_conf, running
+
+pytestmark = PLUGIN_MARKS
+
+APP = "spark-plugin-test"
+EXECUTORS = 2
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    cfg = ClusterConfig(nodes=2, pods_per_node=4, start_latency=0.2, start_jitter=0.1, seed=7)
+    with KubeSim(cluster=cfg) as s:
+        yield s
+
+
+def _sidecar(sim: KubeSim, **conf: str) -> EmbeddedSidecar:
+    props = simulator_properties(
+        sim.url,
+        APP,
+        **{
+            "spark.executor.instances": "0",
+            "spark.kubernetes.allocation.batch.delay": "200ms",
+            **conf,
+        },
+    )
+    return EmbeddedSidecar(props)
+
+
+def _client_files(pki: Pki, name: str) -> tuple[Path, Path]:
+    """A client certificate and its key as PKCS#8 (what gRPC Java reads; cert-manager writes it
+    with privateKey.encoding: PKCS8)."""
+    from cryptography.hazmat.primitives import serialization
+
+    issued = pki.ca.issue_cert(name, common_name=name)
+    cert, key = pki.folder / f"{name}.pem", pki.folder / f"{name}.key"
+    private = serialization.load_pem_private_key(issued.private_key_pem.bytes(), password=None)
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    for index, blob in enumerate(issued.cert_chain_pems):
+        blob.write_to_path(str(cert), append=index > 0)
+    return cert, key
+
+
+def _reaches_target_and_cleans_up(sim: KubeSim, conf: dict[str, str]) -> None:
+    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
+    watch.start()
+    driver = SparkDriver(f"k8s://{sim.url}", executors=EXECUTORS, conf=conf)
+    try:
+        driver.start()
+        assert watch.wait_for(lambda ph: running(ph) == EXECUTORS, 60), watch.phases
+        assert driver.stop() == 0
+        assert watch.wait_for(lambda ph: not ph, 30), watch.phases
+    finally:
+        driver.stop()
+        watch.close()
+    assert sim.pods() == []
+    assert sim.objects("configmaps") == []
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls-token", "mtls-token"])
+def test_spark_allocates_through_a_sidecar_on_tls_with_a_token(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, token_file: Path, mutual: bool
+) -> None:
+    conf = {**pki.tls_conf(mutual=mutual), "execpods.sidecar.auth.tokenFile": str(token_file)}
+    if mutual:
+        conf["execpods.sidecar.tls.allowedClients"] = "spark-driver"
+    with _sidecar(sim, **conf) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+            "spark.execpods.sidecar.auth.tokenFile": str(token_file),
+        }
+        if mutual:
+            cert, key = _client_files(pki, "spark-driver")
+            spark["spark.execpods.sidecar.tls.certFile"] = str(cert)
+            spark["spark.execpods.sidecar.tls.keyFile"] = str(key)
+        _reaches_target_and_cleans_up(sim, spark)
+
+
+def test_a_wrong_token_fails_spark_at_start_naming_the_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, token_file: Path, tmp_path: Path
+) -> None:
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-sidecar-token-0000\n", encoding="utf-8")
+    conf = {**pki.tls_conf(), "execpods.sidecar.auth.tokenFile": str(token_file)}
+    with _sidecar(sim, **conf) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+            "spark.execpods.sidecar.auth.tokenFile": str(wrong),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "refused the call as unauthenticated" in said, driver.stderr_tail[-20:]
+    assert f"spark.execpods.sidecar.auth.tokenFile={wrong} is not the sidecar's" in said
+    assert TOKEN not in said
+    assert sim.pods() == []
+
+
+def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
+    sim: KubeSim, plugin_jar: Path
+) -> None:
+    """Every create is refused; the driver's limit (spark.executor.maxNumFailures=2, sent by the
+    plugin; the sidecar's own would be 3) is exceeded after three refusals: Spark exits with 11
+    within a batch delay plus a few seconds, never hanging, the sidecar's reason in its log."""
+    sim.reject_creates(403, count=1000, message="denied by the test's admission webhook")
+    with _sidecar(sim) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.executor.maxNumFailures": "2",
+            "spark.kubernetes.allocation.batch.size": "1",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=4, conf=spark)
+        started = time.monotonic()
+        try:
+            # The refusals come at the first target, while the SparkContext starts: the driver
+            # may exit before it reports itself started.
+            with contextlib.suppress(RuntimeError):
+                driver.start()
+            code = driver.wait_exit(60)
+            took = time.monotonic() - started
+        finally:
+            driver.stop()
+        assert sidecar.runtime.backend.failure_limit() == (2, None)
+    said = "\n".join(driver.stderr_tail)
+    # The JVM exits with 11, as Spark's own sys.exit(EXCEED_MAX_EXECUTOR_FAILURES) does; this
+    # driver is a pyspark process, which then fails on its lost gateway (exit code 1).
+    assert code not in (None, 0), driver.stderr_tail[-30:]
+    assert took < 60, took  # the JVM's start (~10-20 s here) included
+    assert "Max number of executor failures (2) reached" in said, driver.stderr_tail[-30:]
+    assert "the sidecar failed application" in said
+    assert "WARN" in said
+    assert "create refused" in said
+    assert "denied by the test's admission webhook" in said
