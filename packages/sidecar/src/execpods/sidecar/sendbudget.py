@@ -77,6 +77,8 @@ class SendBudget:
         self._call_later = call_later
         self._in_use = 0
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._unresumed = 0
+        """Waits granted whose streams have not run yet: a newcomer must not pass them."""
 
     @property
     def in_use(self) -> int:
@@ -98,7 +100,7 @@ class SendBudget:
 
     async def acquire(self, size: int) -> None:
         """Wait until `size` bytes fit (or nothing else is held), and take them."""
-        if not self._waiting and self._fits(size):
+        if not self._waiting and not self._unresumed and self._fits(size):
             self._in_use += size
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -107,10 +109,13 @@ class SendBudget:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
+                self._unresumed -= 1
                 self.release(size)  # granted just as the wait was cancelled: give it back
             else:
                 self._forget(turn)
             raise
+        self._unresumed -= 1
+        self._grant()  # those queued behind it while it was being woken, if they fit
 
     def release(self, size: int) -> None:
         """Give `size` bytes back and let the waiting streams that now fit go, in order."""
@@ -126,6 +131,7 @@ class SendBudget:
             if turn.cancelled():
                 continue
             self._in_use += size
+            self._unresumed += 1
             turn.set_result(None)
 
     def _forget(self, turn: asyncio.Future[None]) -> None:
