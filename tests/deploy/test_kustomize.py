@@ -164,6 +164,9 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
     pod["spec"]["restartPolicy"] = "Never"
     pod["spec"]["containers"][0]["image"] = "apache/spark:4.3.0"
     with KubeSim(cluster=FAST_CLUSTER) as sim:
+        # The token Secret the template mounts: without it the pod waits in ContainerCreating,
+        # as on a cluster (tests/kubesim/test_conformance_validation.py).
+        sim.object_apis["secrets"].create("spark", {"metadata": {"name": "execpods-sidecar-token"}})
         sim.create_pod(pod, namespace="spark")
         running = wait_for(
             lambda: (
