@@ -129,6 +129,32 @@ def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     assert sim.pods() == []
 
 
+def test_a_client_certificate_not_allowed_fails_spark_naming_the_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki
+) -> None:
+    """Mutual TLS where the sidecar allows another client: PERMISSION_DENIED, told apart from
+    an unreachable sidecar or a refused token, naming the certificate property."""
+    conf = {**pki.tls_conf(mutual=True), "execpods.sidecar.tls.allowedClients": "someone-else"}
+    with _sidecar(sim, **conf) as sidecar:
+        cert, key = _client_files(pki, "spark-driver")
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+            "spark.execpods.sidecar.tls.certFile": str(cert),
+            "spark.execpods.sidecar.tls.keyFile": str(key),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "refused this driver's client certificate" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.certFile" in said
+    assert "spark-driver" in said  # the sidecar names the certificate it refused
+    assert sim.pods() == []
+
+
 def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
     sim: KubeSim, plugin_jar: Path
 ) -> None:
@@ -142,15 +168,18 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
             "spark.executor.maxNumFailures": "2",
             "spark.kubernetes.allocation.batch.size": "1",
         }
+        failed_at: list[float] = []
+        sidecar.runtime.backend.subscribe(
+            1.0, lambda _: None, on_application_failure=lambda _: failed_at.append(time.monotonic())
+        )
         driver = SparkDriver(f"k8s://{sim.url}", executors=4, conf=spark)
-        started = time.monotonic()
         try:
             # The refusals come at the first target, while the SparkContext starts: the driver
             # may exit before it reports itself started.
             with contextlib.suppress(RuntimeError):
                 driver.start()
             code = driver.wait_exit(60)
-            took = time.monotonic() - started
+            ended = time.monotonic()
         finally:
             driver.stop()
         assert sidecar.runtime.backend.failure_limit() == (2, None)
@@ -158,7 +187,10 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
     # The JVM exits with 11, as Spark's own sys.exit(EXCEED_MAX_EXECUTOR_FAILURES) does; this
     # driver is a pyspark process, which then fails on its lost gateway (exit code 1).
     assert code not in (None, 0), driver.stderr_tail[-30:]
-    assert took < 60, took  # the JVM's start (~10-20 s here) included
+    assert failed_at, "the sidecar never failed the application"
+    # From the sidecar's failure to the driver's end: the stream's batch (1 s) and the JVM's
+    # shutdown hooks, within a few seconds, never a hang.
+    assert ended - failed_at[0] < 10, ended - failed_at[0]
     assert "Max number of executor failures (2) reached" in said, driver.stderr_tail[-30:]
     assert "the sidecar failed application" in said
     assert "WARN" in said
