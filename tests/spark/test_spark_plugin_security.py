@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 from execpods.devtools.spark import ExecutorWatch, SparkDriver
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
@@ -105,6 +106,48 @@ def test_spark_allocates_through_a_sidecar_on_tls_with_a_token(
         _reaches_target_and_cleans_up(sim, spark)
 
 
+def test_the_plugin_reads_a_rotated_ca_and_reaches_a_sidecar_with_a_new_certificate(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, tmp_path: Path
+) -> None:
+    """cert-manager rotates the CA and the sidecar's certificate: the plugin reads its CA file
+    again (spark.execpods.sidecar.tls.reloadSeconds), so when the sidecar comes back with a
+    certificate only the new CA signed, the next target reaches it without a driver restart."""
+    ca_file = tmp_path / "driver-ca.pem"
+    ca_file.write_bytes(pki.ca_file.read_bytes())
+    first = _sidecar(sim, **pki.tls_conf())
+    first.start()
+    port = first.address.rsplit(":", 1)[1]
+    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
+    watch.start()
+    spark = {
+        **plugin_conf(plugin_jar, first.address),
+        "spark.execpods.sidecar.tls.caFile": str(ca_file),
+        "spark.execpods.sidecar.tls.reloadSeconds": "1",
+    }
+    driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+    second: EmbeddedSidecar | None = None
+    try:
+        driver.start()
+        assert watch.wait_for(lambda ph: running(ph) == 1, 60), watch.phases
+        first.stop()  # deletes its executor
+        (tmp_path / "next").mkdir()
+        rotated = Pki(tmp_path / "next")  # a new CA, and a server certificate it signed
+        ca_file.write_bytes(rotated.ca_file.read_bytes())
+        time.sleep(2)  # the plugin's reload period (1 s), not a timing assertion
+        second = _sidecar(
+            sim, **rotated.tls_conf(), **{"execpods.sidecar.listen": f"127.0.0.1:{port}"}
+        )
+        second.start()
+        driver.set_total(2, timeout=60)
+        assert second.runtime.backend.targets()[0] == 2
+        assert watch.wait_for(lambda ph: running(ph) == 2, 60), watch.phases
+    finally:
+        driver.stop()
+        watch.close()
+        if second is not None:
+            second.stop()
+
+
 def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     sim: KubeSim, plugin_jar: Path, pki: Pki, token_file: Path, tmp_path: Path
 ) -> None:
@@ -126,6 +169,27 @@ def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     assert "refused the call as unauthenticated" in said, driver.stderr_tail[-20:]
     assert f"spark.execpods.sidecar.auth.tokenFile={wrong} is not the sidecar's" in said
     assert TOKEN not in said
+    assert sim.pods() == []
+
+
+def test_a_sidecar_certificate_the_ca_did_not_sign_fails_spark_naming_the_ca_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger-ca.pem"
+    stranger.write_bytes(trustme.CA().cert_pem.bytes())
+    with _sidecar(sim, **pki.tls_conf()) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(stranger),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "the TLS handshake failed" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.caFile" in said
     assert sim.pods() == []
 
 
