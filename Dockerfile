@@ -1,28 +1,37 @@
 # syntax=docker/dockerfile:1
-# The execpods sidecar image: `docker build -t execpods/sidecar:0.1.0 .`
+# The execpods sidecar image. `python3 tools/dev.py image` builds it with buildah on a Debian base
+# it makes with debootstrap (no registry needed) and runs it against kubesim; with a registry,
+# `mkdir -p build/wheelhouse && docker build -t execpods/sidecar:0.2.0 .` builds it too.
 #
 # Two stages. `build` turns uv.lock into a hash-checked requirements file (`uv export --frozen`:
 # the lock as committed, never re-resolved), installs exactly those wheels into a virtual
 # environment, then the workspace's own runtime packages without their dependencies. `runtime`
-# copies only that environment onto the same pinned base: no uv, no compilers, no sources, and a
-# non-root user. The simulator, the client and the development tools are not in the image.
+# copies only that environment onto the same pinned base: no uv, no pip, no compilers, no
+# sources, and a non-root user. The kubernetes client's asyncio half (kubernetes/aio, 68 MB of
+# the image) goes too: execpods uses only its synchronous client. The simulator, the client and the development tools are not in
+# the image. `build/wheelhouse` (filled by tools/image.py) lets pip install without an index:
+# with `--build-arg PIP_NO_INDEX=1` the build needs no network at all.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 UV_PYTHON_DOWNLOADS=never
-RUN pip install uv==0.13.9
+ARG PIP_NO_INDEX=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 UV_PYTHON_DOWNLOADS=never \
+    PIP_FIND_LINKS=/wheels PIP_NO_INDEX=${PIP_NO_INDEX}
 WORKDIR /src
-COPY pyproject.toml uv.lock ./
+COPY build/wheelhouse /wheels
+COPY pyproject.toml uv.lock LICENSE NOTICE ./
 COPY packages ./packages
-RUN uv export --frozen --no-dev --no-emit-workspace --package execpods-sidecar \
+RUN python3 -m venv /opt/uv && /opt/uv/bin/pip install uv==0.13.9 \
+    && /opt/uv/bin/uv export --frozen --no-dev --no-emit-workspace --package execpods-sidecar \
         --output-file /tmp/requirements.txt \
-    && python -m venv /opt/execpods \
+    && python3 -m venv /opt/execpods \
     && /opt/execpods/bin/pip install --require-hashes --only-binary :all: \
         -r /tmp/requirements.txt \
     && /opt/execpods/bin/pip install --no-deps \
         ./packages/core ./packages/k8s_adapter ./packages/contract ./packages/sidecar \
-    && /opt/execpods/bin/pip uninstall --yes pip
+    && rm -rf /opt/execpods/lib/python3*/site-packages/kubernetes/aio \
+    && /opt/execpods/bin/pip uninstall --yes setuptools pip
 
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --system --gid 10001 execpods \

@@ -123,3 +123,27 @@ def test_the_root_does_build_them() -> None:
     stores, parts = _tracked(trees)
     built = {name for _, name, _ in _constructions(trees[COMPOSE], stores, parts)}
     assert {"ExecutorPodsAllocator", "ExecutorPodsLifecycleManager", "ExecutorPodsBackend"} <= built
+
+
+def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
+    """`execpods.core` exports the facade, the hooks, the ports and their values; the parts only
+    the root builds (and dead helpers) are reachable only through their modules."""
+    import execpods.core
+
+    internals = {
+        *PARTS,
+        *STORES,
+        "LifecycleFanout",
+        "RemovalChannel",
+        "CreateRunner",
+        "SerialRunner",
+        "ThreadPoolRunner",
+        "split_slots",
+        "executors_to_request",
+        "ExecutorFailureTracker",
+        "AllocatorStats",
+    }
+    exported = set(execpods.core.__all__)
+    assert exported & internals == {"ExecutorPodsBackend"}, "only the facade among the parts"
+    assert {"compose_backend", "TotalsRequest", "StreamHandle", "StoreFactory"} <= exported
+    assert len(exported) <= 70

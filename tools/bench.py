@@ -18,6 +18,7 @@ MODULES = (
     "execpods.devtools.bench.k8s",
     "execpods.devtools.bench.sidecar",
     "execpods.devtools.bench.time_to_target",
+    "execpods.devtools.bench.congestion",
 )
 
 

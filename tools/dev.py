@@ -2,10 +2,12 @@
 """One entry point for a newcomer and for CI: bootstrap the locked environment, then run a job.
 
     python3 tools/dev.py demo     # the main job
-    python3 tools/dev.py check    # every check: lint, format, types, layering, codegen drift, tests
+    python3 tools/dev.py lint     # the fast gate: lint, format, types, layering, codegen drift
+    python3 tools/dev.py check    # every check: the fast gate, then every test
     python3 tools/dev.py bench    # the benchmarks (prints figures)
     python3 tools/dev.py gen      # regenerate the gRPC code and the settings doc's tables
     python3 tools/dev.py spark-plugin   # build integrations/spark's jar (javac, pyspark's jars)
+    python3 tools/dev.py image    # build the sidecar image (buildah), run it against kubesim
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -82,7 +84,8 @@ def _tool(name: str) -> Path:
     return VENV_BIN / name
 
 
-def check() -> None:
+def lint() -> None:
+    """Everything but the tests, in well under a minute: run it before each commit."""
     _run(_tool("ruff"), "check", ".")
     _run(_tool("ruff"), "format", "--check", ".")
     _run(_tool("mypy"), "packages", "tests", "tools")
@@ -91,6 +94,10 @@ def check() -> None:
         gen_check = ROOT / "tools" / generator
         if gen_check.exists():
             _run(_tool("python"), gen_check, "--check")
+
+
+def check() -> None:
+    lint()
     _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:])
 
 
@@ -107,6 +114,11 @@ def spark_plugin() -> None:
     _run(_tool("python"), "-m", "execpods.devtools.spark_plugin", *sys.argv[2:])
 
 
+def image() -> None:
+    """Build the Dockerfile's image with buildah and run its sidecar against kubesim (root)."""
+    _run(_tool("python"), ROOT / "tools" / "image.py", *sys.argv[2:])
+
+
 def gen() -> None:
     """The gRPC code from proto/, and the settings tables of docs/configuration.md."""
     _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
@@ -114,11 +126,13 @@ def gen() -> None:
 
 
 JOBS = {
+    "lint": lint,
     "check": check,
     "demo": demo,
     "bench": bench,
     "gen": gen,
     "spark-plugin": spark_plugin,
+    "image": image,
 }
 
 

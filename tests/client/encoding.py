@@ -7,11 +7,53 @@ never removes executors).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from execpods.client import Snapshot
-from execpods.client.convert import snapshot_to_proto
+from execpods.client import ExecutorRemoval, ExecutorState, ExecutorView, Snapshot
 from execpods.v1 import allocator_pb2 as pb
+
+
+def state_to_proto(state: ExecutorState) -> pb.ExecutorState.ValueType:
+    return pb.ExecutorState.Value(f"STATE_{state.name}")
+
+
+def executor_to_proto(view: ExecutorView) -> pb.ObservedPod:
+    """The wire form of `view`, for servers and test servicers that speak the contract."""
+    message = pb.ObservedPod(
+        state=state_to_proto(view.state),
+        pod_name=view.pod_name,
+        phase=view.phase,
+        reason=view.reason,
+        message=view.message,
+        node_name=view.node_name,
+        pod_ip=view.pod_ip,
+        container_reason=view.container_reason,
+    )
+    if view.exit_code is not None:
+        message.exit_code = view.exit_code
+    return message
+
+
+def snapshot_to_proto(
+    snapshot: Snapshot, *, full: bool, only: Iterable[int] | None = None
+) -> pb.ExecutorPodsSnapshot:
+    """The wire form of `snapshot`: every executor, or just the ids in `only` for a delta."""
+    ids = snapshot.executors.keys() if only is None else only
+    return pb.ExecutorPodsSnapshot(
+        executor_pods={i: executor_to_proto(snapshot.executors[i]) for i in ids},
+        full_snapshot_ts_ms=snapshot.full_snapshot_ts_ms,
+        full=full,
+    )
+
+
+def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
+    return pb.ExecutorRemoved(
+        executor_id=removal.executor_id,
+        exit_code=removal.exit_code,
+        exit_caused_by_app=removal.exit_caused_by_app,
+        message=removal.message,
+        killed_by_driver=removal.killed_by_driver,
+    )
 
 
 def encode(

@@ -12,13 +12,14 @@ from execpods.client import (
 )
 from execpods.client.convert import (
     executor_from_proto,
-    executor_to_proto,
     kill_request,
     removal_from_proto,
     request_total_result,
     state_from_proto,
 )
 from execpods.v1 import allocator_pb2 as pb
+
+from tests.client.encoding import executor_to_proto
 
 S = pb.ObservedPod
 E = pb.ExecutorState

@@ -9,12 +9,11 @@ from execpods.client import (
     SnapshotRebuilder,
     StreamProtocolError,
 )
-from execpods.client.convert import removal_to_proto
 from execpods.v1 import allocator_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.client.encoding import encode
+from tests.client.encoding import encode, removal_to_proto
 
 RUNNING = pb.ExecutorState.STATE_RUNNING
 PENDING = pb.ExecutorState.STATE_PENDING

@@ -11,14 +11,9 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import (
-    CoreSettings,
-    CreateRunner,
-    ExecutorIdLedger,
-    ExecutorPodsAllocator,
-    ManualClock,
-    ResourceProfiles,
-)
+from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,

@@ -14,14 +14,9 @@ import threading
 from dataclasses import replace
 from functools import partial
 
-from execpods.core import (
-    CoreSettings,
-    PodAdmissionRejected,
-    ResourceProfile,
-    ResourceProfiles,
-    ThreadPoolRunner,
-    split_slots,
-)
+from execpods.core import CoreSettings, PodAdmissionRejected, ResourceProfile, ResourceProfiles
+from execpods.core.allocation import split_slots
+from execpods.core.creation import ThreadPoolRunner
 from execpods.core.labels import SPARK_LABELS
 from execpods.core.testing import TEST_APP_ID
 from hypothesis import example, given, settings
@@ -115,6 +110,7 @@ def test_allocation_invariants_hold_for_any_ordering(
         executor_idle_timeout=5.0,
         adaptive_batches=adaptive,
         api_qps=2,
+        api_rate_policy="static",
         max_pending_pods=max_pending,
         max_pending_pods_per_rp_setting=per_rp,
     )

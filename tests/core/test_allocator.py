@@ -10,14 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from execpods.core import (
-    AllocatorNotice,
-    CoreSettings,
-    NoticeKind,
-    PodSelector,
-    SettingsError,
-    split_slots,
-)
+from execpods.core import AllocatorNotice, CoreSettings, NoticeKind, PodSelector, SettingsError
+from execpods.core.allocation import split_slots
 from execpods.core.testing import DeleteCall
 
 from .allocator_support import (

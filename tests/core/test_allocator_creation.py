@@ -10,11 +10,9 @@ from execpods.core import (
     ApiThrottled,
     ApiUnavailable,
     CoreSettings,
-    ExecutorCounts,
     NoticeKind,
     PodAdmissionRejected,
     PodInvalid,
-    executors_to_request,
 )
 from execpods.core.testing import TEST_APP_ID
 
@@ -161,7 +159,8 @@ def test_the_2018_rule_waits_for_every_pending_pod_before_the_next_batch() -> No
 
 
 def test_adaptive_batches_double_while_creates_go_cleanly() -> None:
-    settings = CoreSettings(batch_size=5, api_qps=10)  # ceiling: 10/s x 1 s x 5 = 50
+    # The static policy: ceiling 10/s x 1 s x 5 = 50.
+    settings = CoreSettings(batch_size=5, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(100)
@@ -169,8 +168,17 @@ def test_adaptive_batches_double_while_creates_go_cleanly() -> None:
     assert len(created(rig)) == 50
 
 
+def test_under_the_adaptive_rate_policy_a_round_is_sized_by_its_ceiling() -> None:
+    settings = CoreSettings(batch_size=5, api_qps=10, api_max_qps=12)  # 12/s x 1 s x 5 = 60
+    recorder = StepRecorder()
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig.allocator.set_total_expected_executors(100)
+    assert recorder.steps == [5, 10, 20, 25]
+    assert len(created(rig)) == 60
+
+
 def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10)
+    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(24)
@@ -190,7 +198,7 @@ def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
 
 
 def test_a_start_failure_halves_the_step() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10)
+    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
     rig.allocator.set_total_expected_executors(8)
@@ -232,10 +240,22 @@ def test_setting_the_target_re_evaluates_at_once_when_nothing_is_outstanding() -
 def test_the_2018_batch_rule(
     target: int, running: int, pending: int, outstanding: int, expected: int
 ) -> None:
-    counts = ExecutorCounts(running=running, pending=pending)
-    assert (
-        executors_to_request(
-            target=target, counts=counts, outstanding_requests=outstanding, batch_size=5
-        )
-        == expected
-    )
+    """The 2018 rule's table, through the allocator: nothing while anything is pending or
+    requested-but-unseen, else the shortfall, at most one batch (5)."""
+    rig = spark_rig(RULE_2018)
+    shown = running + pending
+    rig.allocator.set_total_expected_executors(shown)
+    while len(created(rig)) < shown:  # each batch runs before the next: the rule itself
+        for executor_id in created(rig):
+            rig.store.update_pod(pod(rig, executor_id, "running"))
+        rig.store.notify_subscribers()
+    for index, executor_id in enumerate(created(rig)):
+        rig.store.update_pod(pod(rig, executor_id, "running" if index < running else "pending"))
+    rig.store.notify_subscribers()
+    if outstanding:  # created, never seen
+        rig.allocator.set_total_expected_executors(shown + outstanding)
+        assert len(created(rig)) == shown + outstanding
+    before = len(created(rig))
+    rig.allocator.set_total_expected_executors(target)
+    rig.store.notify_subscribers()
+    assert len(created(rig)) - before == expected

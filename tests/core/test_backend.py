@@ -16,6 +16,7 @@ from execpods.core import (
     ExecutorRemoval,
     LifecycleObserver,
     ManualClock,
+    NumberedRemoval,
     PodSelector,
     ResourceProfile,
     TotalsRequest,
@@ -247,7 +248,15 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
     rig.backend.start()
     snapshots: list[ExecutorPodsSnapshot] = []
     removals: list[ExecutorRemoval] = []
-    subscription = rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    numbered: list[NumberedRemoval] = []
+
+    def heard(entry: NumberedRemoval) -> None:
+        numbered.append(entry)
+        removals.append(entry.removal)
+
+    subscription = rig.backend.open_stream(1.0, on_snapshots=snapshots.extend, on_removal=heard)
+    assert subscription.start == rig.backend.removal_position
+    assert subscription.start.sequence == 0
     assert rig.backend.subscription_count == 1
     rig.store.update_pod(running_executor(1))
     rig.store.update_pod(failed_executor(1, exit_code=137))
@@ -258,6 +267,8 @@ def test_a_subscription_gets_snapshots_and_removals_until_it_is_cancelled() -> N
         (1, 137, decided_on.serial)
     ]
     assert rig.driver.removals_of(1) == [removals[0].reason]
+    assert [n.sequence for n in numbered] == [1]
+    assert rig.backend.removal_position.sequence == 1
     subscription.cancel()
     assert rig.backend.subscription_count == 0
     delivered = len(snapshots)
@@ -285,13 +296,18 @@ def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuse
     assert isinstance(store, ScheduledSnapshotsStore)
     backend.start()
     reconcilers = store.subscriber_count
-    subscription = backend.subscribe(1.0, lambda batch: None, on_removal=lambda removal: None)
+    subscription = backend.open_stream(
+        1.0, on_snapshots=lambda batch: None, on_removal=lambda removal: None
+    )
     assert store.subscriber_count == reconcilers + 1
     subscription.cancel()
+    subscription.cancel()  # idempotent
     assert (store.subscriber_count, backend.subscription_count) == (reconcilers, 0)
     backend.stop()
     with pytest.raises(RuntimeError, match="stopped"):
         backend.subscribe(1.0, lambda batch: None)
+    with pytest.raises(RuntimeError, match="stopped"):
+        backend.open_stream(1.0, on_snapshots=lambda batch: None, on_removal=lambda r: None)
     assert backend.subscription_count == 0
 
 
@@ -325,7 +341,9 @@ def test_observers_hear_each_round_before_its_decisions_and_each_removal_after_t
     rig = make_backend(observers=[first, second], driver=driver)
     rig.backend.start()
     removals: list[ExecutorRemoval] = []
-    rig.backend.subscribe(1.0, lambda batch: None, on_removal=removals.append)
+    rig.backend.open_stream(
+        1.0, on_snapshots=lambda batch: None, on_removal=lambda n: removals.append(n.removal)
+    )
     rig.store.update_pod(failed_executor(4))
     rig.store.notify_subscribers()
     serial = rig.store.current_snapshot.serial
@@ -365,7 +383,9 @@ def test_every_removal_names_a_snapshot_that_shows_why(
     rig.backend.start()
     snapshots: list[ExecutorPodsSnapshot] = []
     removals: list[ExecutorRemoval] = []
-    rig.backend.subscribe(1.0, snapshots.extend, on_removal=removals.append)
+    rig.backend.open_stream(
+        1.0, on_snapshots=snapshots.extend, on_removal=lambda n: removals.append(n.removal)
+    )
     for kind, arg in actions:
         if kind == "update":
             assert isinstance(arg, ExecutorPod)

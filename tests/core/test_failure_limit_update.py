@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from execpods.core import ExecutorFailureTracker, ManualClock
+from execpods.core import ManualClock
+from execpods.core.failures import ExecutorFailureTracker
 
 
 def _failure(tracker: ExecutorFailureTracker) -> str | None:

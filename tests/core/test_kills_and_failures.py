@@ -149,14 +149,24 @@ def test_the_application_failure_reaches_every_subscriber_once_late_ones_include
     store, backend = composed.store, composed.backend
     backend.start(initial_executors=0)
     early: list[str] = []
-    backend.subscribe(1.0, lambda _: None, on_application_failure=early.append)
+    backend.open_stream(
+        1.0,
+        on_snapshots=lambda _: None,
+        on_removal=lambda _: None,
+        on_application_failure=early.append,
+    )
     store.update_pod(failed_executor(1))
     store.update_pod(failed_executor(2))
     store.notify_subscribers()
     store.update_pod(failed_executor(3))
     store.notify_subscribers()
     late: list[str] = []
-    backend.subscribe(1.0, lambda _: None, on_application_failure=late.append)
+    backend.open_stream(
+        1.0,
+        on_snapshots=lambda _: None,
+        on_removal=lambda _: None,
+        on_application_failure=late.append,
+    )
     assert len(early) == 1
     assert early == late
     assert "Max number of executor failures (1) reached: 2 executors failed" in early[0]

@@ -418,7 +418,9 @@ def test_spark_41210_window_based_executor_failure_tracking() -> None:
 @pytest.mark.parametrize(
     ("properties", "limit"),
     [
-        ({}, 4),  # 2 x spark.executor.instances (2)
+        # Unset instances count as 0 (ExecutorFailureTracker: EXECUTOR_INSTANCES.getOrElse(0)).
+        ({}, 3),
+        ({"spark.executor.instances": "2"}, 4),  # 2 x spark.executor.instances
         ({"spark.executor.instances": "1"}, 3),  # at least 3
         ({"spark.executor.instances": "50"}, 100),
         ({"spark.dynamicAllocation.enabled": "true"}, 2**31 - 1),  # no overflow

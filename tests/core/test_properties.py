@@ -17,8 +17,8 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorState,
     ManualClock,
-    ScheduledSnapshotsStore,
 )
+from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import (
     deleted_executor,
     failed_executor,

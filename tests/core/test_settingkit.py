@@ -112,7 +112,7 @@ def test_core_settings_declare_their_flag_with_the_kit() -> None:
     assert (spec.flag, spec.env, spec.default_text) == (
         "--initial-executors",
         "EXECPODS_INITIAL_EXECUTORS",
-        "2",
+        "",  # unset, as Spark's: the initial target then follows Spark's rule
     )
     assert CoreSettings.specs()["spark.kubernetes.allocation.batch.delay"].default_text == "1s"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from execpods.core import CoreSettings, SettingsError, parse_duration, unknown_keys
+from execpods.core import CoreSettings, SettingsError
+from execpods.core.settingkit import parse_duration, unknown_keys
 
 
 def test_defaults_are_sparks() -> None:
@@ -77,7 +78,7 @@ def test_prefixed_label_keys_are_accepted() -> None:
 
 def test_constructing_in_code_is_validated_too() -> None:
     with pytest.raises(SettingsError, match=r"spark\.executor\.instances=-1"):
-        CoreSettings(initial_executors=-1)
+        CoreSettings(executor_instances=-1)
 
 
 def test_unset_optional_settings_are_left_out_of_properties() -> None:

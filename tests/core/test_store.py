@@ -11,9 +11,9 @@ from execpods.core import (
     ExecutorPod,
     ExecutorPodsSnapshot,
     ManualClock,
-    ScheduledSnapshotsStore,
     ThreadScheduler,
 )
+from execpods.core.store import ScheduledSnapshotsStore
 
 
 def pod_with_index(index: int) -> ExecutorPod:

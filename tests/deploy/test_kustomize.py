@@ -179,6 +179,9 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
     pod["spec"]["restartPolicy"] = "Never"
     pod["spec"]["containers"][0]["image"] = "apache/spark:4.3.0"
     with KubeSim(cluster=FAST_CLUSTER) as sim:
+        # The token Secret the pod mounts (kubesim keeps a pod whose volume is missing Pending).
+        secret = {"metadata": {"name": "execpods-sidecar-token"}, "data": {"token": "dG9rZW4="}}
+        sim.object_apis["secrets"].create("spark", secret)
         sim.create_pod(pod, namespace="spark")
         running = wait_for(
             lambda: (

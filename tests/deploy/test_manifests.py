@@ -87,8 +87,14 @@ def test_a_misspelt_field_would_be_caught() -> None:
 
 
 def test_the_example_pods_run_on_the_simulator() -> None:
+    """Once the Secret the manifest's comment says to create exists (without it the pod waits in
+    ContainerCreating, as on a cluster: tests/kubesim/test_conformance_validation.py)."""
     with KubeSim(deterministic=True) as sim:
         api = k8s.CoreV1Api(k8s.ApiClient(k8s.Configuration(host=sim.url)))
+        token = k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name="execpods-sidecar-token"), string_data={"token": "t"}
+        )
+        api.create_namespaced_secret("spark", token)
         for pod in pods():
             api.create_namespaced_pod("spark", k8s.V1Pod.model_validate(pod))
         sim.run_until_idle()

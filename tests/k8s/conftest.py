@@ -16,8 +16,8 @@ from execpods.core import (
     ExecutorPod,
     ExecutorPodsSnapshot,
     PodClassifier,
-    ScheduledSnapshotsStore,
 )
+from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import composed_store
 from execpods.k8s import (
     ApiGateway,

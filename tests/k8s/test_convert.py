@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 import pytest
 from execpods.core import ContainerRunning, ContainerTerminated, ContainerWaiting
+from execpods.devtools.bench.k8s import pod_from_model
 from execpods.k8s import (
     MalformedPod,
     pod_from_dict,
     pod_from_dict_strict,
-    pod_from_model,
     pod_page,
     pods_from_list_json,
 )

@@ -7,10 +7,12 @@ core never sees it; the core's label parser refuses it too, for pods from anywhe
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from execpods.core import INT64_MAX, SPARK_LABELS
+from execpods.core import SPARK_LABELS, ExecutorPodsSnapshot
+from execpods.core.idlists import INT64_MAX
 from execpods.k8s import MalformedPod, pod_from_dict, pod_from_dict_strict, pods_from_list
 
 
@@ -62,3 +64,17 @@ def test_ids_too_long_for_int_are_refused_not_crashed() -> None:
     assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "9" * 5000}) is None
     # Leading zeros are no executor id's spelling (issue 20, defect 10): skipped, not parsed.
     assert SPARK_LABELS.executor_id_of("p", {"spark-exec-id": "0" * 5000 + "7"}) is None
+
+
+def test_the_conversion_parses_the_id_once_and_the_snapshot_reads_it() -> None:
+    """A watch event's executor id is parsed where the pod is converted (`ExecutorPod.executor_id`);
+    the snapshot reads that, not the label again."""
+    pod = pod_from_dict_strict(_pod("42"))
+    assert pod.executor_id == 42
+    assert pod_from_dict_strict(_pod("42", key="other-key")).executor_id is None
+    assert pod_from_dict_strict(_pod("42", key="x"), executor_id_label="x").executor_id == 42
+    # A pod whose parsed id and label disagree can only come from the field: the snapshot uses it.
+    relabelled = replace(pod, labels={**pod.labels, "spark-exec-id": "43"})
+    snapshot = ExecutorPodsSnapshot.from_pods([relabelled])
+    assert set(snapshot.executor_pods) == {42}
+    assert set(snapshot.with_update(relabelled).executor_pods) == {42}

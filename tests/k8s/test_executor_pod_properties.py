@@ -97,15 +97,24 @@ def test_a_label_execpods_selects_by_cannot_be_set(label: str) -> None:
         ("spark.kubernetes.node.selector.a/b/c", "label key"),
         ("spark.executorEnv.1BAD", "environment variable name"),
         ("spark.kubernetes.container.image.pullPolicy", "Always, Never or IfNotPresent"),
-        ("spark.executor.memoryOverheadFactor", "below 1"),
-        ("spark.kubernetes.memoryOverheadFactor", "below 1"),
+        # Spark's own ranges: > 0 for the executor's factor, >= 0 for Kubernetes' (no upper bound).
+        ("spark.executor.memoryOverheadFactor", "must be positive"),
+        ("spark.kubernetes.memoryOverheadFactor", "must not be negative"),
     ],
 )
 def test_bad_values_are_refused_naming_the_property(key: str, words: str) -> None:
     with pytest.raises(SettingsError) as raised:
-        KubernetesSettings.from_properties({key: "1.5" if "Factor" in key else "sometimes"})
+        KubernetesSettings.from_properties({key: "-0.5" if "Factor" in key else "sometimes"})
     assert key in str(raised.value)
     assert words in str(raised.value)
+
+
+def test_overhead_factors_above_one_are_accepted_as_spark_accepts_them() -> None:
+    settings = KubernetesSettings.from_properties(
+        {"spark.executor.memory": "1g", "spark.executor.memoryOverheadFactor": "1.5"}
+    )
+    assert settings.memory_overhead == 1536
+    assert KubernetesSettings.from_properties({"spark.kubernetes.memoryOverheadFactor": "0"})
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,12 @@ down (two writers with stale versions), and a write the API refuses raises and k
 from __future__ import annotations
 
 import copy
+import random
+import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from execpods.core import PodForbidden, PodOperationError
 from execpods.core.ports import ExecutorIdLedger
@@ -22,6 +25,7 @@ from execpods.k8s.ledger import (
     ledger_config_map_name,
 )
 from execpods.kubesim import KubeSim
+from kubernetes import client
 
 APP = "spark-app-1"
 GROUP = "rbac.authorization.k8s.io"
@@ -168,3 +172,60 @@ def test_config_map_names_are_valid_and_distinct() -> None:
     assert "_" not in odd
     assert ledger_config_map_name("Spark_App") != ledger_config_map_name("spark-app")
     assert len(ledger_config_map_name("a" * 400)) <= 253
+
+
+def test_a_config_map_deleted_by_hand_is_written_again(sim: KubeSim) -> None:
+    ledger = ledger_over(sim)
+    ledger.reserve_through(10)
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    core.delete_namespaced_config_map(ledger_config_map_name(APP), "default")  # by hand
+    ledger.reserve_through(20)  # its version is gone: 404, then a create from its own mark
+    assert config_map(sim)["data"] == {DATA_KEY: "20"}
+
+
+@pytest.mark.parametrize("driver", [None, "the-driver"])
+def test_racing_writers_end_at_the_highest_and_the_mark_never_goes_down(
+    sim: KubeSim, driver: str | None
+) -> None:
+    sim.create_pod(copy.deepcopy(DRIVER))
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    watch: Any = (
+        core.list_namespaced_pod(
+            "default",
+            watch=True,
+            resource_version=sim.resource_version,
+            timeout_seconds=5,
+            _preload_content=False,
+        )
+        if driver
+        else core.list_namespaced_config_map(
+            "default",
+            watch=True,
+            resource_version=sim.resource_version,
+            timeout_seconds=5,
+            _preload_content=False,
+        )
+    )
+    rng = random.Random(20)
+    wanted = [[rng.randrange(1, 500) for _ in range(40)] for _ in range(3)]
+    writers = [ledger_over(sim, driver_pod_name=driver) for _ in wanted]
+    threads = [
+        threading.Thread(target=lambda w=w, ids=ids: [w.reserve_through(i) for i in ids])
+        for w, ids in zip(writers, wanted, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    highest = max(max(ids) for ids in wanted)
+    assert ledger_over(sim, driver_pod_name=driver).highest_reserved() == highest
+    sim.drop_watches(abrupt=False)
+    marks = []
+    for line in watch.read().splitlines():
+        obj = orjson.loads(line)["object"]
+        stored = obj["metadata"].get("annotations", {}) if driver else obj.get("data", {})
+        key = ANNOTATION if driver else DATA_KEY
+        if key in (stored or {}):
+            marks.append(int(stored[key]))
+    assert marks == sorted(marks)  # every stored value rose; none was ever lowered
+    assert marks[-1] == highest

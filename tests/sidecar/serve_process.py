@@ -7,6 +7,7 @@ carry their own copy of this.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,12 @@ from typing import IO
 from execpods.kubesim import KubeSim
 
 SIDECAR = Path(sys.executable).parent / "execpods-sidecar"
+
+
+def announced(line: str) -> str:
+    """A line the sidecar printed on stdout: plain text, or in JSON mode a record's message."""
+    line = line.strip()
+    return str(json.loads(line)["message"]) if line.startswith("{") else line
 
 
 @contextmanager
@@ -52,7 +59,7 @@ def serve(
     ) as process:
         try:
             assert process.stdout is not None
-            line = process.stdout.readline().strip()
+            line = announced(process.stdout.readline())
             assert line.startswith("execpods-sidecar: listening on 127.0.0.1:"), line
             yield process, line.rsplit(" ", 1)[1]
         finally:

@@ -112,7 +112,15 @@ def test_every_flag_comes_from_a_setting_spec() -> None:
         for action in serve._actions
         for option in action.option_strings
         if option.startswith("--")
-        and option not in ("--help", "--conf", "--properties-file", "--insecure")
+        and option
+        not in (
+            "--help",
+            "--conf",
+            "--properties-file",
+            "--log-level",
+            "--log-format",
+            "--insecure",
+        )
     }
     # --insecure is a switch (no value) for execpods.sidecar.insecure, a setting spec's key.
     assert "execpods.sidecar.insecure" in flags_help(serve, "--insecure")

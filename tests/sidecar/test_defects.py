@@ -16,8 +16,9 @@ from typing import Any
 import grpc
 import pytest
 from execpods.client import AllocatorClient, ExecutorState
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
 from tests.sidecar.serve_process import serve

@@ -126,7 +126,9 @@ def test_an_evicted_pod_is_reported_with_the_apis_reason_and_message(
         sim.evict("evicted-exec-1", message="The node was low on resource: ephemeral-storage.")
         updates = _follow(stream, lambda ups: bool(ups[-1].removed))
     (removal,) = updates[-1].removed
-    assert (removal.executor_id, removal.exit_code, removal.exit_caused_by_app) == (1, 137, True)
+    # A disruption (issue 20): reported with its cause, not caused by the application.
+    assert (removal.executor_id, removal.exit_code, removal.exit_caused_by_app) == (1, 137, False)
+    assert "disrupted by Kubernetes (TerminationByKubelet)" in removal.message
     assert "exit code 137" in removal.message
     assert "The API gave the following brief reason: Evicted" in removal.message
     assert "low on resource: ephemeral-storage" in removal.message

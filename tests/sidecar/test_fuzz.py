@@ -20,8 +20,10 @@ from typing import Any
 
 import grpc
 import pytest
+from execpods.devtools.simulated import simulator_properties
+from execpods.k8s.ledger import ledger_config_map_name
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -68,11 +70,11 @@ class Rig:
 
     @property
     def incarnation(self) -> str:
-        return self.sidecar.runtime.removal_log.incarnation
+        return self.sidecar.runtime.backend.removal_position.incarnation
 
     @property
     def sequence(self) -> int:
-        return self.sidecar.runtime.removal_log.sequence
+        return self.sidecar.runtime.backend.removal_position.sequence
 
 
 @pytest.fixture(scope="module")
@@ -260,6 +262,9 @@ def _only_this_apps_executors_were_touched(
         name = record.path.rstrip("/").rsplit("/", 1)[-1]
         if record.method == "DELETE" and name == "pods":  # deletecollection: by its selector
             assert _EXECUTOR_SELECTOR.match(record.query.get("labelSelector", "")), record
+        elif name == "configmaps" or name == ledger_config_map_name(APP_ID):
+            # The executor id ledger (no driver pod here): its own ConfigMap, nothing else's.
+            assert record.method in ("POST", "PATCH"), record
         elif record.method == "POST":  # a create: the pod it made is one of ours
             assert record.path.endswith("/pods"), record
         else:  # delete or patch of one pod: one of ours

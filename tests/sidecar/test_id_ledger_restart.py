@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 from execpods.client import AllocatorClient
+from execpods.k8s import connect
+from execpods.k8s.ledger import DATA_KEY, ledger_config_map_name
 from execpods.kubesim import KubeSim
+from kubernetes import client
 
-from tests.sidecar.conftest import SidecarOnFactory, app_pods, running_ids, wait_for
+from tests.sidecar.conftest import SidecarOnFactory, app_pods, creates, running_ids, wait_for
 
 DRIVER: dict[str, Any] = {
     "metadata": {"name": "the-driver"},
@@ -75,3 +78,24 @@ def test_no_id_is_reused_after_a_restart_from_zero_pods(
         client.request_total(3)
         wait_for(lambda: len(running_ids(sim, "zero")) == 3, what="three running again")
     assert min(running_ids(sim, "zero")) > 3
+
+
+def test_an_unreadable_mark_creates_nothing_until_it_is_fixed(
+    sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    name = ledger_config_map_name("unreadable")
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={DATA_KEY: "12x"})
+    core.create_namespaced_config_map("default", body)
+    sidecar = make_sidecar_on(sim, "unreadable")
+    with AllocatorClient(sidecar.address) as driver:
+        driver.request_total(2)
+        # The mark is read again every round; while it is not a number, nothing is created.
+        wait_for(lambda: ledger_reads(sim, name) >= 3, what="the mark read three times")
+        assert creates(sim) == 0
+        core.patch_namespaced_config_map(name, "default", {"data": {DATA_KEY: "12"}})
+        wait_for(lambda: running_ids(sim, "unreadable") == {13, 14}, what="ids above the mark")
+
+
+def ledger_reads(sim: KubeSim, name: str) -> int:
+    return sum(1 for r in sim.requests() if r.verb == "get" and r.path.endswith(f"/{name}"))

@@ -10,17 +10,25 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import grpc
 import pytest
 from execpods.client import AllocatorClient, ExecutorState
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sidecar.conftest import FAST_CLUSTER, SidecarFactory, running_ids, wait_for
+from tests.sidecar.conftest import (
+    FAST_CLUSTER,
+    SidecarFactory,
+    app_pods,
+    running_ids,
+    wait_for,
+)
 from tests.sidecar.serve_process import serve
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -94,10 +102,15 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
             ),
             "the scrape to show 4 running executors and the target reached",
         )
-        assert value(during, "execpods_target_executors") == 4
+        assert value(during, "execpods_target_executors", resource_profile="0") == 4
+        assert value(during, "execpods_grpc_server_calls_total", method="RequestTotal", code="OK")
+        assert value(
+            during, "execpods_grpc_server_call_duration_seconds_count", method="RequestTotal"
+        )
         assert value(during, "execpods_pods_created_total") == 4
-        assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 4
-        assert value(during, "execpods_api_call_duration_seconds_count", verb="create") == 4
+        # Four pods, and the id ledger's ConfigMap (no driver pod here) before them.
+        assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 5
+        assert value(during, "execpods_api_call_duration_seconds_count", verb="create") == 5
         assert value(during, "execpods_api_calls_total", verb="watch", outcome="success") >= 1
         assert value(during, "execpods_api_calls_total", verb="list", outcome="success") >= 1
         assert value(during, "execpods_round_duration_seconds_count", reconciler="allocator") > 0
@@ -129,12 +142,42 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
             )
             == 1
         )
+        removed = scrape_until(
+            address,
+            lambda s: total(s, "execpods_executor_removals_total", reason="killed_by_driver") == 2,
+            "the two killed executors counted as removals",
+        )
+        assert value(removed, "execpods_executor_failures_total", source="create") == 1
+        assert value(removed, "execpods_executor_failures_total", source="pod") == 0
+        assert value(removed, "execpods_grpc_server_calls_total", method="KillExecutors", code="OK")
+        victim = min(running_ids(sim, "metrics"))
+        sim.oom_kill(pod_name(sim, "metrics", victim))
+        oom = scrape_until(
+            address,
+            lambda s: value(s, **OOM_KILLED) == 1,
+            "the OOM-killed executor counted as a removal",
+        )
+        assert value(oom, "execpods_executor_failures_total", source="pod") == 1
+        assert value(oom, "execpods_executor_failures_counted") == 2  # the refused create too
+        assert value(oom, "execpods_executor_failures_limit") > 0
+        assert total(oom, "execpods_build_info", version=metadata.version("execpods-sidecar")) == 1
         stream.cancel()
         scrape_until(
             address,
             lambda s: value(s, "execpods_stream_subscribers") == 0,
             "the stream's subscriber to go",
         )
+
+
+OOM_KILLED = {"name": "execpods_executor_removals_total", "reason": "exited", "cause": "oom_killed"}
+
+
+def pod_name(sim: KubeSim, app_id: str, executor_id: int) -> str:
+    return next(
+        pod["metadata"]["name"]
+        for pod in app_pods(sim, app_id)
+        if pod["metadata"]["labels"]["spark-exec-id"] == str(executor_id)
+    )
 
 
 def health_status(address: str, service: str = "") -> int:

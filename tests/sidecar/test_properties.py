@@ -9,12 +9,13 @@ import pytest
 from execpods.core import SettingsError
 from execpods.sidecar.cli import build_parser, load_settings, main
 from execpods.sidecar.properties import (
+    OTHER_SPARK_KEYS,
     OWNED_NAMESPACES,
-    SPARK_ONLY_KEYS,
     parse_properties,
     read_properties_file,
 )
 from execpods.sidecar.settings import Settings, all_families, all_specs, review_properties
+from execpods.sidecar.sparkkeys import listed_keys
 
 from tests.generators import assert_not_stale
 
@@ -70,11 +71,14 @@ def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(
     assert len(info) == 1, "the unused properties are listed once"
     for key in ("spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions"):
         assert key in info[0]
+    assert "spark.kubernetes.executor.rollInterval (executor rolling is" in info[0]
     assert "spark.kubernetes.allocation.batch.size" not in info[0], "read keys are not listed"
     assert "spark.executor.maxNumFailures" not in info[0]
     assert warnings == [
-        "Spark properties execpods does not implement (accepted, ignored): "
-        "spark.kubernetes.executor.rollInterval"
+        "Spark properties execpods does not implement yet (accepted, ignored): "
+        "spark.kubernetes.hadoop.configMapName (Spark mounts this Hadoop configuration ConfigMap "
+        "into executor pods; mount it through the pod template or "
+        "spark.kubernetes.executor.volumes.*)"
     ]
 
 
@@ -137,7 +141,18 @@ def test_a_line_with_no_key_is_refused_naming_the_line() -> None:
             "spark.kubernetes.executor.deleteOnTermination",
         ),
         ("execpods.sidecar.lisen", "execpods.sidecar.listen"),
-        ("sprak.executor.memory", "spark.executor.memory"),
+        (
+            "sprak.kubernetes.allocation.batch.size",
+            "spark.kubernetes.allocation.batch.size",
+        ),
+        (
+            "spark.kubernetes.executor.podDeletionCosts",
+            "spark.kubernetes.executor.podDeletionCost",
+        ),
+        (
+            "spark.kubernetes.allocation.recoveryMode.enable",
+            "spark.kubernetes.allocation.recoveryMode.enabled",
+        ),
     ],
 )
 def test_an_unknown_key_in_an_owned_namespace_is_refused_with_the_nearest_key(
@@ -162,6 +177,28 @@ def test_a_refusal_names_every_unknown_key_and_nothing_is_read() -> None:
     assert judged.not_used == ("spark.x",)
 
 
+def test_suggestions_come_from_the_namespace_of_the_misspelled_key() -> None:
+    """A typo under spark.kubernetes.executor.* is never told it meant another namespace's key
+    (spark.kubernetes.allocation.batch.size is closer, but of another namespace)."""
+    judged = review_properties(
+        {"spark.kubernetes.executor.batch.size": "1", "execpods.allocation.batchsize": "1"}
+    )
+    assert dict(judged.refused) == {
+        "execpods.allocation.batchsize": "execpods.allocation.batch.concurrency",
+        "spark.kubernetes.executor.batch.size": "spark.kubernetes.executor.pvc.resizeFactor",
+    }
+
+
+def test_a_key_outside_spark_is_ignored_with_a_warning_as_spark_submit_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=REVIEW_LOGGER)
+    settings = Settings.from_properties({"spark.app.id": "app", "sprak.executor.memory": "8g"})
+    assert settings.kubernetes.executor_memory_mib == 1024
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == REVIEW_LOGGER]
+    assert messages == [(logging.WARNING, "Ignoring non-Spark properties: sprak.executor.memory")]
+
+
 def test_other_spark_properties_are_accepted_and_listed_once_at_info(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -172,7 +209,8 @@ def test_other_spark_properties_are_accepted_and_listed_once_at_info(
     assert settings.sidecar.app_id == "app"
     messages = [r.getMessage() for r in caplog.records if r.name == REVIEW_LOGGER]
     assert messages == [
-        "Spark properties not used by the sidecar: spark.driver.memory, spark.kubernetes.nope"
+        "Spark properties that do not apply to the sidecar (accepted, ignored): "
+        f"spark.driver.memory, spark.kubernetes.nope ({OTHER_SPARK_KEYS})"
     ]
 
 
@@ -182,13 +220,13 @@ def test_nothing_is_logged_when_every_key_is_read(caplog: pytest.LogCaptureFixtu
     assert [r for r in caplog.records if r.name == REVIEW_LOGGER] == []
 
 
-def test_a_spark_key_the_sidecar_reads_is_read_even_when_listed_as_spark_only() -> None:
-    """The specs come first: when a settings class declares a key, it is read, not ignored."""
-    read = {key for key in SPARK_ONLY_KEYS if key in all_specs()}
-    judged = review_properties(dict.fromkeys(SPARK_ONLY_KEYS, "1"))
-    assert set(judged.read) == read
-    assert set(judged.not_implemented) == SPARK_ONLY_KEYS - read
+def test_every_listed_spark_key_is_accepted_and_none_is_refused() -> None:
+    listed = [key for key in listed_keys() if not key.endswith(".")]
+    listed += [f"{key}x" for key in listed_keys() if key.endswith(".")]
+    judged = review_properties(dict.fromkeys(listed, "1"))
     assert judged.refused == ()
+    assert judged.read == ()
+    assert sorted(judged.not_used) == sorted(listed)
 
 
 def test_every_read_key_outside_spark_is_in_an_owned_namespace() -> None:

@@ -60,8 +60,8 @@ class Reader:
 
 
 def _decided(sidecar: EmbeddedSidecar, count: int) -> None:
-    log = sidecar.runtime.removal_log
-    wait_for(lambda: log.sequence >= count, what=f"{count} removals decided")
+    backend = sidecar.runtime.backend
+    wait_for(lambda: backend.removal_position.sequence >= count, what=f"{count} removals decided")
 
 
 @pytest.fixture
@@ -126,9 +126,9 @@ def test_positions_from_the_future_are_invalid_and_from_another_process_resync(
     make_sidecar: SidecarFactory,
 ) -> None:
     sidecar = make_sidecar("positions")
-    log = sidecar.runtime.removal_log
+    now = sidecar.runtime.backend.removal_position
     with AllocatorClient(sidecar.address) as client:
-        future = StreamPosition(incarnation=log.incarnation, sequence=log.sequence + 1)
+        future = StreamPosition(incarnation=now.incarnation, sequence=now.sequence + 1)
         with pytest.raises(grpc.RpcError) as refused:
             next(iter(client.stream_snapshots(resume_from=future)))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -137,8 +137,9 @@ def test_positions_from_the_future_are_invalid_and_from_another_process_resync(
         with client.stream_snapshots(resume_from=other) as stream:
             first = next(iter(stream))
         assert first.resync
-        assert first.position == StreamPosition(incarnation=log.incarnation, sequence=0)
-        current = StreamPosition(incarnation=log.incarnation, sequence=log.sequence)
+        assert first.position == StreamPosition(incarnation=now.incarnation, sequence=0)
+        newest = sidecar.runtime.backend.removal_position
+        current = StreamPosition(incarnation=newest.incarnation, sequence=newest.sequence)
         with client.stream_snapshots(resume_from=current) as stream:
             assert not next(iter(stream)).resync
 

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import pytest
 from execpods.core import SettingsError
+from execpods.devtools.simulated import simulator_properties
 from execpods.k8s import parse_pod_template
-from execpods.sidecar.embedded import simulator_properties
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.templatepolicy import (
     PolicyRefusal,

@@ -6,13 +6,18 @@ import asyncio
 import typing
 
 import grpc.aio
-from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval
+from execpods.core import (
+    ExecutorExited,
+    ExecutorPodsSnapshot,
+    ExecutorRemoval,
+    NumberedRemoval,
+    Position,
+)
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_state
 from execpods.sidecar.feed import Pending, StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response
-from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.sidecar.service import AllocatorService
 from execpods.v1 import allocator_pb2 as pb
 

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from execpods.devtools.bench.runs import START_JITTER, START_LATENCY
 from execpods.devtools.bench.spark_peers import peak_per_second, spark_peer
-from execpods.devtools.bench.time_to_target import START_JITTER, START_LATENCY
+from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 PLUGIN_MARKS = [
     pytest.mark.slow,

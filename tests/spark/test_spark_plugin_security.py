@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import trustme
+from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import ExecutorWatch, SparkDriver
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 from tests.sidecar.test_security import TOKEN, Pki
 from tests.spark.test_spark_plugin import PLUGIN_MARKS, plugin_conf, running
@@ -233,8 +234,11 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
             "spark.kubernetes.allocation.batch.size": "1",
         }
         failed_at: list[float] = []
-        sidecar.runtime.backend.subscribe(
-            1.0, lambda _: None, on_application_failure=lambda _: failed_at.append(time.monotonic())
+        sidecar.runtime.backend.open_stream(
+            1.0,
+            on_snapshots=lambda _: None,
+            on_removal=lambda _: None,
+            on_application_failure=lambda _: failed_at.append(time.monotonic()),
         )
         driver = SparkDriver(f"k8s://{sim.url}", executors=4, conf=spark)
         try:

@@ -1,7 +1,8 @@
 """Conversions between the wire messages (`execpods.v1`) and the client's dataclasses.
 
-Kept apart from the transport so that the rebuilder, both clients and any test servicer agree on
-one mapping, and so that it can be tested without a channel.
+Kept apart from the transport so that the rebuilder and both clients agree on one mapping, and so
+that it can be tested without a channel. Only what a client does is here (requests out, responses
+and stream messages in); the inverse, which only tests need, is in tests/client/encoding.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from execpods.client.model import (
     ExecutorState,
     ExecutorView,
     RequestTotalResult,
-    Snapshot,
 )
 from execpods.v1 import allocator_pb2 as pb
 
@@ -37,10 +37,6 @@ def state_from_proto(state: int) -> ExecutorState:
     return _FROM_WIRE.get(state, ExecutorState.UNKNOWN)
 
 
-def state_to_proto(state: ExecutorState) -> pb.ExecutorState.ValueType:
-    return _TO_WIRE[state]
-
-
 def executor_from_proto(message: pb.ObservedPod) -> ExecutorView:
     return ExecutorView(
         state=state_from_proto(message.state),
@@ -56,35 +52,6 @@ def executor_from_proto(message: pb.ObservedPod) -> ExecutorView:
     )
 
 
-def executor_to_proto(view: ExecutorView) -> pb.ObservedPod:
-    """The wire form of `view`, for servers and test servicers that speak the contract."""
-    message = pb.ObservedPod(
-        state=state_to_proto(view.state),
-        pod_name=view.pod_name,
-        phase=view.phase,
-        reason=view.reason,
-        message=view.message,
-        node_name=view.node_name,
-        pod_ip=view.pod_ip,
-        container_reason=view.container_reason,
-    )
-    if view.exit_code is not None:
-        message.exit_code = view.exit_code
-    return message
-
-
-def snapshot_to_proto(
-    snapshot: Snapshot, *, full: bool, only: Iterable[int] | None = None
-) -> pb.ExecutorPodsSnapshot:
-    """The wire form of `snapshot`: every executor, or just the ids in `only` for a delta."""
-    ids = snapshot.executors.keys() if only is None else only
-    return pb.ExecutorPodsSnapshot(
-        executor_pods={i: executor_to_proto(snapshot.executors[i]) for i in ids},
-        full_snapshot_ts_ms=snapshot.full_snapshot_ts_ms,
-        full=full,
-    )
-
-
 def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:
     return ExecutorRemoval(
         executor_id=message.executor_id,
@@ -92,16 +59,6 @@ def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:
         exit_caused_by_app=message.exit_caused_by_app,
         message=message.message,
         killed_by_driver=message.killed_by_driver,
-    )
-
-
-def removal_to_proto(removal: ExecutorRemoval) -> pb.ExecutorRemoved:
-    return pb.ExecutorRemoved(
-        executor_id=removal.executor_id,
-        exit_code=removal.exit_code,
-        exit_caused_by_app=removal.exit_caused_by_app,
-        message=removal.message,
-        killed_by_driver=removal.killed_by_driver,
     )
 
 

@@ -491,6 +491,12 @@ class AllocatorNotice(_message.Message):
         """The executor id ledger could not be written: no id above its mark is used, so creates
         wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
         """
+        KIND_RECOVERY_MODE: AllocatorNotice._Kind.ValueType  # 6
+        """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
+        false: executors created from now on are Spark's recovery-mode executors (their
+        SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
+        Sent once, after the removal that caused it; `count` is 0.
+        """
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -509,6 +515,12 @@ class AllocatorNotice(_message.Message):
     KIND_ID_RESERVATION_FAILED: AllocatorNotice.Kind.ValueType  # 5
     """The executor id ledger could not be written: no id above its mark is used, so creates
     wait; the write is retried with back-off (`retry_in_ms` 0: every round once it is due).
+    """
+    KIND_RECOVERY_MODE: AllocatorNotice.Kind.ValueType  # 6
+    """An executor was lost to OOM and spark.kubernetes.allocation.recoveryMode.enabled is not
+    false: executors created from now on are Spark's recovery-mode executors (their
+    SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
+    Sent once, after the removal that caused it; `count` is 0.
     """
 
     KIND_FIELD_NUMBER: _builtins.int

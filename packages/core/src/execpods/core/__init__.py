@@ -1,27 +1,32 @@
 """execpods.core: the pure, typed heart of execpods.
 
-Pod states, immutable snapshots, the snapshot store, the allocator and lifecycle reconcilers, and
-the Protocols (pod operations, pod builder, driver view, clock, scheduler) they need. No I/O, no
-client libraries, and no threads until a `ThreadScheduler` is given work.
+What a user of the core needs, and no more: the composition root (`compose_backend` and its
+hooks) and the facade it returns (`ExecutorPodsBackend`, with `TotalsRequest` and `StreamHandle`);
+the Protocols the world implements (pod operations, pod builder, sources, driver view, observers,
+clock, scheduler) and the values that cross them (pods, snapshots, states, removals, positions,
+profiles, notices, errors); the settings (their kit is `execpods.core.settingkit`); clocks and
+schedulers. The parts only the composition root builds (the store, the allocator, the lifecycle
+manager, the removal channel, the create runners) stay in their modules. No I/O, no client
+libraries, and no threads until a `ThreadScheduler` is given work. `execpods.core.testing` has
+in-memory implementations of the ports for tests.
 """
 
-from execpods.core.allocation import ExecutorCounts, executors_to_request, split_slots
-from execpods.core.allocator import AllocatorStats, ExecutorPodsAllocator
 from execpods.core.backend import (
     AllocationCounts,
     ExecutorPodsBackend,
-    LifecycleFanout,
     ShutdownReport,
+    StreamHandle,
 )
 from execpods.core.clock import Clock, ManualClock, SystemClock
-from execpods.core.compose import SourcesFactory, compose_backend, no_sources
-from execpods.core.creation import (
-    AllocatorNotice,
-    CreateRunner,
-    NoticeKind,
-    SerialRunner,
-    ThreadPoolRunner,
+from execpods.core.compose import (
+    RoundHook,
+    SourcesFactory,
+    StoreFactory,
+    compose_backend,
+    no_sources,
+    scheduled_store,
 )
+from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import (
     ApiThrottled,
     ApiUnavailable,
@@ -34,10 +39,7 @@ from execpods.core.errors import (
     PodOperationError,
     SettingsError,
 )
-from execpods.core.failures import ExecutorFailureTracker
-from execpods.core.idlists import INT64_MAX, clip, summarize_ids
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager, describe_exit_code, exit_reason
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
@@ -51,6 +53,7 @@ from execpods.core.pods import (
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     UNKNOWN_EXIT_CODE,
+    Cancellable,
     DriverView,
     ExecutorExited,
     ExecutorIdLedger,
@@ -59,59 +62,33 @@ from execpods.core.ports import (
     LifecycleObserver,
     PodOperations,
     PodSelector,
+    RoundObserver,
+    Scheduler,
+    SnapshotsCallback,
     SnapshotSource,
     SnapshotsReader,
-    SnapshotsWriter,
-)
-from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.scheduling import (
-    Cancellable,
-    DeterministicScheduler,
-    Scheduler,
-    ThreadScheduler,
-)
-from execpods.core.settingkit import SettingsBase, SettingSpec, parse_duration, unknown_keys
-from execpods.core.settings import CoreSettings
-from execpods.core.snapshot import ExecutorPodsSnapshot
-from execpods.core.states import (
-    DEFAULT_CLASSIFIER,
-    ExecutorState,
-    ObservedPod,
-    PodClassifier,
-    classify,
-)
-from execpods.core.store import (
-    ScheduledSnapshotsStore,
-    SnapshotsCallback,
     SnapshotsStore,
+    SnapshotsWriter,
     Subscription,
 )
+from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
+from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
+from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
+from execpods.core.settings import CoreSettings
+from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import ExecutorState, ObservedPod, PodClassifier
 from execpods.core.totals import TotalsRequest
 
 __all__ = [
-    "DEFAULT_CLASSIFIER",
-    "ExecutorFailureTracker",
-    "PodClassifier",
-    "describe_exit_code",
-    "AllocatorNotice",
-    "AllocatorStats",
-    "CreateRunner",
-    "NoticeKind",
-    "ProfileConflict",
-    "ResourceProfile",
-    "ResourceProfiles",
-    "SerialRunner",
-    "ThreadPoolRunner",
-    "split_slots",
     "DEFAULT_RESOURCE_PROFILE_ID",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
     "AllocationCounts",
+    "AllocatorNotice",
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
-    "INT64_MAX",
     "Clock",
     "ContainerRunning",
     "ContainerState",
@@ -122,22 +99,23 @@ __all__ = [
     "DeterministicScheduler",
     "DriverView",
     "ExecpodsError",
-    "ExecutorCounts",
     "ExecutorExited",
     "ExecutorLabels",
     "ExecutorPod",
     "ExecutorIdLedger",
     "ExecutorPodBuilder",
-    "ObservedPod",
-    "ExecutorPodsAllocator",
     "ExecutorPodsBackend",
-    "ExecutorPodsLifecycleManager",
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
-    "LifecycleFanout",
+    "ExecutorState",
+    "InvalidPosition",
     "LifecycleObserver",
     "ManualClock",
+    "NoticeKind",
+    "NumberedRemoval",
+    "ObservedPod",
     "PodAdmissionRejected",
+    "PodClassifier",
     "PodConflict",
     "PodForbidden",
     "PodInvalid",
@@ -146,30 +124,28 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
-    "ExecutorState",
+    "Position",
+    "ProfileConflict",
+    "ResourceProfile",
+    "ResourceProfiles",
+    "RoundHook",
+    "RoundObserver",
     "Scheduler",
-    "SettingSpec",
-    "SettingsBase",
-    "ShutdownReport",
     "SettingsError",
+    "ShutdownReport",
     "SnapshotSource",
     "SnapshotsCallback",
     "SnapshotsReader",
     "SnapshotsStore",
-    "ScheduledSnapshotsStore",
     "SnapshotsWriter",
     "SourcesFactory",
+    "StoreFactory",
+    "StreamHandle",
     "Subscription",
-    "TotalsRequest",
     "SystemClock",
     "ThreadScheduler",
-    "classify",
-    "clip",
+    "TotalsRequest",
     "compose_backend",
-    "executors_to_request",
-    "exit_reason",
     "no_sources",
-    "parse_duration",
-    "summarize_ids",
-    "unknown_keys",
+    "scheduled_store",
 ]

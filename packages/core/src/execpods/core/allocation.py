@@ -45,19 +45,6 @@ class ExecutorCounts:
         )
 
 
-def executors_to_request(
-    *, target: int, counts: ExecutorCounts, outstanding_requests: int, batch_size: int
-) -> int:
-    """The 2018 rule (SPARK-24248), kept as the `waitForPendingPods` policy.
-
-    Nothing while any executor is pending or requested-but-unseen: a batch must start running
-    before the next is asked for. Newest Spark dropped it because one slow pod stalls the scale-up.
-    """
-    if outstanding_requests > 0 or counts.pending > 0 or counts.running >= target:
-        return 0
-    return min(target - counts.running, batch_size)
-
-
 def split_slots(consumers: Sequence[T], slots: int) -> list[tuple[T, int]]:
     """Share `slots` among `consumers` as evenly as integers allow; the first ones get the rest.
 

@@ -30,7 +30,6 @@ from execpods.core.allocation import (
     Limits,
     ProfileState,
     excess_to_delete,
-    executors_to_request,
     request_counts,
 )
 from execpods.core.creation import (
@@ -66,7 +65,7 @@ def _still_running(phase: str | None) -> bool:
     return (phase or "").lower() == "running"
 
 
-__all__ = ["ExecutorCounts", "ExecutorPodsAllocator", "executors_to_request"]
+__all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +220,10 @@ class ExecutorPodsAllocator:
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Call `listener` with every later notice; returns a function that unregisters it."""
         return self._creator.add_listener(listener)
+
+    def notify(self, notice: AllocatorNotice) -> None:
+        """Tell every notice listener (also other policies' notices: OOM recovery mode)."""
+        self._creator.notify(notice)
 
     # One round (the store calls it serially).
 

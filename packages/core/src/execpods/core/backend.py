@@ -2,8 +2,9 @@
 
 It is Spark's `KubernetesClusterSchedulerBackend` without the Spark. Everything a caller (the
 sidecar's servicer, the embedded sidecar, a benchmark, a test) does with a running allocation goes
-through it: set a total, kill executors, read the counts, subscribe to snapshots and removals,
-start and stop. Nothing reaches past it to the store or the reconcilers.
+through it: ask for totals, kill executors, read the counts, subscribe to snapshots, open a stream
+(snapshots, numbered removals, the application's failure, notices: one handle), start and stop.
+Nothing reaches past it to the store, the reconcilers or the removal channel.
 
 It starts in Spark's order (SPARK-24248's `KubernetesClusterSchedulerBackend.start`: target =
 initial executors, lifecycle manager, allocator, then the sources, watch before poll) so that the
@@ -22,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from execpods.core.allocator import AllocatorStats, ExecutorCounts, ExecutorPodsAllocator
+from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.clock import SystemClock
 from execpods.core.creation import NoticeListener
 from execpods.core.errors import PodOperationError
@@ -33,8 +34,6 @@ from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
     DriverView,
-    ExecutorRemoval,
-    LifecycleObserver,
     PodOperations,
     PodSelector,
     Scheduler,
@@ -42,6 +41,14 @@ from execpods.core.ports import (
     SnapshotSource,
     SnapshotsStore,
     Subscription,
+)
+from execpods.core.removals import (
+    FailureListener,
+    InvalidPosition,
+    Opened,
+    Position,
+    RemovalChannel,
+    RemovalListener,
 )
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
@@ -51,8 +58,13 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RemovalCallback = Callable[[ExecutorRemoval], None]
-FailureCallback = Callable[[str], None]
+__all__ = [
+    "AllocationCounts",
+    "ExecutorPodsBackend",
+    "InvalidPosition",
+    "ShutdownReport",
+    "StreamHandle",
+]
 
 _FIRST_RETRY_S = 0.2
 _MAX_RETRY_S = 5.0
@@ -94,96 +106,40 @@ class AllocationCounts:
     pending: int
 
 
-class _Subscriber:
-    """One `subscribe` call: its store subscription and its removal callback, cancelled as one."""
+class StreamHandle:
+    """One open stream (`ExecutorPodsBackend.open_stream`): where it starts in the numbered
+    removals, what it missed, and one `cancel()` that ends everything it registered."""
 
-    __slots__ = ("_fanout", "on_application_failure", "on_removal", "store_subscription")
+    __slots__ = ("_cancels", "_live", "backlog", "resync", "start")
 
-    def __init__(
-        self,
-        fanout: LifecycleFanout,
-        on_removal: RemovalCallback | None,
-        on_application_failure: FailureCallback | None = None,
-    ) -> None:
-        self._fanout = fanout
-        self.on_removal = on_removal
-        self.on_application_failure = on_application_failure
-        self.store_subscription: Subscription | None = None
+    def __init__(self, opened: Opened, live: set[object]) -> None:
+        self.start: Position = opened.start
+        """The position the stream starts from: removals after it come, each once."""
+        self.backlog = opened.backlog
+        """The removals it missed (already handed to its listener)."""
+        self.resync = opened.resync
+        """Some removals after the resume position are gone: the client should re-sync."""
+        self._cancels: list[Callable[[], object]] = [opened.cancel]
+        self._live = live
 
     def cancel(self) -> None:
-        if self.store_subscription is not None:
-            self.store_subscription.cancel()
-        self._fanout.remove(self)
+        """Stop every delivery to this stream (idempotent)."""
+        cancels, self._cancels = self._cancels, []
+        for cancel in reversed(cancels):
+            cancel()
+        self._live.discard(self)
 
 
-class LifecycleFanout:
-    """The lifecycle manager's one `LifecycleObserver`: hands each report to the given observers
-    (the sidecar's driver view), then each removal to every live subscriber of the backend.
+class _Subscription:
+    __slots__ = ("_live", "_store_subscription")
 
-    Each recipient is called in turn on the lifecycle manager's thread; one that fails is logged
-    and the others still hear.
-    """
+    def __init__(self, store_subscription: Subscription, live: set[object]) -> None:
+        self._store_subscription = store_subscription
+        self._live = live
 
-    def __init__(self, observers: Sequence[LifecycleObserver] = ()) -> None:
-        self._observers = tuple(observers)
-        self._lock = threading.Lock()
-        self._subscribers: tuple[_Subscriber, ...] = ()
-        self._failure: str | None = None
-
-    def add(self, subscriber: _Subscriber) -> None:
-        with self._lock:
-            self._subscribers = (*self._subscribers, subscriber)
-            failure = self._failure
-        if failure is not None and subscriber.on_application_failure is not None:
-            subscriber.on_application_failure(failure)  # a stream opened after the failure
-
-    def remove(self, subscriber: _Subscriber) -> None:
-        with self._lock:
-            self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
-
-    @property
-    def subscriber_count(self) -> int:
-        return len(self._subscribers)
-
-    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        for observer in self._observers:
-            try:
-                observer.round_started(snapshots)
-            except Exception:
-                logger.exception("Lifecycle observer %r failed on a round", observer)
-
-    def executor_removed(self, removal: ExecutorRemoval) -> None:
-        for observer in self._observers:
-            try:
-                observer.executor_removed(removal)
-            except Exception:
-                logger.exception("Lifecycle observer %r failed on a removal", observer)
-        for subscriber in self._subscribers:
-            if subscriber.on_removal is None:
-                continue
-            try:
-                subscriber.on_removal(removal)
-            except Exception:
-                logger.exception("A removal subscriber failed on executor %d", removal.executor_id)
-
-    def application_failed(self, message: str) -> None:
-        for observer in self._observers:
-            try:
-                observer.application_failed(message)
-            except Exception:
-                logger.exception(
-                    "Lifecycle observer %r failed on the application's failure", observer
-                )
-        with self._lock:
-            self._failure = message
-            subscribers = self._subscribers
-        for subscriber in subscribers:
-            if subscriber.on_application_failure is None:
-                continue
-            try:
-                subscriber.on_application_failure(message)
-            except Exception:
-                logger.exception("A subscriber failed on the application's failure")
+    def cancel(self) -> None:
+        self._store_subscription.cancel()
+        self._live.discard(self)
 
 
 class ExecutorPodsBackend:
@@ -199,7 +155,7 @@ class ExecutorPodsBackend:
         lifecycle: ExecutorPodsLifecycleManager,
         pod_operations: PodOperations,
         driver: DriverView,
-        fanout: LifecycleFanout,
+        removals: RemovalChannel,
         request_scheduler: Scheduler,
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
@@ -215,7 +171,8 @@ class ExecutorPodsBackend:
         self._requests = request_scheduler
         self._sources = tuple(sources)
         self._close = close
-        self._fanout = fanout
+        self._removals = removals
+        self._live: set[object] = set()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._started = False
         self._request_lock = threading.Lock()
@@ -361,10 +318,6 @@ class ExecutorPodsBackend:
         """Hear every later allocator notice (refused or throttled creates, the id cap)."""
         return self._allocator.add_notice_listener(listener)
 
-    @property
-    def allocator_stats(self) -> AllocatorStats:
-        return self._allocator.stats
-
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
         the events drive the rest."""
@@ -412,32 +365,52 @@ class ExecutorPodsBackend:
         `spark.executor.failuresValidityInterval`): what the fault suite reports."""
         return self._lifecycle.failures.failed_executors
 
-    def subscribe(
+    def subscribe(self, interval: float, on_snapshots: SnapshotsCallback) -> Subscription:
+        """`on_snapshots` gets the current snapshot, then every `interval` s the ones since, until
+        the returned subscription is cancelled (a stream also hears removals: `open_stream`).
+        Raises `RuntimeError` once the backend has stopped."""
+        subscription = _Subscription(self._store.add_subscriber(interval, on_snapshots), self._live)
+        self._live.add(subscription)
+        return subscription
+
+    def open_stream(
         self,
         interval: float,
-        on_snapshots: SnapshotsCallback,
         *,
-        on_removal: RemovalCallback | None = None,
-        on_application_failure: FailureCallback | None = None,
-    ) -> Subscription:
-        """`on_snapshots` gets the current snapshot, then every `interval` s the ones since;
-        `on_removal` gets every later removal the lifecycle manager decides;
-        `on_application_failure` gets the reason once too many executors failed (at once, when
-        that happened before this call).
+        on_snapshots: SnapshotsCallback,
+        on_removal: RemovalListener,
+        on_application_failure: FailureListener | None = None,
+        on_notice: NoticeListener | None = None,
+        resume_from: Position | None = None,
+    ) -> StreamHandle:
+        """Open one driver stream: its snapshots every `interval` s (the current one first), each
+        removal the lifecycle manager reports after `resume_from` (or from now), numbered, once
+        and in order, the application's failure (at once, when it came before), and the
+        allocator's notices; all until the handle is cancelled.
 
-        Both stop when the returned subscription is cancelled. Raises `RuntimeError` once the
-        backend has stopped.
+        Raises `InvalidPosition` for a resume position this process never gave out, and
+        `RuntimeError` once the backend has stopped; either way nothing stays registered.
         """
-        subscriber = _Subscriber(self._fanout, on_removal, on_application_failure)
-        self._fanout.add(subscriber)
+        opened = self._removals.open(resume_from, on_removal, on_application_failure)
+        handle = StreamHandle(opened, self._live)
         try:
-            subscriber.store_subscription = self._store.add_subscriber(interval, on_snapshots)
+            if on_notice is not None:
+                handle._cancels.append(self._allocator.add_notice_listener(on_notice))
+            handle._cancels.append(self._store.add_subscriber(interval, on_snapshots).cancel)
         except BaseException:
-            subscriber.cancel()
+            handle.cancel()
             raise
-        return subscriber
+        self._live.add(handle)
+        return handle
+
+    @property
+    def removal_position(self) -> Position:
+        """This process's incarnation and the sequence number of its newest removal (0 before
+        the first): where a stream opened now starts."""
+        return Position(incarnation=self._removals.incarnation, sequence=self._removals.sequence)
 
     @property
     def subscription_count(self) -> int:
-        """How many `subscribe` calls are live (the sidecar's open streams), for health checks."""
-        return self._fanout.subscriber_count
+        """How many subscriptions and streams are live (the sidecar's open streams), for health
+        checks and leak tests."""
+        return len(self._live)

@@ -12,7 +12,10 @@ is built here, and only here:
 - the allocator and the lifecycle manager over the store's read side, sharing one
   `ExecutorFailureTracker` (refused creations and failed pods both count), each round reported to
   `on_round` when given;
-- the lifecycle manager's observer: the given `observers`, then the backend's removal channel;
+- the lifecycle manager's one observer, the removal channel (`removals.py`): it numbers each
+  removal once, keeps the newest `removal_window` for streams that resume, hands each to every
+  open stream and to the given `observers`, and each round to `round_observers` (the sidecar's
+  driver view, which hears removals only as the `DriverView`);
 - the backend, which owns the start and stop order.
 """
 
@@ -23,12 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from execpods.core.allocator import ExecutorPodsAllocator
-from execpods.core.backend import ExecutorPodsBackend, LifecycleFanout
+from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import SystemClock
 from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.labels import ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.oom_recovery import OomRecoveryMode, RecoveryModePodBuilder
 from execpods.core.ports import (
     Clock,
     DriverView,
@@ -36,6 +40,7 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     LifecycleObserver,
     PodOperations,
+    RoundObserver,
     Scheduler,
     SnapshotsCallback,
     SnapshotSource,
@@ -45,11 +50,16 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodClassifier
 from execpods.core.store import ScheduledSnapshotsStore
+
+DEFAULT_REMOVAL_WINDOW = 10_000
+"""Removals kept for streams that resume (the sidecar passes its
+execpods.sidecar.stream.removalWindow)."""
 
 SourcesFactory = Callable[[SnapshotsWriter], Sequence[SnapshotSource]]
 """Makes the sources that feed a store, in start order (watch before poll); may make none."""
@@ -98,6 +108,8 @@ def compose_backend(
     driver: DriverView,
     sources: SourcesFactory = no_sources,
     observers: Sequence[LifecycleObserver] = (),
+    round_observers: Sequence[RoundObserver] = (),
+    removal_window: int = DEFAULT_REMOVAL_WINDOW,
     clock: Clock | None = None,
     store: StoreFactory | None = None,
     on_round: RoundHook | None = None,
@@ -116,7 +128,7 @@ def compose_backend(
     a request scheduler, requests run on one worker thread, as in production. `profiles` are the
     declared resource profiles (shared with the pod builder). A round's creates run one after
     another, or through `runner`, or with `concurrent_creates` on up to
-    `spark.kubernetes.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
+    `execpods.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
     `id_ledger` keeps the highest reserved executor id beyond the process (the adapter's keeps it
     in the cluster): ids are reserved through it before use and never issued twice across
     restarts; None keeps the mark in the process only (restarts are then safe only while the pods
@@ -132,7 +144,15 @@ def compose_backend(
         ),
         clock=clock,
     )
-    fanout = LifecycleFanout(observers)
+    recovery = OomRecoveryMode(
+        enabled=settings.recovery_mode_enabled, cores=settings.recovery_cores
+    )
+    pod_builder = RecoveryModePodBuilder(
+        pod_builder, recovery, container_name=settings.executor_container_name
+    )
+    removals = RemovalChannel(
+        window=removal_window, observers=[*observers, recovery], round_observers=round_observers
+    )
     if concurrent_creates:
         if runner is not None:
             raise ValueError("give either a runner or concurrent_creates, not both")
@@ -152,12 +172,13 @@ def compose_backend(
         rng=rng,
         id_ledger=id_ledger,
     )
+    recovery.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
         pod_operations=pod_operations,
         store=_timed(snapshots, "lifecycle", on_round, clock),
         clock=clock,
-        observer=fanout,
+        observer=removals,
         failure_tracker=failures,
     )
     return ExecutorPodsBackend(
@@ -168,7 +189,7 @@ def compose_backend(
         lifecycle=lifecycle,
         pod_operations=pod_operations,
         driver=driver,
-        fanout=fanout,
+        removals=removals,
         request_scheduler=(
             request_scheduler
             if request_scheduler is not None

@@ -1,6 +1,6 @@
 """Creating executor pods: concurrency within a round, classified failures, backoff, notices.
 
-A round's creates run concurrently up to `spark.kubernetes.allocation.batch.concurrency` through a
+A round's creates run concurrently up to `execpods.allocation.batch.concurrency` through a
 `CreateRunner` (serial in deterministic tests, a thread pool in the sidecar); the API client's rate
 limiter paces them, so concurrency only hides each call's latency and never raises the request rate.
 
@@ -116,6 +116,8 @@ class NoticeKind(enum.Enum):
     ALLOCATION_MAXIMUM_REACHED = "allocation_maximum_reached"
     ID_RESERVATION_FAILED = "id_reservation_failed"
     """The id ledger could not be written: no id above its mark is issued until it is."""
+    RECOVERY_MODE = "recovery_mode"
+    """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 The allocator decides how many executors each profile gets (`allocation.py`); a `PodCreator`
 makes them: in steps sized by the profile's `AdaptiveBatch`, each step's creates run together on
-the `CreateRunner` (at most `spark.kubernetes.allocation.batch.concurrency` in flight), and every
+the `CreateRunner` (at most `execpods.allocation.batch.concurrency` in flight), and every
 outcome is booked: created and unknown-outcome creates are handed back for the allocator to track,
 refusals and throttling back off (`CreateBackoff`) and shrink the batch, and every failure is
 counted and told to the notice listeners. Nothing here raises out of a round (SPARK-55075).
@@ -82,7 +82,7 @@ class PodCreator:
         self._batches: dict[int, AdaptiveBatch] = {}
         self._ceiling = round_ceiling(
             batch_size=settings.batch_size,
-            api_qps=settings.api_qps,
+            api_qps=settings.api_peak_qps,
             batch_delay=settings.batch_delay,
         )
         self.starts = StartTracker()

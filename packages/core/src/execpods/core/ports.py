@@ -109,6 +109,9 @@ class PodOperations(Protocol):
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
         """Set labels on one pod (a merge: other labels stay)."""
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations on one pod (a merge: other annotations stay)."""
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         """The matching pods (malformed ones are skipped with a warning)."""
 
@@ -163,6 +166,14 @@ class ExecutorRemoval:
     """Serial of the snapshot the decision was made on (0: none). A stream sends the removal only
     once it has sent that snapshot or a later one, so a driver never hears that an executor is
     gone before it can see why."""
+
+
+class RoundObserver(Protocol):
+    """Hears each lifecycle round before its decisions (the sidecar's driver view infers the
+    running executors from the very snapshots the manager works on)."""
+
+    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
+        """A round begins on these snapshots, before any decision is made on them."""
 
 
 class LifecycleObserver(Protocol):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -221,13 +222,15 @@ def duration_setting(
     *,
     flag: str | None = None,
     env: str | None = None,
+    unit: str = "ms",
 ) -> float:
-    """A duration field: declared with Spark's spelling ("1s"), held in seconds."""
+    """A duration field: declared with Spark's spelling ("1s"), held in seconds. `unit` is what a
+    bare number means: Spark's `timeConf` unit of the property ("ms" or "s")."""
     return setting(
         key,
         parse_duration(default),
         doc,
-        parse=parse_duration,
+        parse=functools.partial(parse_duration, default_unit=unit),
         rule=rule,
         flag=flag,
         env=env,

@@ -8,6 +8,7 @@ composes them into one object. The kit's names are re-exported here for older im
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from execpods.core.errors import SettingsError
@@ -23,7 +24,9 @@ from execpods.core.settingkit import (
     non_negative,
     parse_bool,
     parse_duration,
+    parse_float,
     parse_int,
+    parse_optional_str,
     parse_str,
     positive,
     setting,
@@ -34,21 +37,39 @@ INT_MAX = 2**31 - 1
 """Spark's Int.MaxValue: the default of its unbounded integer caps."""
 
 
+RATE_POLICIES = ("adaptive", "static")
+
+
+def _rate_policy(value: str) -> str | None:
+    return None if value in RATE_POLICIES else f"must be one of {', '.join(RATE_POLICIES)}"
+
+
 def above_100ms(value: float) -> str | None:
     """Spark refuses an allocation batch delay of 100 ms or less (SPARK-49447)."""
     return None if value > 0.1 else "must be greater than 0.1s (100ms)"
+
+
+def _int32(value: int) -> str | None:
+    """Spark's intConf, and what Kubernetes takes in pod-deletion-cost."""
+    return None if -(2**31) <= value <= INT_MAX else "must be a 32-bit integer"
+
+
+def _label_value_or_empty(value: str) -> str | None:
+    """A label value, or empty (Spark's default decommission label value)."""
+    return None if value == "" else label_value(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CoreSettings(SettingsBase):
     """What the store, the allocator, the lifecycle manager and the backend read."""
 
-    initial_executors: int = setting(
+    executor_instances: int | None = setting(
         "spark.executor.instances",
-        2,
-        "Executors requested at start.",
+        None,
+        "Executors requested at start; unset: 2, or under dynamic allocation Spark's initial "
+        "target, max(minExecutors, initialExecutors, this).",
         parse=parse_int,
-        rule=non_negative,
+        rule=if_set(non_negative),
         flag="--initial-executors",
         env="EXECPODS_INITIAL_EXECUTORS",
     )
@@ -96,7 +117,7 @@ class CoreSettings(SettingsBase):
         rule=positive,
     )
     batch_concurrency: int = setting(
-        "spark.kubernetes.allocation.batch.concurrency",
+        "execpods.allocation.batch.concurrency",
         16,
         "Most pod creates in flight at once within one allocation round.",
         parse=parse_int,
@@ -105,7 +126,10 @@ class CoreSettings(SettingsBase):
     executor_idle_timeout: float = duration_setting(
         "spark.dynamicAllocation.executorIdleTimeout",
         "60s",
-        "Scale-down spares executor requests and Pending pods younger than this.",
+        "Scale-down spares executor requests and Pending pods younger than this (a bare number "
+        "is seconds, as in Spark).",
+        rule=non_negative,
+        unit="s",
     )
     adaptive_batches: bool = setting(
         "execpods.allocation.adaptiveBatches",
@@ -133,15 +157,42 @@ class CoreSettings(SettingsBase):
     api_qps: int = setting(
         "execpods.kubernetes.api.qps",
         200,
-        "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s).",
+        "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s): the "
+        "static policy's rate, and where the adaptive policy starts.",
         parse=parse_int,
         rule=positive,
     )
     api_burst: int = setting(
         "execpods.kubernetes.api.burst",
         300,
-        "Calls the rate limit lets through at once after an idle spell (the token bucket's size).",
+        "Calls the static rate limit lets through at once after an idle spell (the token "
+        "bucket's size).",
         parse=parse_int,
+        rule=positive,
+    )
+    api_rate_policy: str = setting(
+        "execpods.kubernetes.api.ratePolicy",
+        "adaptive",
+        "adaptive: the API call rate grows while the API server answers promptly and falls on "
+        "429, 5xx or rising latency, within minQps and maxQps (congestion control); static: a "
+        "token bucket of qps and burst.",
+        parse=str.strip,
+        rule=_rate_policy,
+    )
+    api_min_qps: float = setting(
+        "execpods.kubernetes.api.minQps",
+        5.0,
+        "The adaptive rate's floor (calls/s): client-go's default QPS, what every controller "
+        "gets; however loaded the server, the sidecar keeps this much to make progress.",
+        parse=parse_float,
+        rule=positive,
+    )
+    api_max_qps: float = setting(
+        "execpods.kubernetes.api.maxQps",
+        1000.0,
+        "The adaptive rate's ceiling (calls/s): one driver never claims more of an API server, "
+        "whose etcd writes a few thousand objects a second for the whole cluster.",
+        parse=parse_float,
         rule=positive,
     )
     api_polling_interval: float = duration_setting(
@@ -244,7 +295,10 @@ class CoreSettings(SettingsBase):
         "3min",
         "Spark's window for not reporting a removed executor twice. execpods remembers every "
         "removal for the backend's life instead (runs of ids: a few bytes an executor at "
-        "most), so a lingering pod is never reported or counted again; accepted and unused.",
+        "most), so a lingering pod is never reported or counted again; accepted and unused. "
+        "A bare number is seconds, as in Spark.",
+        rule=non_negative,
+        unit="s",
     )
     max_num_failures: int | None = setting(
         "spark.executor.maxNumFailures",
@@ -275,13 +329,15 @@ class CoreSettings(SettingsBase):
     dynamic_allocation_enabled: bool = setting(
         "spark.dynamicAllocation.enabled",
         False,
-        "Whether the driver scales executors itself (read for the failure limit's default).",
+        "Whether the driver scales executors itself: the initial target then follows Spark's "
+        "dynamic-allocation rule, and the failure limit's default counts maxExecutors.",
         parse=parse_bool,
     )
     dynamic_allocation_max_executors: int = setting(
         "spark.dynamicAllocation.maxExecutors",
         2**31 - 1,
-        "Most executors under dynamic allocation (read for the failure limit's default).",
+        "Most executors under dynamic allocation: the initial target's ceiling and the failure "
+        "limit's default.",
         parse=parse_int,
         rule=non_negative,
     )
@@ -290,6 +346,7 @@ class CoreSettings(SettingsBase):
         "5s",
         "After KillExecutors deleted pods with their own grace period, executors still Running "
         "this much later are deleted with grace period 0.",
+        rule=non_negative,
     )
     enable_polling_with_resource_version: bool = setting(
         "spark.kubernetes.executor.enablePollingWithResourceVersion",
@@ -297,6 +354,64 @@ class CoreSettings(SettingsBase):
         "Poll with resourceVersion=0: the API server answers from its cache, not from etcd; a "
         "list older than the last one applied is ignored.",
         parse=parse_bool,
+    )
+
+    # Spark 4.3's newest executor-pod behaviours (issue 21): dynamic-allocation floors,
+    # graceful decommission on kills, OOM recovery mode.
+    dynamic_allocation_min_executors: int = setting(
+        "spark.dynamicAllocation.minExecutors",
+        0,
+        "Under dynamic allocation, the least executors: a floor of the initial target.",
+        parse=parse_int,
+        rule=non_negative,
+    )
+    dynamic_allocation_initial_executors: int | None = setting(
+        "spark.dynamicAllocation.initialExecutors",
+        None,
+        "Under dynamic allocation, executors requested at start (the initial target is "
+        "max(minExecutors, this, spark.executor.instances), as Spark); unset: minExecutors.",
+        parse=parse_int,
+        rule=if_set(non_negative),
+    )
+    decommission_label: str | None = setting(
+        "spark.kubernetes.executor.decommissionLabel",
+        None,
+        "Label set on the pods of executors the driver kills (KillExecutors), before they are "
+        "deleted: for pod disruption budgets and other tooling that must see them leave.",
+        parse=parse_optional_str,
+        rule=if_set(label_key),
+    )
+    decommission_label_value: str = setting(
+        "spark.kubernetes.executor.decommissionLabelValue",
+        "",
+        "Value of spark.kubernetes.executor.decommissionLabel (Spark's default: empty).",
+        parse=parse_str,
+        rule=_label_value_or_empty,
+    )
+    pod_deletion_cost: int | None = setting(
+        "spark.kubernetes.executor.podDeletionCost",
+        None,
+        "controller.kubernetes.io/pod-deletion-cost annotation set on the pods of executors the "
+        "driver kills, before they are deleted, so a ReplicaSet-style victim choice prefers them.",
+        parse=parse_int,
+        rule=if_set(_int32),
+    )
+    recovery_mode_enabled: bool | None = setting(
+        "spark.kubernetes.allocation.recoveryMode.enabled",
+        None,
+        "OOM recovery mode (Spark 4.2+): unset, it switches on when an executor is lost to OOM; "
+        "true, on from the start; false, never. Executors created while it is on announce "
+        "max(1, ceil(spark.task.cpus)) cores (SPARK_EXECUTOR_CORES), so each runs one task.",
+        parse=parse_bool,
+    )
+    task_cpus: float = setting(
+        "spark.task.cpus",
+        1.0,
+        "Cores each task takes: the cores a recovery-mode executor announces are "
+        "max(1, ceil(this)).",
+        parse=parse_float,
+        rule=positive,
+        default_text="1",
     )
 
     @property
@@ -307,12 +422,18 @@ class CoreSettings(SettingsBase):
         executors = (
             self.dynamic_allocation_max_executors
             if self.dynamic_allocation_enabled
-            else self.initial_executors
+            else self.executor_instances or 0
         )
         return max(3, min(2 * executors, 2**31 - 1))
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
+        self._check_dynamic_allocation()
+        if self.api_min_qps > self.api_max_qps:
+            raise SettingsError(
+                f"execpods.kubernetes.api.minQps={self.api_min_qps} is invalid: it must not "
+                f"exceed execpods.kubernetes.api.maxQps={self.api_max_qps}"
+            )
         if self.max_pending_pods_per_rp > self.max_pending_pods:
             raise SettingsError(
                 "spark.kubernetes.allocation.maxPendingPodsPerRp="
@@ -320,11 +441,48 @@ class CoreSettings(SettingsBase):
                 f"spark.kubernetes.allocation.maxPendingPods={self.max_pending_pods}"
             )
 
+    def _check_dynamic_allocation(self) -> None:
+        """Spark's own check: the initial target lies between minExecutors and maxExecutors."""
+        if not self.dynamic_allocation_enabled:
+            return
+        low, high = self.dynamic_allocation_min_executors, self.dynamic_allocation_max_executors
+        initial = self.initial_executors
+        if not low <= initial <= high:
+            raise SettingsError(
+                f"spark.dynamicAllocation: the initial executor number {initial} must be between "
+                f"spark.dynamicAllocation.minExecutors={low} and "
+                f"spark.dynamicAllocation.maxExecutors={high}"
+            )
+
+    @property
+    def initial_executors(self) -> int:
+        """The initial target, as Spark's `SchedulerBackendUtils.getInitialTargetExecutorNumber`:
+        under dynamic allocation max(minExecutors, initialExecutors, spark.executor.instances),
+        else spark.executor.instances (2 when unset)."""
+        if not self.dynamic_allocation_enabled:
+            return 2 if self.executor_instances is None else self.executor_instances
+        initial = self.dynamic_allocation_initial_executors
+        return max(
+            self.dynamic_allocation_min_executors,
+            self.dynamic_allocation_min_executors if initial is None else initial,
+            self.executor_instances or 0,
+        )
+
+    @property
+    def recovery_cores(self) -> int:
+        """The cores a recovery-mode executor announces: max(1, ceil(spark.task.cpus))."""
+        return max(1, math.ceil(self.task_cpus))
+
     @property
     def max_pending_pods_per_rp(self) -> int:
         """maxPendingPodsPerRp, falling back to maxPendingPods as in Spark."""
         per_rp = self.max_pending_pods_per_rp_setting
         return self.max_pending_pods if per_rp is None else per_rp
+
+    @property
+    def api_peak_qps(self) -> float:
+        """The most calls a second the rate policy may ever allow (what a round is sized by)."""
+        return self.api_max_qps if self.api_rate_policy == "adaptive" else float(self.api_qps)
 
     @property
     def pod_creation_timeout(self) -> float:

@@ -140,6 +140,7 @@ class InMemoryPodOperations:
         self.created: list[PodManifest] = []
         self.deletes: list[DeleteCall] = []
         self.patches: list[tuple[str, dict[str, str]]] = []
+        self.annotation_patches: list[tuple[str, dict[str, str]]] = []
         self.create_errors: list[PodOperationError] = []
         self.delete_errors: list[PodOperationError] = []
         """Raised, first first, by the next deletes (by name or selector): a denied delete."""
@@ -194,6 +195,10 @@ class InMemoryPodOperations:
             pod = self.pods.get(name)
             if pod is not None:
                 self.pods[name] = replace(pod, labels={**pod.labels, **labels})
+
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        with self._lock:
+            self.annotation_patches.append((name, dict(annotations)))
 
     def patches_of(self, name: str) -> int:
         return sum(1 for patched, _ in self.patches if patched == name)

@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--executors", type=int, default=12)
     args = parser.parse_args()
-    settings = CoreSettings(initial_executors=0, batch_size=5)
+    settings = CoreSettings(executor_instances=0, batch_size=5)
     clock = ManualClock()
     scheduler = DeterministicScheduler(clock)
     pods = InMemoryPodOperations()

@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import TextIO
 
 import grpc
 from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, Snapshot
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 PROG = "execpods-demo"
 APP_ID = "demo-app"
@@ -321,6 +323,9 @@ def _wait_for_no_pods(sim: KubeSim, labels: Mapping[str, str], *, timeout: float
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="execpods on an embedded simulated cluster, with a sample driver."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {version('execpods-devtools')}"
     )
     parser.add_argument(
         "--log-level",

@@ -54,8 +54,9 @@ from execpods.devtools.fault_scenarios import (
     running_ids,
 )
 from execpods.devtools.proxy import CuttableProxy
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 __all__ = ["SCENARIOS", "SHORT", "SOAK", "Result", "main", "run", "run_scenario", "table"]
 
@@ -204,11 +205,14 @@ def run_scenario(name: str, fault: Fault, scale: Scale) -> Result:
                 proxy.restore(sidecars[-1].address)
 
             ctx.restart = restart
-            _drive(ctx=ctx, driver=driver, fault=fault, result=result, removals=removals)
-            monitor.sample()
-            monitor.lost.update(ctx.removed)
-            expected = set(monitor.lost)
-            wait_until(lambda: all(removals[i] for i in expected), 10.0)
+            _drive(
+                ctx=ctx,
+                driver=driver,
+                fault=fault,
+                result=result,
+                removals=removals,
+                monitor=monitor,
+            )
             result.failures_counted = sum(s.runtime.backend.failed_executors for s in sidecars)
         _check(sim=sim, bystander=bystander, result=result, removals=removals, monitor=monitor)
     return result
@@ -231,6 +235,8 @@ def _properties(sim: KubeSim, scale: Scale) -> dict[str, str]:
             "spark.kubernetes.allocation.batch.delay": "200ms",
             "spark.kubernetes.executor.eventProcessingInterval": "100ms",
             "spark.kubernetes.executor.apiPollingInterval": "2s",
+            # The suite checks the static limit's bound: burst + qps in any second.
+            "execpods.kubernetes.api.ratePolicy": "static",
             "spark.kubernetes.executor.deletedExecutorsCacheTimeout": CACHE_TIMEOUT,
             "execpods.kubernetes.api.qps": str(QPS),
             "execpods.kubernetes.api.burst": str(BURST),
@@ -246,9 +252,11 @@ def _drive(
     fault: Fault,
     result: Result,
     removals: collections.Counter[int],
+    monitor: Monitor,
 ) -> None:
     """Reach the target, inject the fault while the driver asks for twice as many (or what the
-    fault sets), end it, and time how long the new target took from the fault's start."""
+    fault sets), end it, time how long the new target took from the fault's start, and give the
+    driver's stream a while to hear of every executor lost."""
     sim, scale = ctx.sim, ctx.scale
     stream = driver.stream_snapshots()
     threading.Thread(target=_read_removals, args=(stream, removals), daemon=True).start()
@@ -266,6 +274,10 @@ def _drive(
         result.recovered = wait_until(lambda: running(sim) == target, scale.deadline)
         result.seconds = time.monotonic() - started
         result.peak_rate = sim.peak_request_rate(1.0)
+        monitor.sample()
+        monitor.lost.update(ctx.removed)
+        expected = set(monitor.lost)
+        wait_until(lambda: all(removals[i] for i in expected), 10.0)
     finally:
         stream.cancel()
 

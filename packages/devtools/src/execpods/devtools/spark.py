@@ -33,9 +33,10 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark_plugin import build as build_plugin
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 
 __all__ = [
     "DRIVER",

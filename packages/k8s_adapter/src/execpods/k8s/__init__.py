@@ -17,12 +17,12 @@ from execpods.k8s.builder import (
 )
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
+from execpods.k8s.congestion import AdaptiveRateLimiter, rate_limiter_for
 from execpods.k8s.convert import (
     MalformedPod,
     PodPage,
     pod_from_dict,
     pod_from_dict_strict,
-    pod_from_model,
     pod_page,
     pods_from_list,
     pods_from_list_json,
@@ -38,14 +38,17 @@ from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
-from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
+    "AdaptiveRateLimiter",
     "ApiCall",
+    "RateLimiter",
     "TokenBucket",
+    "rate_limiter_for",
     "ApiGateway",
     "ApiCallListener",
     "ApiBackoffGate",
@@ -79,7 +82,6 @@ __all__ = [
     "parse_memory_mib",
     "pod_from_dict",
     "pod_from_dict_strict",
-    "pod_from_model",
     "pod_page",
     "pods_from_list",
     "pods_from_list_json",

@@ -347,7 +347,39 @@ class ExecutorPodTemplateBuilder:
             container.get("env"), self._env(executor_id, app_id, name, profile)
         )
         self._set_resources(_section(container, "resources"), profile)
+        built_by_spark = profile is not None and profile.pod_template is not None
+        self._set_termination(spec, container, keep_template=built_by_spark)
         return pod
+
+    def _set_termination(
+        self, spec: dict[str, Any], container: dict[str, Any], *, keep_template: bool
+    ) -> None:
+        """terminationGracePeriodSeconds, the decommission preStop hook and
+        allowPrivilegeEscalation, as Spark's BasicExecutorFeatureStep sets them. A pod Spark's
+        own builder made (a profile's template, from the plugin) already has Spark's values for
+        them, from the driver's configuration: those are kept."""
+        settings = self.settings
+        values: list[tuple[dict[str, Any], str, object]] = [
+            (spec, "terminationGracePeriodSeconds", settings.termination_grace_period_seconds),
+            (
+                _section(container, "securityContext"),
+                "allowPrivilegeEscalation",
+                settings.executor_privilege_escalation,
+            ),
+        ]
+        if settings.decommission_enabled:
+            values.append(
+                (
+                    _section(container, "lifecycle"),
+                    "preStop",
+                    {"exec": {"command": [settings.decommission_script]}},
+                )
+            )
+        for section, key, value in values:
+            if keep_template:
+                section.setdefault(key, value)
+            else:
+                section[key] = value
 
     def _template_of(self, profile: ResourceProfile | None) -> PodManifest:
         """The profile's own template when it has one (parsed where the profile was made), else

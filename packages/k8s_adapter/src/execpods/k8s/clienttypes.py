@@ -21,6 +21,9 @@ class ClientConfiguration(Protocol):
 class KubernetesApiClient(Protocol):
     """The part of `kubernetes.client.ApiClient` execpods uses."""
 
+    user_agent: str
+    """Who is calling: the API server's flow identity when no credentials tell it (APF)."""
+
     @property
     def configuration(self) -> ClientConfiguration: ...
 

@@ -27,7 +27,6 @@ from execpods.core import (
     ExecutorPod,
 )
 from execpods.core.labels import parse_executor_id
-from execpods.k8s.clienttypes import KubernetesApiClient
 
 logger = logging.getLogger(__name__)
 
@@ -276,9 +275,3 @@ def pods_from_list_json(data: bytes) -> tuple[list[ExecutorPod], str | None]:
     except orjson.JSONDecodeError as error:
         raise MalformedPod(f"the pod list is not JSON: {error}") from None
     return pods_from_list(parsed)
-
-
-def pod_from_model(model: object, api_client: KubernetesApiClient) -> ExecutorPod | None:
-    """The client-model path (`V1Pod` -> ExecutorPod), kept only for the benchmark comparison."""
-    raw: object = api_client.sanitize_for_serialization(model)
-    return pod_from_dict(raw)

@@ -3,7 +3,9 @@
 Every call is made with `_preload_content=False`, so the client never builds its (slow) models: the
 caller gets the urllib3 response and parses the bytes with orjson. Every call gets a timeout, and
 every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`). With a
-`rate_limiter`, every call first takes a token from it (`ratelimit.py`). With a `backoff` gate,
+`rate_limiter`, every call first takes a start from it, and the limiter hears every answer (the
+static token bucket of `ratelimit.py` ignores them; the adaptive one of `congestion.py` learns its
+rate from them). With a `backoff` gate,
 no call is sent while the server's last 429 Retry-After or a 5xx back-off runs (`backoff.py`).
 
 The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
@@ -20,11 +22,11 @@ from functools import partial
 from typing import cast
 
 import orjson
-from execpods.core import ApiUnavailable, PodOperationError
+from execpods.core import ApiThrottled, ApiUnavailable, PodOperationError
 from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
-from execpods.k8s.ratelimit import TokenBucket
+from execpods.k8s.ratelimit import RateLimiter
 from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1Pod
@@ -61,7 +63,7 @@ class ApiGateway:
         namespace: str,
         request_timeout: float = 30.0,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        rate_limiter: TokenBucket | None = None,
+        rate_limiter: RateLimiter | None = None,
         backoff: ApiBackoffGate | None = None,
         telemetry: ApiCallListener | None = None,
     ) -> None:
@@ -310,31 +312,45 @@ class ApiGateway:
         gate = self.backoff
         if gate is not None:
             gate.check(what)  # unsent while the server asked us to wait
-        if self.rate_limiter is not None:
-            self.rate_limiter.acquire()  # every call, watches included, takes a token first
+        limiter = self.rate_limiter
+        # Every call, watches included, waits for its start first.
+        waited = limiter.acquire() if limiter is not None else 0.0
+        verb = self._verb_of(call)
         started = time.perf_counter()
         outcome = SUCCESS
+        code = 200
+        retry_after: float | None = None
         try:
             with _typed_errors(what):
                 response = call(
                     _preload_content=False,
                     _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
                 )
+            code = cast(BaseHTTPResponse, response).status
         except PodOperationError as error:
             outcome = type(error).__name__
+            code = error.status or 0
+            if isinstance(error, ApiThrottled):
+                retry_after = error.retry_after
             if gate is not None:
                 gate.failed(error)
             raise
         except Exception as error:
             outcome = type(error).__name__
+            code = -1  # not an answer: a bug or an interrupt, nothing to learn from
             raise
         finally:
+            seconds = time.perf_counter() - started
+            if limiter is not None and verb != "watch" and code >= 0:
+                limiter.answered(verb=verb, seconds=seconds, status=code, retry_after=retry_after)
             if self._telemetry is not None:
                 self._telemetry(
                     ApiCall(
-                        verb=self._verb_of(call),
+                        verb=verb,
                         outcome=outcome,
-                        seconds=time.perf_counter() - started,
+                        seconds=seconds,
+                        code=max(code, 0),
+                        waited=waited,
                     )
                 )
         if gate is not None:

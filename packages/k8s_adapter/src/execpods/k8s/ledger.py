@@ -129,6 +129,12 @@ class ClusterIdLedger:
                     # Another writer came first (or our version is stale): read and decide again.
                     self._version = None
                     continue
+                except PodNotFound:
+                    if self._driver is not None:
+                        raise  # the driver pod is gone: nothing to keep the mark on
+                    # The ConfigMap was deleted under us: create it again from our own mark.
+                    self._exists, self._version = False, None
+                    continue
                 self.writes += 1
                 self._known = executor_id
                 logger.debug("Reserved executor ids through %d (%s).", executor_id, self.location)

@@ -198,6 +198,30 @@ class KubernetesPodOperations:
         """Set (or, with None, remove) labels of one pod with a strategic merge patch."""
         self._gateway.patch_pod(name, {"metadata": {"labels": dict(labels)}}, what="patch labels")
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations of one pod with a strategic merge patch."""
+        self._gateway.patch_pod(
+            name, {"metadata": {"annotations": dict(annotations)}}, what="patch annotations"
+        )
+
+    def is_ready(self, name: str, *, container: str | None = None) -> bool:
+        """Whether pod `name` has condition Ready=True (fabric8's `waitUntilReady` test, which
+        Spark waits on for the driver), or, when `container` is named, that container is ready
+        (a driver pod with the sidecar in it is Ready only once the sidecar is too). Raises
+        `PodNotFound` when the pod is gone."""
+        status = self.get(name).get("status")
+        if not isinstance(status, dict):
+            return False
+        if any(
+            isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        ):
+            return True
+        return container is not None and any(
+            isinstance(c, dict) and c.get("name") == container and c.get("ready") is True
+            for c in status.get("containerStatuses") or ()
+        )
+
     def get(self, name: str) -> dict[str, object]:
         """One pod's raw JSON; raises `PodNotFound`."""
         body = self._gateway.read_pod(name)

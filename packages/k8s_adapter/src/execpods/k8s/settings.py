@@ -19,9 +19,12 @@ from execpods.core.settingkit import (
     if_set,
     label_key,
     non_negative,
+    parse_bool,
+    parse_duration,
     parse_float,
     parse_int,
     parse_optional_str,
+    parse_str,
     positive,
     setting,
     setting_family,
@@ -102,10 +105,6 @@ def _dns_subdomain(name: str) -> str | None:
     return "is not a secret name (a DNS-1123 subdomain)"
 
 
-def _fraction(value: float) -> str | None:
-    return None if 0 <= value < 1 else "must be at least 0 and below 1"
-
-
 def _pull_policy(value: str) -> str | None:
     if value in ("Always", "Never", "IfNotPresent"):
         return None
@@ -119,6 +118,19 @@ def parse_optional_float(text: str) -> float | None:
 def parse_list(text: str) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped (Spark's `toSequence`)."""
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_seconds(text: str) -> int:
+    """Whole seconds of a Spark time in seconds ("30s", "2min"; a bare number is seconds)."""
+    return round(parse_duration(text, default_unit="s"))
+
+
+def _render_seconds(value: int) -> str:
+    return f"{value}s"
+
+
+def _non_empty(value: str) -> str | None:
+    return None if value.strip() else "must not be empty"
 
 
 def _dns_label(value: str) -> str | None:
@@ -244,7 +256,7 @@ class KubernetesSettings(SettingsBase):
         "Overhead as a fraction of the memory when memoryOverhead is unset "
         "(default: spark.kubernetes.memoryOverheadFactor).",
         parse=parse_optional_float,
-        rule=if_set(_fraction),
+        rule=if_set(positive),
     )
     kubernetes_memory_overhead_factor: float = setting(
         "spark.kubernetes.memoryOverheadFactor",
@@ -252,7 +264,7 @@ class KubernetesSettings(SettingsBase):
         "Overhead fraction when neither memoryOverhead nor spark.executor.memoryOverheadFactor "
         "is set.",
         parse=parse_float,
-        rule=_fraction,
+        rule=non_negative,
     )
     min_memory_overhead_mib: int = setting(
         "spark.executor.minMemoryOverhead",
@@ -378,6 +390,55 @@ class KubernetesSettings(SettingsBase):
         name_rule=_env_name,
     )
 
+    driver_readiness_timeout: float = duration_setting(
+        "spark.kubernetes.allocation.driver.readinessTimeout",
+        "1s",
+        "At start, how long to wait for the driver pod (spark.kubernetes.driver.pod.name) to be "
+        "Ready before creating the first executors; after it they are created anyway. A bare "
+        "number is seconds, as in Spark.",
+        unit="s",
+    )
+
+    # Graceful decommission and the container's security context (Spark 4.3's executor step).
+    termination_grace_period_seconds: int = setting(
+        "spark.kubernetes.executor.terminationGracePeriodSeconds",
+        30,
+        "terminationGracePeriodSeconds of the executor pods: how long a deleted executor may take "
+        "to stop (and, with spark.decommission.enabled, to migrate its blocks). A bare number is "
+        "seconds, as in Spark.",
+        parse=parse_seconds,
+        rule=non_negative,
+        default_text="30s",
+        render=_render_seconds,
+    )
+    decommission_enabled: bool = setting(
+        "spark.decommission.enabled",
+        False,
+        "Executors decommission gracefully when their pod is deleted: the executor container "
+        "gets a preStop hook running spark.kubernetes.decommission.script, as in Spark.",
+        parse=parse_bool,
+    )
+    decommission_script: str = setting(
+        "spark.kubernetes.decommission.script",
+        "/opt/decom.sh",
+        "The preStop command of the executor container under spark.decommission.enabled.",
+        parse=parse_str,
+        rule=_non_empty,
+    )
+    allow_privilege_escalation: bool = setting(
+        "spark.kubernetes.securityContext.allowPrivilegeEscalation",
+        False,
+        "securityContext.allowPrivilegeEscalation of the driver and executor containers.",
+        parse=parse_bool,
+    )
+    executor_allow_privilege_escalation: bool | None = setting(
+        "spark.kubernetes.executor.securityContext.allowPrivilegeEscalation",
+        None,
+        "securityContext.allowPrivilegeEscalation of the executor container; unset: "
+        "spark.kubernetes.securityContext.allowPrivilegeEscalation.",
+        parse=parse_bool,
+    )
+
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
         if self.backoff_max < self.backoff_initial:
@@ -421,6 +482,12 @@ class KubernetesSettings(SettingsBase):
     def pod_memory_mib(self) -> int:
         """The container's memory request and limit: heap plus overhead."""
         return self.executor_memory_mib + self.memory_overhead
+
+    @property
+    def executor_privilege_escalation(self) -> bool:
+        """The executor container's allowPrivilegeEscalation: its own, else the common one."""
+        own = self.executor_allow_privilege_escalation
+        return self.allow_privilege_escalation if own is None else own
 
     @property
     def cpu_request(self) -> str:

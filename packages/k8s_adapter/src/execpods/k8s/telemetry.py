@@ -22,6 +22,10 @@ class ApiCall:
     verb: str
     outcome: str
     seconds: float
+    code: int = 200
+    """The HTTP status of the answer (0: none came, the connection failed or timed out)."""
+    waited: float = 0.0
+    """Seconds the call waited for the rate limiter before it was sent."""
 
     @property
     def succeeded(self) -> bool:

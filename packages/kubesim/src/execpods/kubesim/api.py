@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
+from execpods.kubesim.apf import ApfConfig, FairQueues
 from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.claims import ClaimBinding
@@ -27,7 +28,9 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
+from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -58,8 +61,11 @@ class KubeSim:
         websocket_watch: bool = True,
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
+        apf: ApfConfig | None = None,
     ) -> None:
         self.config = cluster or ClusterConfig()
+        #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
+        self.apf = FairQueues(apf)
         self.deterministic = deterministic
         self.clock: Clock = VirtualClock() if deterministic else RealClock()
         self.store = PodStore(event_window=event_window)
@@ -84,6 +90,9 @@ class KubeSim:
             for k in (*KINDS, *APPLY_KINDS)
         }
         self.namespaces = NamespaceApi(self.clock)
+        self.cluster.mounts = VolumeMounts(
+            objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
+        )
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -130,6 +139,7 @@ class KubeSim:
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
             namespaces=self.namespaces,
+            apf=self.apf,
         )
         server = ApiServer(self._host, port, context)
         server.start()
@@ -449,6 +459,10 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def configure_apf(self, config: ApfConfig) -> None:
+        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
+        self.apf.configure(config)
+
     def deny_deletes(
         self,
         labels: Mapping[str, str],
@@ -539,6 +553,7 @@ class KubeSim:
                 "distribution": self.config.start_distribution,
             },
             "createRate": self.create_limit.state(),
+            "apf": self.apf.state(),
             "pendingTimers": self.clock.pending(),
             "nodes": [dataclasses.asdict(n) for n in self.nodes()],
         }

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from importlib.metadata import version
 from pathlib import Path
 from types import FrameType
 
@@ -29,6 +30,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     c = ClusterConfig()  # the cluster flags default to the config's own defaults
     p = argparse.ArgumentParser(prog="kubesim", description=__doc__)
+    p.add_argument("--version", action="version", version=f"kubesim {version('execpods-kubesim')}")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to bind (default 0: any free port)")
     p.add_argument("--kubeconfig-out", default=None, help="write a kubeconfig to this path")

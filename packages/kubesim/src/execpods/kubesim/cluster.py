@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.limits import Distribution, check_latency, sample_latency
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.pods import TERMINAL_PHASES, rfc3339
 from execpods.kubesim.podstatus import (
     Termination,
     condition,
+    container_creating,
     image_pull_failed,
     running,
     terminated,
@@ -109,6 +111,8 @@ class Cluster:
         self._paused = False
         self._deferred: list[Callable[[], object]] = []
         self._ip = 0
+        #: The kubelet's Secret and ConfigMap mounts (set by KubeSim, which serves those objects).
+        self.mounts: VolumeMounts | None = None
         #: Why a pod cannot be scheduled yet (a claim it names does not exist), or None: kubesim's
         #: volume binding registers one (`claims.py`).
         self.schedule_checks: list[Callable[[Obj], str | None]] = []
@@ -292,6 +296,11 @@ class Cluster:
         if pod["metadata"].get("deletionTimestamp"):
             return
         if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
+            return
+        if self.mounts is not None and (problem := self.mounts.problem(pod)) is not None:
+            if not pod.get("status", {}).get("containerStatuses"):
+                self._update(key, uid, lambda p: container_creating(p, self._now()))
+            self._plan_start(key, uid, delay=self.mounts.failed(pod, problem))
             return
         annotations = pod["metadata"].get("annotations") or {}
         images = {c.get("image") for c in pod["spec"]["containers"]}

@@ -8,20 +8,136 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Protocol, cast
 
-from execpods.kubesim.bodies import JsonObject, JsonValue
+from execpods.kubesim.apf import ApfConfig, FairQueues, config_from_json
+from execpods.kubesim.bodies import JsonObject, JsonValue, Pod
+from execpods.kubesim.cluster import NodeInfo
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.limits import DISTRIBUTIONS, Distribution
-
-if TYPE_CHECKING:
-    from execpods.kubesim.api import KubeSim
 
 __all__ = ["ROUTES", "AnswerThen", "Args", "make_control"]
 
 Reply = object  # anything orjson can write: JSON values, pods, dataclass dicts
-Action = Callable[["KubeSim", "Args"], Reply]
+Action = Callable[["Simulator", "Args"], Reply]
+
+
+class Simulator(Protocol):
+    """What the control endpoint drives: `Simulator`'s scripting methods (the routes map one to
+    one onto them). A Protocol, so that this module need not import `api` (which builds the
+    server with this module's handler)."""
+
+    def restart(self, *, down_seconds: float = 0.0, forget_events: bool = True) -> None: ...
+
+    def now(self) -> float: ...
+
+    def advance(self, seconds: float) -> int: ...
+
+    def step(self) -> bool: ...
+
+    def run_until_idle(self, max_seconds: float = 3600.0) -> int: ...
+
+    def fail_pod(
+        self,
+        name: str,
+        namespace: str = "default",
+        *,
+        exit_code: int = 1,
+        reason: str = "Error",
+        message: str = "",
+    ) -> Pod: ...
+
+    def succeed_pod(self, name: str, namespace: str = "default") -> Pod: ...
+
+    def oom_kill(self, name: str, namespace: str = "default") -> Pod: ...
+
+    def evict(
+        self, name: str, namespace: str = "default", *, message: str = "", cause: str = "Evicted"
+    ) -> Pod: ...
+
+    def lose_node(self, node: str) -> list[Pod]: ...
+
+    def restore_node(self, node: str) -> None: ...
+
+    def add_node(self, name: str | None = None) -> str: ...
+
+    def nodes(self) -> list[NodeInfo]: ...
+
+    def pause_kubelet(self) -> None: ...
+
+    def resume_kubelet(self) -> None: ...
+
+    def set_start_latency(
+        self, mean: float, spread: float = 0.0, *, distribution: Distribution = "uniform"
+    ) -> None: ...
+
+    def set_create_rate(self, per_second: float, *, burst: int = 0) -> None: ...
+
+    def compact(self) -> str: ...
+
+    def expire_next(self, count: int = 1, *, seconds: float | None = None) -> None: ...
+
+    def expire_watches(self) -> int: ...
+
+    def drop_watches(self, *, abrupt: bool = True) -> int: ...
+
+    def fail_requests(
+        self, code: int = 503, *, seconds: float | None = None, count: int | None = None
+    ) -> None: ...
+
+    def throttle(
+        self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
+    ) -> None: ...
+
+    def drop_watches_every(self, seconds: float, *, abrupt: bool = True) -> None: ...
+
+    def set_failures(self, rate: float, *, after: float = 10.0) -> None: ...
+
+    def set_latency(self, seconds: float) -> None: ...
+
+    def reject_creates(self, code: int = 403, *, count: int = 1, message: str = "") -> None: ...
+
+    def clear_faults(self) -> None: ...
+
+    def deny_deletes(
+        self,
+        labels: Mapping[str, str],
+        *,
+        code: int = 403,
+        message: str = "",
+        count: int | None = None,
+    ) -> None: ...
+
+    def enable_rbac(self, manifests: Iterable[Mapping[str, object]]) -> None: ...
+
+    def disable_rbac(self) -> None: ...
+
+    def token_for(
+        self, name: str, namespace: str = "default", *, token: str | None = None
+    ) -> str: ...
+
+    def requests(self) -> list[RequestRecord]: ...
+
+    def request_counts(self) -> dict[str, int]: ...
+
+    @property
+    def apf(self) -> FairQueues: ...
+
+    def configure_apf(self, config: ApfConfig) -> None: ...
+
+    def peak_request_rate(
+        self, window: float = 1.0, verbs: Collection[str] | None = None
+    ) -> float: ...
+
+    def clear_requests(self) -> None: ...
+
+    def state(self) -> dict[str, object]: ...
+
+    @property
+    def restarts(self) -> int: ...
+
 
 _MISSING = object()
 
@@ -82,6 +198,9 @@ class Args:
             raise ValueError(f"{key!r} must be true or false, not {value!r}")
         return value
 
+    def raw(self) -> dict[str, object]:
+        return dict(self._data)
+
     def labels(self, key: str) -> dict[str, str]:
         value = self._data.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
@@ -101,7 +220,7 @@ def _distribution(value: object) -> Distribution:
     return cast(Distribution, value)
 
 
-def _restart_soon(sim: KubeSim, data: Args) -> AnswerThen:
+def _restart_soon(sim: Simulator, data: Args) -> AnswerThen:
     """Restart once this answer is written: the restart ends every connection, this one
     included, and waits for their threads, so it runs on a thread of its own. Poll ``state`` for
     ``restarts``."""
@@ -116,20 +235,33 @@ def _restart_soon(sim: KubeSim, data: Args) -> AnswerThen:
     return AnswerThen(reply=_ok(restarts=before), then=run, name="kubesim-restart")
 
 
-def _peak_rate(sim: KubeSim, data: Args) -> JsonObject:
+def _peak_rate(sim: Simulator, data: Args) -> JsonObject:
     text = data.opt_text("verbs")
     verbs = None if text is None else [v for v in text.split(",") if v]
     return _ok(perSecond=sim.peak_request_rate(data.number("window", 1.0), verbs))
+
+
+def _apf_state(sim: Simulator) -> Reply:
+    apf: FairQueues = sim.apf
+    return apf.state()
+
+
+def _apf(sim: Simulator, data: Args) -> JsonObject:
+    """Change API Priority and Fairness: the body's camelCase keys (seats, serviceTime,
+    otherTenants, schedule...), the rest as they were; answers the new state."""
+    apf: FairQueues = sim.apf
+    sim.configure_apf(config_from_json(apf.config, data.raw()))
+    return _ok(apf=cast(JsonValue, apf.state()))
 
 
 def _ok(**extra: JsonValue) -> JsonObject:
     return {"ok": True, **extra}
 
 
-def _void(action: Callable[[KubeSim, Args], object]) -> Action:
+def _void(action: Callable[[Simulator, Args], object]) -> Action:
     """Wrap an action that returns nothing so the route answers ``{"ok": true}``."""
 
-    def run(sim: KubeSim, data: Args) -> Reply:
+    def run(sim: Simulator, data: Args) -> Reply:
         action(sim, data)
         return _ok()
 
@@ -197,6 +329,8 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("POST", "config/create-rate"): _void(
         lambda s, d: s.set_create_rate(d.number("perSecond", 0), burst=d.integer("burst", 0))
     ),
+    ("GET", "apf"): lambda s, d: _apf_state(s),
+    ("POST", "config/apf"): _apf,
     ("POST", "rbac/enable"): _void(lambda s, d: s.enable_rbac(d.objects("manifests"))),
     ("POST", "rbac/disable"): _void(lambda s, d: s.disable_rbac()),
     ("POST", "rbac/tokens"): lambda s, d: _ok(
@@ -213,7 +347,7 @@ ROUTES: dict[tuple[str, str], Action] = {
     ("POST", "requests/peak-rate"): _peak_rate,
 }
 
-_POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, Args], Reply]] = {
+_POD_ACTIONS: dict[str, Callable[[Simulator, str, str, Args], Reply]] = {
     "fail": lambda s, ns, n, d: s.fail_pod(
         n,
         ns,
@@ -229,18 +363,18 @@ _POD_ACTIONS: dict[str, Callable[[KubeSim, str, str, Args], Reply]] = {
 }
 
 
-def _restore(sim: KubeSim, node: str) -> str:
+def _restore(sim: Simulator, node: str) -> str:
     sim.restore_node(node)
     return node
 
 
-_NODE_ACTIONS: dict[str, Callable[[KubeSim, str], Reply]] = {
+_NODE_ACTIONS: dict[str, Callable[[Simulator, str], Reply]] = {
     "lose": lambda s, node: _ok(failed=[p["metadata"]["name"] for p in s.lose_node(node)]),
     "restore": lambda s, node: _ok(restored=_restore(s, node)),
 }
 
 
-def make_control(sim: KubeSim) -> Callable[[str, str, JsonValue], tuple[int, Reply]]:
+def make_control(sim: Simulator) -> Callable[[str, str, JsonValue], tuple[int, Reply]]:
     """The handler the server calls for ``/_kubesim/<route>``: returns (HTTP code, JSON body)."""
 
     def handle(method: str, route: str, body: JsonValue) -> tuple[int, Reply]:

@@ -86,6 +86,8 @@ KINDS: tuple[Kind, ...] = (
         returns_deleted_object=True,
     ),
     Kind(plural="secrets", kind="Secret", singular="secret"),
+    # The kubelet's FailedMount warnings (mounts.py); clients may write events too.
+    Kind(plural="events", kind="Event", singular="event", short_names=("ev",)),
 )
 
 

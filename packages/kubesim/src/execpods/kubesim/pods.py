@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from execpods.kubesim.bodies import JsonValue, StatusCause
 from execpods.kubesim.errors import ApiError
+from execpods.kubesim.quantities import check_resources
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
 from execpods.kubesim.store import Obj
 
@@ -22,6 +23,7 @@ __all__ = [
     "admit_new_pod",
     "default_spec",
     "rfc3339",
+    "valid_namespace_name",
     "validate_pod",
     "validate_status",
 ]
@@ -31,6 +33,11 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def valid_namespace_name(name: str) -> bool:
+    """A namespace's name is a DNS-1123 label: at most 63 lowercase alphanumerics or '-'."""
+    return len(name) <= 63 and _DNS_LABEL.match(name) is not None
 
 
 def rfc3339(t: float) -> str:
@@ -76,6 +83,8 @@ def validate_pod(pod: Obj) -> None:
     else:
         seen: set[str] = set()
         for i, c in enumerate(containers):
+            if isinstance(c, dict):
+                causes.extend(check_resources(c, f"spec.containers[{i}]"))
             cname = c.get("name") if isinstance(c, dict) else None
             if not cname or not isinstance(cname, str) or not _DNS_LABEL.match(cname):
                 causes.append(_cause(f"spec.containers[{i}].name", f"Invalid value: {cname!r}"))

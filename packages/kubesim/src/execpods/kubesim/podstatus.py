@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from execpods.kubesim.sidecars import init_statuses_running, init_statuses_stopped
 from execpods.kubesim.store import Obj
 
-__all__ = ["Termination", "condition", "image_pull_failed", "not_ready", "running", "terminated"]
+__all__ = [
+    "Termination",
+    "condition",
+    "container_creating",
+    "image_pull_failed",
+    "not_ready",
+    "running",
+    "terminated",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +67,15 @@ def not_ready(status: Obj, now: str, reason: str, message: str) -> None:
 
 def image_pull_failed(pod: Obj, now: str) -> Obj:
     """Containers stuck in ErrImagePull; the pod stays Pending."""
+    return _waiting(pod, now, "ErrImagePull", lambda c: f'failed to pull image "{c}": not found')
+
+
+def container_creating(pod: Obj, now: str) -> Obj:
+    """Containers not created yet (a volume cannot be mounted); the pod stays Pending."""
+    return _waiting(pod, now, "ContainerCreating", lambda c: "")
+
+
+def _waiting(pod: Obj, now: str, reason: str, message: Callable[[str], str]) -> Obj:
     st = pod["status"]
     st.setdefault("startTime", now)
     st["hostIP"] = "192.168.0.1"
@@ -72,17 +89,16 @@ def image_pull_failed(pod: Obj, now: str) -> Obj:
             "ready": False,
             "started": False,
             "restartCount": 0,
-            "state": {
-                "waiting": {
-                    "reason": "ErrImagePull",
-                    "message": f'failed to pull image "{c["image"]}": not found',
-                }
-            },
+            "state": {"waiting": {"reason": reason, **_message(message(c["image"]))}},
             "lastState": {},
         }
         for c in pod["spec"]["containers"]
     ]
     return pod
+
+
+def _message(text: str) -> dict[str, str]:
+    return {"message": text} if text else {}
 
 
 def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj:

@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.apf import FairQueues
 from execpods.kubesim.applykinds import (
     NAMESPACE_RESOURCE,
     RBAC_GROUP,
@@ -35,6 +36,7 @@ from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
 from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -49,6 +51,18 @@ _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _GROUP_OBJECT = re.compile(
     r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
 )
+_IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+
+
+def check_namespace(method: str, path: str) -> None:
+    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
+    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
+    m = _IN_NAMESPACE.match(path)
+    if m is None or valid_namespace_name(m.group(1)):
+        return
+    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
+        raise ApiError.not_found(m.group(1), "namespaces")
+
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -74,6 +88,7 @@ class ServerContext:
     objects: dict[str, ObjectApi] = field(default_factory=dict)
     websocket_watch: bool = True
     namespaces: NamespaceApi | None = None
+    apf: FairQueues | None = None
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:
@@ -271,7 +286,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._pending = (method, path, query, verb, started)
         status = 500
         try:
-            status = self._api(method, path, query, body, ctx)
+            with self._seat(ctx, verb):
+                status = self._api(method, path, query, body, ctx)
         except ApiError as err:
             status = err.code
             self._send_error(err)
@@ -281,6 +297,14 @@ class _Handler(BaseHTTPRequestHandler):
             _log.exception("kubesim: internal error serving %s %s", method, self.path)
             self._send_error(ApiError(500, "InternalError", "Internal error occurred in kubesim"))
         self._log_once(status)  # when no answer went out (the client hung up)
+
+    def _seat(self, ctx: ServerContext, verb: str) -> contextlib.AbstractContextManager[float]:
+        """An APF seat for the request (watches and discovery hold none), or a 429."""
+        if ctx.apf is None or not ctx.apf.enabled or verb in ("watch", "discovery"):
+            return contextlib.nullcontext(0.0)
+        # The flow: who is asking (the bearer token), else the client's User-Agent.
+        flow = self.header("Authorization") or self.header("User-Agent") or "anonymous"
+        return ctx.apf.seat(flow)
 
     def _control(self, method: str, path: str, body: bytes, ctx: ServerContext) -> None:
         try:
@@ -305,6 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
+        check_namespace(method, path)
         discovery = group_discovery(path, [o.kind for o in ctx.objects.values()])
         if discovery is None and path.startswith(OPENAPI_ROOT):
             kinds = [o.kind for o in ctx.objects.values()]

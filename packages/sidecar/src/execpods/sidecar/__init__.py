@@ -4,7 +4,7 @@
 its own event-loop thread; `Settings` is the one settings object (core, Kubernetes, sidecar).
 """
 
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, SidecarSettings
 from execpods.sidecar.wiring import Runtime, assemble, connect
@@ -17,5 +17,4 @@ __all__ = [
     "SidecarSettings",
     "assemble",
     "connect",
-    "simulator_properties",
 ]

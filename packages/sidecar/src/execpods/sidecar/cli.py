@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from importlib import metadata
 
-from execpods.core import ExecpodsError, SettingsError, SettingSpec
-from execpods.sidecar.logformat import configure_log_format, stamp_app_id
-from execpods.sidecar.properties import read_properties_file
+from execpods.core import ExecpodsError, SettingsError
+from execpods.core.settingkit import SettingSpec
+from execpods.sidecar.effective import print_effective
+from execpods.sidecar.logformat import (
+    JsonFormatter,
+    configure_log_format,
+    stamp_app_id,
+    stderr_as_json,
+)
+from execpods.sidecar.properties import read_properties_file_lines
 from execpods.sidecar.server import SidecarServer
 from execpods.sidecar.settings import Settings, all_families, all_specs, flagged_specs
 from execpods.sidecar.wiring import connect
@@ -50,32 +59,57 @@ def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
     return properties
 
 
-def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
-    """The properties in force, by precedence: file < environment < --conf < flags."""
-    properties: dict[str, str] = {}
+def collect_sourced(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """Each property in force with where it came from, by precedence: file < environment <
+    --conf < flags (as `spark-submit --verbose` tells them apart)."""
+    sourced: dict[str, tuple[str, str]] = {}
     properties_file = args.properties_file or environ.get(PROPERTIES_FILE_ENV)
     if properties_file:
-        properties.update(read_properties_file(properties_file))
+        for key, (value, line) in read_properties_file_lines(properties_file).items():
+            sourced[key] = (value, f"{properties_file}:{line}")
     flagged = flagged_specs()
     for spec in flagged:
         if spec.env is not None and environ.get(spec.env):
-            properties[spec.key] = environ[spec.env]
-    properties.update(parse_conf(args.conf))
+            sourced[spec.key] = (environ[spec.env], f"${spec.env}")
+    for key, value in parse_conf(args.conf).items():
+        sourced[key] = (value, "--conf")
     if getattr(args, "insecure", False):
-        properties[INSECURE_KEY] = "true"
+        sourced[INSECURE_KEY] = ("true", "--insecure")
     for spec in flagged:
-        value = getattr(args, _dest(spec))
-        if value is not None:
-            properties[spec.key] = value
-    return properties
+        flag_value: str | None = getattr(args, _dest(spec), None)
+        if flag_value is not None and spec.flag is not None:
+            sourced[spec.key] = (flag_value, spec.flag)
+    return sourced
+
+
+def collect_properties(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """The properties in force, by precedence: file < environment < --conf < flags."""
+    return {key: value for key, (value, _) in collect_sourced(args, environ).items()}
 
 
 def load_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-    properties = collect_properties(args, environ)
+    sourced = collect_sourced(args, environ)
     try:
-        return Settings.from_properties(properties)
+        return Settings.from_properties({key: value for key, (value, _) in sourced.items()})
     except SettingsError as error:
-        raise UsageError(_with_flag(str(error))) from None
+        raise UsageError(_with_origin(_with_flag(str(error)), sourced)) from None
+
+
+def _with_origin(message: str, sourced: Mapping[str, tuple[str, str]]) -> str:
+    """Name the file and line (or the variable) that set the property a message names."""
+    if message.startswith("unknown setting"):
+        where = [
+            f"{key} at {origin}"
+            for key, (_, origin) in sorted(sourced.items())
+            if ":" in origin and not origin.startswith("-") and f" {key}" in message
+        ]
+        return message + (f" [{'; '.join(where)}]" if where else "")
+    for key, (_, origin) in sorted(sourced.items(), key=lambda item: -len(item[0])):
+        if message.startswith(key) and ":" in origin and not origin.startswith("-"):
+            return f"{origin}: {message}"
+    return message
 
 
 def _with_flag(message: str) -> str:
@@ -120,24 +154,53 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Executor pod allocation for a driver in any language, over gRPC."
-    )
-    parser.add_argument(
+def version() -> str:
+    """The installed distribution's version: the workspace's one version (tools/release.py)."""
+    return metadata.version(PROG)
+
+
+def _global_flags(*, default: object) -> argparse.ArgumentParser:
+    """`--log-level` and `--log-format`, accepted before and after the command.
+
+    The command's copies default to SUPPRESS, so a flag given before the command is not reset
+    by the command's parser when it is not repeated after it.
+    """
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument(
         "--log-level",
-        default=None,
+        default=default,
         help=f"DEBUG, INFO, WARNING or ERROR (env {LOG_LEVEL_ENV}; default {DEFAULT_LOG_LEVEL})",
     )
-    parser.add_argument(
+    flags.add_argument(
         "--log-format",
-        default=None,
+        default=default,
         help="text or json (one JSON object per line; env EXECPODS_LOG_FORMAT; default text)",
     )
+    return flags
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Executor pod allocation for a driver in any language, over gRPC.",
+        parents=[_global_flags(default=None)],
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = commands.add_parser("serve", help="serve the ExecutorAllocator gRPC service")
+    after = _global_flags(default=argparse.SUPPRESS)
+    serve = commands.add_parser(
+        "serve", help="serve the ExecutorAllocator gRPC service", parents=[after]
+    )
     _add_setting_flags(serve)
-    commands.add_parser("settings", help="list every setting with its default and meaning")
+    listing = commands.add_parser(
+        "settings", help="list every setting with its default and meaning", parents=[after]
+    )
+    listing.add_argument(
+        "--effective",
+        action="store_true",
+        help="print every effective value and where it came from (as spark-submit --verbose)",
+    )
+    _add_setting_flags(listing)
     return parser
 
 
@@ -163,18 +226,43 @@ async def serve(settings: Settings) -> None:
 
     Raises `PodsLeft` when stopping could not delete the application's executor pods.
     """
-    stamp_app_id(settings.sidecar.app_id)
     runtime = await asyncio.to_thread(connect, settings)
     server = SidecarServer(runtime)
     server.install_signal_handlers()
     address = await server.start()
     if server.ops.metrics_address:  # before the listening line, which says all is ready
-        print(f"{METRICS_PREFIX}http://{server.ops.metrics_address}/metrics", flush=True)
-    print(f"{LISTENING_PREFIX}{address}", flush=True)
+        announce(f"{METRICS_PREFIX}http://{server.ops.metrics_address}/metrics")
+    announce(f"{LISTENING_PREFIX}{address}")
     await server.wait_stopped()
     report = server.shutdown_report
     if report is not None and not report.complete:
         raise PodsLeft(report.describe(runtime.app_id))
+
+
+def announce(line: str) -> None:
+    """A line on stdout for supervisors (the address, once ready); a JSON record in JSON mode,
+    with the same text as its message, so a pod's merged output stays one JSON object a line."""
+    if _json_mode():
+        handler = logging.getLogger().handlers[0]
+        record = logging.LogRecord(__name__, logging.INFO, __file__, 0, line, None, None)
+        for filter_ in handler.filters:
+            if isinstance(filter_, logging.Filter):
+                filter_.filter(record)
+        line = handler.format(record)
+    print(line, flush=True)
+
+
+@contextlib.contextmanager
+def _quiet_closed_pipe() -> Iterator[None]:
+    """`execpods-sidecar settings | head`: a reader that stops early is not an error."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and fail the same way: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def print_settings() -> None:
@@ -195,26 +283,45 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if not configure_log_format(args.log_format, env):
             raise UsageError(f"--log-format {args.log_format!r}: use text or json")
         if args.command == "settings":
-            print_settings()
+            with _quiet_closed_pipe():
+                if args.effective:
+                    sourced = collect_sourced(args, env)
+                    try:
+                        print_effective(sourced)
+                    except SettingsError as error:
+                        raise UsageError(_with_origin(_with_flag(str(error)), sourced)) from None
+                else:
+                    print_settings()
             return 0
+        # The app id, as soon as it is known: on every line, the settings' own warnings included.
+        app_id = collect_properties(args, env).get("spark.app.id")
+        if app_id:
+            stamp_app_id(app_id)
         settings = load_settings(args, env)
-        asyncio.run(serve(settings))
+        stamp_app_id(settings.sidecar.app_id)
+        with stderr_as_json() if _json_mode() else contextlib.nullcontext():
+            asyncio.run(serve(settings))
     except UsageError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(str(error), 2)
     except SettingsError as error:
-        print(f"{PROG}: error: {_with_flag(str(error))}", file=sys.stderr)
-        return 2
-    except PodsLeft as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
-    except ExecpodsError as error:  # e.g. the driver pod does not exist, the API refused
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return _fail(_with_flag(str(error)), 2)
+    except (PodsLeft, ExecpodsError, OSError) as error:  # e.g. no driver pod, the API refused
+        return _fail(str(error), 1)
     return 0
+
+
+def _json_mode() -> bool:
+    handlers = logging.getLogger().handlers
+    return bool(handlers) and isinstance(handlers[0].formatter, JsonFormatter)
+
+
+def _fail(message: str, status: int) -> int:
+    """The error that ends the run: a log record in JSON mode, else a plain line on stderr."""
+    if _json_mode():
+        logger.error("%s: error: %s", PROG, message)
+    else:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

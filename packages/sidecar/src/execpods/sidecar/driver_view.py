@@ -17,10 +17,11 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   a full list taken more than `spark.kubernetes.executor.missingPodDetectDelta` later lacks it.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
-  it reported twice. The streams hear of removals from the backend
-  (`ExecutorPodsBackend.subscribe`).
+  it reported twice. The view hears of each removal once, as the lifecycle manager's
+  `DriverView` (`remove_executor`); the streams hear of removals from the backend
+  (`ExecutorPodsBackend.open_stream`).
 
-The view is also the lifecycle manager's `LifecycleObserver`: it is fed the very batches the
+The view is also a `RoundObserver` of the lifecycle manager: it is fed the very batches the
 manager works on, just before it works on them (`round_started`), so "seen running" never runs
 ahead of the snapshot the manager compares the known executors with: an executor cannot be
 reported missing because the view saw it in a snapshot the manager had not.
@@ -36,7 +37,6 @@ from execpods.core import (
     Clock,
     ExecutorExited,
     ExecutorPodsSnapshot,
-    ExecutorRemoval,
     ExecutorState,
     SystemClock,
 )
@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 
 class InferredDriverView:
-    """A thread-safe `DriverView` that infers the driver's executors unless told them; and the
-    `LifecycleObserver` that feeds it."""
+    """A thread-safe `DriverView` that infers the driver's executors unless told them, fed each
+    lifecycle round as a `RoundObserver`."""
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -114,17 +114,7 @@ class InferredDriverView:
             self._released.update(i for i in released if i not in self._removed)
             return sorted(self._known_locked())
 
-    # The lifecycle manager's reports (LifecycleObserver).
-
-    def executor_removed(self, removal: ExecutorRemoval) -> None:
-        reason = removal.reason
-        logger.debug(
-            "Executor %d removed (exit code %d, caused by the app: %s).",
-            removal.executor_id,
-            reason.exit_code,
-            reason.exit_caused_by_app,
-            extra={"executor_id": removal.executor_id, "reason": reason.message},
-        )
+    # The lifecycle manager's rounds (RoundObserver).
 
     def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Note the executors seen running, walking only what changed between snapshots."""
@@ -145,10 +135,6 @@ class InferredDriverView:
                 self._seen_running.update(fresh)
                 for executor_id in fresh:
                     self._registered_at.setdefault(executor_id, now)
-
-    def application_failed(self, message: str) -> None:
-        """Nothing to note here: the lifecycle manager logs it, and the streams hear of it from
-        the backend (`ExecutorPodsBackend.subscribe`)."""
 
     def _known_locked(self) -> set[int]:
         known = set(self._registered)

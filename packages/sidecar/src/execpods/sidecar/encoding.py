@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from execpods.core import (
-    INT64_MAX,
     AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
@@ -32,6 +31,7 @@ from execpods.core import (
     NoticeKind,
     ObservedPod,
 )
+from execpods.core.idlists import INT64_MAX
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ _NOTICE_KINDS = {
     NoticeKind.CREATE_FAILED: pb.AllocatorNotice.KIND_CREATE_FAILED,
     NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
     NoticeKind.ID_RESERVATION_FAILED: pb.AllocatorNotice.KIND_ID_RESERVATION_FAILED,
+    NoticeKind.RECOVERY_MODE: pb.AllocatorNotice.KIND_RECOVERY_MODE,
 }
 
 _STATES = {

@@ -22,8 +22,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from execpods.core import AllocatorNotice, ExecutorPodsSnapshot
-from execpods.sidecar.resume import NumberedRemoval
+from execpods.core import AllocatorNotice, ExecutorPodsSnapshot, NumberedRemoval
 
 logger = logging.getLogger(__name__)
 

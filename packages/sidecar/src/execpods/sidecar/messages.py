@@ -1,8 +1,9 @@
 """One stream's messages: its pending snapshots, removals and notices, and its position.
 
-Removals reach a stream numbered (`execpods.sidecar.resume.RemovalLog`), in order, and every message
-carries the stream's position after it (`StreamCursor`): the incarnation of this sidecar process
-and the sequence number of the last removal sent, which a client resumes from. The snapshots in a
+Removals reach a stream numbered (the backend's removal channel, `execpods.core.removals`), in
+order, and every message carries the stream's position after it (`StreamCursor`): the incarnation
+of this sidecar process and the sequence number of the last removal sent, which a client resumes
+from. The snapshots in a
 message are the `EncodingCache`'s shared bytes (`encoding.py`): a stream serializes only its own
 removals, notices, failure and position.
 """
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from execpods.core import NumberedRemoval, Position
 from execpods.sidecar.encoding import (
     EncodedSnapshot,
     SnapshotEncoder,
@@ -20,7 +22,6 @@ from execpods.sidecar.encoding import (
     encode_removal,
 )
 from execpods.sidecar.feed import Pending
-from execpods.sidecar.resume import NumberedRemoval, Position
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)

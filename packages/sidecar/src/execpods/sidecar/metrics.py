@@ -12,13 +12,24 @@ Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations
 from __future__ import annotations
 
 import logging
+import platform
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
-from execpods.core import ExecutorLabels, ExecutorPodsSnapshot, ExecutorState
+import grpc
+from execpods.core import (
+    AllocatorNotice,
+    ExecutorExited,
+    ExecutorLabels,
+    ExecutorPodsSnapshot,
+    ExecutorRemoval,
+    ExecutorState,
+    NoticeKind,
+)
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -36,6 +47,13 @@ from prometheus_client.registry import Collector
 logger = logging.getLogger(__name__)
 
 DEFAULT_METRICS_PORT = 9464
+VERSION = metadata.version("execpods-sidecar")
+OOM_KILLED_EXIT_CODE = 137
+"""SIGKILL: what a container the kernel killed for memory (OOMKilled) exits with."""
+JVM_OUT_OF_MEMORY_EXIT_CODE = 52
+"""Spark's executor exit code for a JVM OutOfMemoryError."""
+SIGTERM_EXIT_CODE = 143
+UNKNOWN_EXIT_CODE = -1
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _SLOW = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -74,7 +92,8 @@ class _ExecutorsCollector(Collector):
     def __init__(self, metrics: SidecarMetrics) -> None:
         self._snapshot = metrics.snapshot
         self._profile_label = metrics.labels.resource_profile_id
-        self._target = metrics.target
+        self._targets = metrics.targets
+        self._failures = metrics.failures
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         executors = GaugeMetricFamily(
@@ -92,8 +111,19 @@ class _ExecutorsCollector(Collector):
         for (state_name, profile), count in sorted(counts.items()):
             executors.add_metric((state_name, profile), count)
         yield executors
+        target = GaugeMetricFamily(
+            "execpods_target_executors",
+            "The target the driver set, by resource profile.",
+            labels=("resource_profile",),
+        )
+        for profile_id, total in sorted(self._targets().items()):
+            target.add_metric((str(profile_id),), total)
+        yield target
         yield GaugeMetricFamily(
-            "execpods_target_executors", "The target the driver set.", value=self._target()
+            "execpods_executor_failures_counted",
+            "Executor failures counted now toward spark.executor.maxNumFailures (those within "
+            "spark.executor.failuresValidityInterval); past the limit the application fails.",
+            value=self._failures(),
         )
 
 
@@ -105,14 +135,45 @@ class SidecarMetrics(TelemetryListener):
         *,
         snapshot: Callable[[], ExecutorPodsSnapshot],
         labels: ExecutorLabels,
-        target: Callable[[], int],
+        targets: Callable[[], Mapping[int, int]],
+        failures: Callable[[], int] = lambda: 0,
+        failure_limit: int = 0,
+        app_id: str = "",
     ) -> None:
         self.snapshot = snapshot
         self.labels = labels
-        self.target = target
+        self.targets = targets
+        self.failures = failures
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         registry.register(_ExecutorsCollector(self))
+        build = Gauge(
+            "execpods_build_info",
+            "Always 1: the sidecar's version, its application, and the Python and gRPC it runs.",
+            ("version", "app_id", "python", "grpc"),
+            registry=registry,
+        )
+        build.labels(VERSION, app_id, platform.python_version(), grpc.__version__).set(1)
+        Gauge(
+            "execpods_executor_failures_limit",
+            "spark.executor.maxNumFailures: the application fails once the count exceeds it.",
+            registry=registry,
+        ).set(failure_limit)
+        self.removals = Counter(
+            "execpods_executor_removals",
+            "Executors removed (the driver told they are gone), by reason (killed_by_driver, "
+            "exited, lost) and cause (oom_killed, jvm_out_of_memory, error, success, terminated, "
+            "deleted, unknown).",
+            ("reason", "cause"),
+            registry=registry,
+        )
+        self.failures_total = Counter(
+            "execpods_executor_failures",
+            "Executor failures counted toward spark.executor.maxNumFailures, by source: pod (a "
+            "pod failed) or create (creates the API refused or that failed).",
+            ("source",),
+            registry=registry,
+        )
         self.created = Counter(
             "execpods_pods_created", "Executor pods the API accepted.", registry=registry
         )
@@ -169,6 +230,18 @@ class SidecarMetrics(TelemetryListener):
 
     # -- observer callbacks ------------------------------------------------------------------
 
+    def executor_removed(self, removal: ExecutorRemoval) -> None:
+        """A removal the lifecycle manager decided (the backend's `on_removal`)."""
+        reason, cause = removal_labels(removal.reason)
+        self.removals.labels(reason, cause).inc()
+        if reason == "exited" and removal.reason.exit_code != 0:
+            self.failures_total.labels("pod").inc()  # as the lifecycle manager counts it
+
+    def notice(self, notice: AllocatorNotice) -> None:
+        """An allocator notice: refused and failed creates count toward the limit too."""
+        if notice.kind in (NoticeKind.CREATE_REFUSED, NoticeKind.CREATE_FAILED):
+            self.failures_total.labels("create").inc(notice.count)
+
     def api_call(self, call: ApiCall) -> None:
         self.api_calls.labels(call.verb, call.outcome).inc()
         self.api_latency.labels(call.verb).observe(call.seconds)
@@ -220,6 +293,32 @@ class SidecarMetrics(TelemetryListener):
                 self._pending_target = None
                 self._last_reached = total
                 self.target_reached.observe(time.monotonic() - since)
+
+
+def removal_labels(exited: ExecutorExited) -> tuple[str, str]:
+    """(reason, cause) of a removal: a handful of values each, fit for labels."""
+    if exited.killed_by_driver:
+        reason = "killed_by_driver"
+    elif exited.exit_caused_by_app:
+        reason = "exited"
+    else:
+        reason = "lost"
+    code = exited.exit_code
+    if "OOMKilled" in exited.message or code == OOM_KILLED_EXIT_CODE:
+        cause = "oom_killed"
+    elif code == JVM_OUT_OF_MEMORY_EXIT_CODE:
+        cause = "jvm_out_of_memory"
+    elif reason == "lost" and code == UNKNOWN_EXIT_CODE:
+        cause = "deleted"
+    elif code == UNKNOWN_EXIT_CODE:
+        cause = "unknown"
+    elif code == 0:
+        cause = "success"
+    elif code == SIGTERM_EXIT_CODE:
+        cause = "terminated"
+    else:
+        cause = "error"
+    return reason, cause
 
 
 class MetricsServer:

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 from execpods.core import Subscription
+from execpods.sidecar.apimetrics import ApiMetrics
+from execpods.sidecar.grpcmetrics import GrpcServerMetrics
 from execpods.sidecar.health import ClusterHealth, HealthStatus
 from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
@@ -43,14 +46,23 @@ class OpsPlane:
             on_change=self.status.set_reachable,
         )
         self.metrics: SidecarMetrics | None = None
+        self.grpc_metrics: GrpcServerMetrics | None = None
+        """The server interceptor counting and timing gRPC calls (metrics on)."""
+        self.api_metrics: ApiMetrics | None = None
         self._metrics_server: MetricsServer | None = None
+        self._unlisten: Callable[[], None] | None = None
         if settings.metrics.enabled:
             backend = runtime.backend
             self.metrics = SidecarMetrics(
                 snapshot=lambda: backend.current_snapshot,
                 labels=settings.core.labels,
-                target=lambda: backend.counts().total,
+                targets=backend.targets,
+                failures=lambda: backend.failed_executors,
+                failure_limit=settings.core.max_executor_failures,
+                app_id=runtime.app_id,
             )
+            self.grpc_metrics = GrpcServerMetrics(self.metrics.registry)
+            self.api_metrics = ApiMetrics(self.metrics.registry, runtime.rate_limiter)
             self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
         self._health_server: Any = None
         self.health_address = ""
@@ -68,6 +80,8 @@ class OpsPlane:
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.telemetry.add(self.metrics)
+            if self.api_metrics is not None:
+                self._runtime.telemetry.add(self.api_metrics)
         listen = self._runtime.settings.health.listen
         if listen:
             server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -89,9 +103,15 @@ class OpsPlane:
         """The backend runs: follow the cluster and report SERVING while it is reachable."""
         self._runtime.telemetry.add(self.cluster)
         if self.metrics is not None:
-            self._subscription = self._runtime.backend.subscribe(
-                TARGET_TICK, self.metrics.on_snapshots
+            backend = self._runtime.backend
+            metrics = self.metrics
+            # A stream of its own: every removal reaches the metrics once, as it reaches drivers.
+            self._subscription = backend.open_stream(
+                TARGET_TICK,
+                on_snapshots=metrics.on_snapshots,
+                on_removal=lambda numbered: metrics.executor_removed(numbered.removal),
             )
+            self._unlisten = backend.add_notice_listener(metrics.notice)
         self._task = asyncio.get_running_loop().create_task(self.cluster.run())
         await self.status.set_serving(True)
 
@@ -105,6 +125,8 @@ class OpsPlane:
                 await self._task
         if self._subscription is not None:
             self._subscription.cancel()
+        if self._unlisten is not None:
+            self._unlisten()
         if self._health_server is not None:
             await self._health_server.stop(0)
         if self._metrics_server is not None:

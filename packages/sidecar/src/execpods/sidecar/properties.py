@@ -4,13 +4,15 @@ A Spark configuration holds far more than the sidecar reads (`spark.driver.memor
 ...). Refusing all of them would stop the sidecar on any real file; accepting every key would let a
 typo fall back to a default in silence. So each key is judged by where it lives:
 
-- read: a settings class declares it (the specs are the one list of what the sidecar reads);
-- owned namespaces (`spark.kubernetes.allocation.*`, `spark.kubernetes.executor.*`, `execpods.*`,
-  and a near-miss spelling of one): any other key there is refused, with the nearest known key
-  suggested, except Spark's own keys there that execpods does not implement, which are accepted
-  and named in one WARNING (they change executor pods in Spark, so ignoring them is worth a word);
-- any other `spark.*` key: accepted, and listed once at INFO as not used by the sidecar;
-- anything else is not a Spark property: refused, as a typo is the likely cause.
+- honoured: a settings class declares it (the specs are the one list of what the sidecar reads);
+- a Spark 4.3 key listed in `sparkkeys` as not implemented: accepted, and named once in a WARNING
+  with why (it changes executor pods in Spark);
+- any other `spark.*` key (listed as not applicable, or of another namespace such as
+  `spark.sql.*`): accepted, and named once at INFO with why;
+- an unknown key in a namespace the sidecar owns (`spark.kubernetes.allocation.*`,
+  `spark.kubernetes.executor.*`, `execpods.*`, or a near-miss spelling of one): refused, with the
+  nearest key *of that namespace* suggested, since a typo there silently falls back to a default;
+- anything else is not a Spark property: ignored with a WARNING, as `spark-submit` does.
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from execpods.core import SettingsError
 from execpods.core.settingkit import nearest_key
+from execpods.sidecar.sparkkeys import (
+    DEPRECATED_ALIASES,
+    KeyStatus,
+    listed_keys,
+    listed_status,
+)
 
 OWNED_NAMESPACES = ("spark.kubernetes.allocation.", "spark.kubernetes.executor.", "execpods.")
 """Namespaces the sidecar owns: an unknown key in one of them is refused."""
@@ -31,44 +39,22 @@ OWNED_NAMESPACES = ("spark.kubernetes.allocation.", "spark.kubernetes.executor."
 NAMESPACE_TYPO_RATIO = 0.92
 """A namespace this close to an owned one (`spark.kubernetes.alocation`) is a misspelling of it."""
 
-SPARK_ONLY_KEYS = frozenset(
-    {
-        "spark.kubernetes.allocation.driver.readinessTimeout",
-        "spark.kubernetes.allocation.executor.timeout",
-        "spark.kubernetes.allocation.maxPendingPods",
-        "spark.kubernetes.allocation.pods.allocator",
-        "spark.kubernetes.executor.decommissionLabel",
-        "spark.kubernetes.executor.decommissionLabelValue",
-        "spark.kubernetes.executor.disableConfigMap",
-        "spark.kubernetes.executor.lostCheck.maxAttempts",
-        "spark.kubernetes.executor.minTasksPerExecutorBeforeRolling",
-        "spark.kubernetes.executor.pod.featureSteps",
-        "spark.kubernetes.executor.rollInterval",
-        "spark.kubernetes.executor.rollPolicy",
-        "spark.kubernetes.executor.useDriverPodIP",
-    }
-)
-"""Spark's own keys in the owned namespaces (a key a settings class reads counts as read first)."""
-
-SPARK_ONLY_FAMILIES: tuple[str, ...] = ()
-"""Spark's open-ended key families in `spark.kubernetes.executor.*` execpods does not implement
-(none today: labels, annotations, node selectors, secrets and volumes are all read)."""
+OTHER_SPARK_KEYS = "configures the engine, the driver or the executor process, not executor pods"
+"""Why a Spark key of an uncatalogued namespace (`spark.sql.*`, ...) does not apply."""
 
 logger = logging.getLogger(__name__)
 
 
-def _in_owned_namespace(key: str) -> bool:
-    if key.startswith(OWNED_NAMESPACES):
-        return True
+def owned_namespace(key: str) -> str | None:
+    """The owned namespace `key` is in, or is a near-miss spelling of; None when neither."""
+    for namespace in OWNED_NAMESPACES:
+        if key.startswith(namespace):
+            return namespace
     for namespace in OWNED_NAMESPACES:
         head = ".".join(key.split(".")[: namespace.count(".")]) + "."
         if difflib.SequenceMatcher(None, head, namespace).ratio() >= NAMESPACE_TYPO_RATIO:
-            return True
-    return False
-
-
-def _spark_only(key: str) -> bool:
-    return key in SPARK_ONLY_KEYS or key.startswith(SPARK_ONLY_FAMILIES)
+            return namespace
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,10 +62,19 @@ class PropertyReview:
     """What the sidecar makes of each key of a property mapping."""
 
     read: tuple[str, ...]
-    not_implemented: tuple[str, ...]
-    not_used: tuple[str, ...]
+    not_implemented: tuple[tuple[str, str], ...]
+    """(key, why) of Spark keys that change executor pods in Spark and are not implemented."""
+    not_applicable: tuple[tuple[str, str], ...]
+    """(key, why) of Spark keys that do not apply to a sidecar."""
+    not_spark: tuple[str, ...]
+    """Keys outside `spark.*` and execpods' namespaces: ignored, as spark-submit does."""
     refused: tuple[tuple[str, str | None], ...]
-    """(key, the nearest known key or None)."""
+    """(key, the nearest known key of its namespace, or None)."""
+
+    @property
+    def not_used(self) -> tuple[str, ...]:
+        """Every accepted key the sidecar does not act on."""
+        return tuple(sorted(k for k, _ in (*self.not_implemented, *self.not_applicable)))
 
     def refusal(self) -> str | None:
         """The message refusing the unknown keys, or None when there is none."""
@@ -94,43 +89,77 @@ class PropertyReview:
         )
 
     def log(self, log: logging.Logger = logger) -> None:
-        """One line for the accepted keys the sidecar does not act on (nothing when none)."""
+        """One line per kind of accepted key the sidecar does not act on (nothing when none)."""
         if self.not_implemented:
             log.warning(
-                "Spark properties execpods does not implement (accepted, ignored): %s",
-                ", ".join(self.not_implemented),
+                "Spark properties execpods does not implement yet (accepted, ignored): %s",
+                _grouped(self.not_implemented),
             )
-        if self.not_used:
-            log.info("Spark properties not used by the sidecar: %s", ", ".join(self.not_used))
+        if self.not_applicable:
+            log.info(
+                "Spark properties that do not apply to the sidecar (accepted, ignored): %s",
+                _grouped(self.not_applicable),
+            )
+        if self.not_spark:
+            log.warning("Ignoring non-Spark properties: %s", ", ".join(self.not_spark))
+
+
+def _grouped(keys: Iterable[tuple[str, str]]) -> str:
+    """`a, b (why); c (why)`: keys that share a reason are named together."""
+    by_reason: dict[str, list[str]] = {}
+    for key, reason in keys:
+        by_reason.setdefault(reason, []).append(key)
+    return "; ".join(f"{', '.join(ks)} ({reason})" for reason, ks in by_reason.items())
 
 
 def review(
     properties: Iterable[str], *, reads: Callable[[str], bool], known: Iterable[str]
 ) -> PropertyReview:
     """Judge every key (see the module's docstring); `known` feeds the suggestions."""
-    candidates = sorted({*known, *SPARK_ONLY_KEYS})
+    candidates = sorted({*known, *listed_keys()})
     read: list[str] = []
-    not_implemented: list[str] = []
-    not_used: list[str] = []
+    not_implemented: list[tuple[str, str]] = []
+    not_applicable: list[tuple[str, str]] = []
+    not_spark: list[str] = []
     refused: list[tuple[str, str | None]] = []
     for key in sorted(properties):
+        listed = listed_status(key)
         if reads(key):
             read.append(key)
-        elif _in_owned_namespace(key):
-            if _spark_only(key):
-                not_implemented.append(key)
-            else:
-                refused.append((key, nearest_key(key, candidates)))
+        elif listed is not None and listed[0] is KeyStatus.NOT_IMPLEMENTED:
+            not_implemented.append((key, listed[1]))
+        elif listed is not None:
+            not_applicable.append((key, listed[1]))
+        elif (namespace := owned_namespace(key)) is not None:
+            near = nearest_key(key, [c for c in candidates if c.startswith(namespace)])
+            refused.append((key, near))
         elif key.startswith("spark."):
-            not_used.append(key)
+            not_applicable.append((key, OTHER_SPARK_KEYS))
         else:
-            refused.append((key, nearest_key(key, candidates)))
+            not_spark.append(key)
     return PropertyReview(
         read=tuple(read),
         not_implemented=tuple(not_implemented),
-        not_used=tuple(not_used),
+        not_applicable=tuple(not_applicable),
+        not_spark=tuple(not_spark),
         refused=tuple(refused),
     )
+
+
+def apply_aliases(properties: Mapping[str, str], log: logging.Logger = logger) -> dict[str, str]:
+    """The properties with deprecated names moved to their execpods names (a warning for each;
+    when both are given, the new name wins)."""
+    renamed = dict(properties)
+    for old, new in DEPRECATED_ALIASES.items():
+        if old not in renamed:
+            continue
+        value = renamed.pop(old)
+        if new in renamed:
+            log.warning("%s is deprecated and ignored: %s is set too, and wins.", old, new)
+            continue
+        log.warning("%s is deprecated (it is not a Spark property): use %s.", old, new)
+        renamed[new] = value
+    return renamed
 
 
 # --- Spark's properties file format (java.util.Properties, values trimmed as Spark does) -------
@@ -197,19 +226,26 @@ def split_property(line: str) -> tuple[str, str]:
     return _unescape(key), _unescape(rest.lstrip(" \t\f")).strip()
 
 
-def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]:
-    """The properties in `text`, in Spark's `spark-defaults.conf` format; the last one wins."""
-    properties: dict[str, str] = {}
+def parse_properties_lines(text: str, *, source: str = "properties") -> dict[str, tuple[str, int]]:
+    """Each property in `text` with the line it starts on (Spark's `spark-defaults.conf` format;
+    the last one wins)."""
+    properties: dict[str, tuple[str, int]] = {}
     for number, line in _logical_lines(text):
         key, value = split_property(line)
         if not key:
             raise SettingsError(f"{source}:{number}: no key in {line!r}")
-        properties[key] = value
+        properties[key] = (value, number)
     return properties
 
 
-def read_properties_file(path: str | Path) -> dict[str, str]:
-    """Read a `spark-defaults.conf`; an unreadable file is a `SettingsError` naming it."""
+def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]:
+    """The properties in `text`, in Spark's `spark-defaults.conf` format; the last one wins."""
+    return {key: value for key, (value, _) in parse_properties_lines(text, source=source).items()}
+
+
+def read_properties_file_lines(path: str | Path) -> dict[str, tuple[str, int]]:
+    """Read a `spark-defaults.conf`: each property with its line. An unreadable file is a
+    `SettingsError` naming it; a malformed line, one naming the file and the line."""
     source = f"--properties-file {path}"
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -217,4 +253,9 @@ def read_properties_file(path: str | Path) -> dict[str, str]:
         raise SettingsError(f"{source}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
         raise SettingsError(f"{source}: not UTF-8 text ({error.reason})") from None
-    return parse_properties(text, source=source)
+    return parse_properties_lines(text, source=str(path))
+
+
+def read_properties_file(path: str | Path) -> dict[str, str]:
+    """Read a `spark-defaults.conf`; errors name the file (and the line)."""
+    return {key: value for key, (value, _) in read_properties_file_lines(path).items()}

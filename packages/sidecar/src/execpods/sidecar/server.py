@@ -44,12 +44,14 @@ class SidecarServer:
         self.service = AllocatorService(runtime)
         self._health = health.aio.HealthServicer()
         limit = runtime.settings.sidecar.max_concurrent_rpcs
+        self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
+        # The metrics interceptor first: it sees every call end, the security refusals included.
+        counted = () if self.ops.grpc_metrics is None else (self.ops.grpc_metrics,)
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=limit if limit > 0 else None,
-            interceptors=security.interceptors(runtime.settings.security),
+            interceptors=(*counted, *security.interceptors(runtime.settings.security)),
         )
-        self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
         add_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
@@ -91,6 +93,10 @@ class SidecarServer:
         else:
             host = listen.rsplit(":", 1)[0]
             self.address = f"{host}:{port}"
+        if self.runtime.before_start is not None:
+            # The driver's readiness, before any RPC can set a target the backend's start would
+            # then overwrite with its initial one.
+            await asyncio.to_thread(self.runtime.before_start)
         await self._server.start()
         await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)

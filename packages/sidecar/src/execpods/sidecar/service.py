@@ -1,8 +1,10 @@
 """The `execpods.v1.ExecutorAllocator` servicer (grpc.aio).
 
-Every request is validated whole before anything is applied: a bad field is INVALID_ARGUMENT with
-a message naming the field and the value, and nothing changes. The servicer talks only to the
-backend (the facade `execpods.core.compose_backend` builds) and to the driver view: blocking work
+The servicer maps and decides nothing: each handler turns the message into the core's values
+(`mapping.py`, `profiles.py`), calls the backend (the facade `execpods.core.compose_backend`
+builds), the driver view or the open streams (`streaming.py`), and maps the answer back, a
+`ValueError` to INVALID_ARGUMENT with its message (one wording per rule, the core's or the
+mapping's), a pod operation's failure to its status. A bad request changes nothing. Blocking work
 (the target, deletions through the API) runs on the backend's request scheduler, and the handlers
 await its futures, so the event loop never blocks on Kubernetes.
 """
@@ -11,92 +13,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from execpods.core import (
-    INT64_MAX,
-    ApiThrottled,
-    ApiUnavailable,
-    PodAdmissionRejected,
-    PodForbidden,
-    PodInvalid,
-    PodNotFound,
     PodOperationError,
-    clip,
-    summarize_ids,
+    Position,
+    StreamHandle,
 )
-from execpods.k8s import ApiHeldBack
-from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
-from execpods.sidecar.feed import StreamFeed
-from execpods.sidecar.messages import StreamCursor, build_response
+from execpods.core.idlists import clip, summarize_ids
+from execpods.sidecar.mapping import (
+    InvalidArgument,
+    check_driver_ids,
+    parse_executor_ids,
+    resume_position,
+    status_of,
+    stream_interval,
+)
 from execpods.sidecar.profiles import totals_request
-from execpods.sidecar.resume import InvalidPosition, Opened, Position
-from execpods.sidecar.sendbudget import SendBudget
+from execpods.sidecar.streaming import ShuttingDown, Streams
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from google.protobuf.message import Message
 
 logger = logging.getLogger(__name__)
-
-_DECIMAL = re.compile(r"[0-9]+")
-
-
-class InvalidArgument(ValueError):
-    """A request field is invalid; the message names the field and the value."""
-
-
-def parse_executor_ids(values: Iterable[str]) -> list[int]:
-    """Executor ids as decimal integers ("7"); raises `InvalidArgument` on the first bad one."""
-    ids: list[int] = []
-    for index, text in enumerate(values):
-        # The length first: int() refuses (ValueError) strings of over 4,300 digits.
-        if (
-            _DECIMAL.fullmatch(text) is None
-            or len(text.lstrip("0")) > len(str(INT64_MAX))
-            or int(text.lstrip("0") or "0") > INT64_MAX
-        ):
-            raise InvalidArgument(
-                f"executor_ids[{index}]={clip(repr(text), 100)} is not an executor id (a "
-                'decimal integer such as "7" up to 2^63-1); nothing was deleted'
-            )
-        ids.append(int(text))
-    return ids
-
-
-def check_driver_ids(field: str, values: Iterable[int]) -> list[int]:
-    ids = list(values)
-    for index, value in enumerate(ids):
-        if value < 1:
-            raise InvalidArgument(
-                f"{field}[{index}]={value} is not an executor id (ids start at 1); "
-                "nothing was changed"
-            )
-    return ids
-
-
-def status_of(error: PodOperationError) -> grpc.StatusCode:
-    """The gRPC status code that best tells a client what a failed pod operation means.
-
-    A call the back-off gate held after 5xx answers or refused connections is an outage
-    (UNAVAILABLE, which drivers retry), not a quota (RESOURCE_EXHAUSTED, for 429s)."""
-    if isinstance(error, ApiHeldBack) and error.outage:
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(error, ApiThrottled):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    if isinstance(error, ApiUnavailable):
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(error, PodForbidden):
-        return grpc.StatusCode.PERMISSION_DENIED
-    if isinstance(error, PodNotFound):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(error, PodInvalid | PodAdmissionRejected):
-        return grpc.StatusCode.FAILED_PRECONDITION
-    return grpc.StatusCode.INTERNAL
-
 
 Context = grpc.aio.ServicerContext
 """The grpc.aio servicer context, typed by request and response: `abort` never returns."""
@@ -122,15 +64,10 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        self._cache = EncodingCache()
-        self._budget = SendBudget(runtime.settings.sidecar.stream_send_budget_mib << 20)
-        self._feeds: set[StreamFeed] = set()
-        self._closing = False
+        self._streams = Streams(runtime)
 
     def close_streams(self) -> None:
-        self._closing = True
-        for feed in list(self._feeds):
-            feed.close()
+        self._streams.close()
 
     async def RequestTotal(  # noqa: N802 (the contract's names)
         self,
@@ -225,86 +162,24 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         context: Context[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse],
     ) -> AsyncIterator[bytes]:
         """Serialized `StreamSnapshotsResponse`s (see `add_to_server`): the snapshots in them are
-        encoded once for all streams."""
-        longest_ms = round(self._runtime.settings.sidecar.stream_max_batch_interval * 1000)
-        if not 0 <= request.batch_interval_ms <= longest_ms:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"batch_interval_ms={request.batch_interval_ms} is invalid: it must be between 0 "
-                f"(the server's default) and {longest_ms} "
-                "(execpods.sidecar.stream.maxBatchInterval)",
-            )
-        if self._closing:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
-        interval = (
-            request.batch_interval_ms / 1000
-            if request.batch_interval_ms
-            else self._runtime.backend.settings.event_processing_interval
-        )
-        feed = StreamFeed(
-            asyncio.get_running_loop(),
-            max_pending=self._runtime.settings.sidecar.stream_max_pending,
-        )
-        resume_from = (
-            Position(
-                incarnation=request.resume_from.incarnation,
-                sequence=request.resume_from.sequence,
-            )
-            if request.HasField("resume_from")
-            else None
-        )
+        encoded once for all streams (`streaming.py`)."""
         try:
-            opened = self._runtime.removal_log.open(resume_from, feed.on_removal)
-        except InvalidPosition as error:
+            stream = self._streams.open(
+                interval=stream_interval(
+                    request,
+                    default=self._runtime.backend.settings.event_processing_interval,
+                    longest=self._runtime.settings.sidecar.stream_max_batch_interval,
+                ),
+                resume_from=resume_position(request),
+            )
+        except ValueError as error:  # a bad interval or resume position
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        self._feeds.add(feed)
-        observed = self._runtime.telemetry.stream()
-        try:
-            subscription = self._runtime.backend.subscribe(
-                interval,
-                observed.arrived(feed.on_snapshots),
-                on_application_failure=feed.on_application_failed,
-            )
-            unlisten = self._runtime.backend.add_notice_listener(feed.on_notice)
+        except ShuttingDown as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
         except RuntimeError:
-            observed.close()
-            opened.cancel()
-            self._feeds.discard(feed)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the snapshots store is stopped")
-        logger.debug(
-            "A stream subscribed every %.3f s (%d open)%s.",
-            interval,
-            len(self._feeds),
-            _resumed(opened, resume_from),
-        )
-        try:
-            async for response in self._messages(feed, opened):
-                yield response
-                observed.sent()
-        finally:
-            observed.close()
-            unlisten()
-            subscription.cancel()
-            opened.cancel()
-            self._feeds.discard(feed)
-            logger.debug("A stream ended (%d open).", len(self._feeds))
-
-    async def _messages(self, feed: StreamFeed, opened: Opened) -> AsyncIterator[bytes]:
-        # The feed holds removals back until its first snapshot, so the first message that
-        # carries anything carries the current snapshot.
-        encoder = SnapshotEncoder(self._cache)
-        cursor = StreamCursor(opened.start, resync=opened.resync)
-        first = True
-        while True:
-            await feed.wait()
-            pending = feed.take()
-            if pending:
-                for message in build_response(encoder, pending, first=first, cursor=cursor):
-                    with await self._budget.turn(message.size):
-                        yield message.join()  # the share is held until gRPC has taken it
-                first = False
-            if feed.closed:
-                return
+        async for message in stream.messages():
+            yield message
 
 
 def _serialize(response: bytes | Message) -> bytes:
@@ -338,7 +213,7 @@ def add_to_server(service: AllocatorService, server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers(descriptor.full_name, handlers)
 
 
-def _resumed(opened: Opened, resume_from: Position | None) -> str:
+def _resumed(opened: StreamHandle, resume_from: Position | None) -> str:
     if resume_from is None:
         return ""
     flag = ", re-syncing" if opened.resync else ""

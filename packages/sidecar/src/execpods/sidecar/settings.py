@@ -30,8 +30,9 @@ from execpods.k8s import KubernetesSettings
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
-from execpods.sidecar.properties import PropertyReview, review
+from execpods.sidecar.properties import OTHER_SPARK_KEYS, PropertyReview, apply_aliases, review
 from execpods.sidecar.security import SecuritySettings, check_listener
+from execpods.sidecar.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -181,6 +182,57 @@ def reads(key: str) -> bool:
     return any(cls.reads(key) for cls in SETTINGS_CLASSES)
 
 
+def spark_key_status(key: str) -> tuple[KeyStatus, str] | None:
+    """What the sidecar does with a Spark key (or a `...`-ending family of keys) and why; None
+    when a catalogued key is neither honoured nor listed (the key-coverage test fails then)."""
+    specs, families = all_specs(), all_families()
+    if key in specs:
+        return KeyStatus.HONOURED, specs[key].doc
+    if key in families:
+        return KeyStatus.HONOURED, families[key].doc
+    if not key.endswith(".") and reads(key):
+        return KeyStatus.HONOURED, "read as a member of a family of properties"
+    listed = listed_status(key)
+    if listed is not None:
+        return listed
+    if not key.startswith(CATALOGUED_NAMESPACES):
+        return KeyStatus.NOT_APPLICABLE, OTHER_SPARK_KEYS
+    return None
+
+
+def spark_keys_table(spark_keys: Mapping[str, str]) -> str:
+    """Every catalogued Spark key with what the sidecar does with it (docs/configuration.md)."""
+
+    def shown_in_rows(key: str) -> bool:
+        return key.startswith(CATALOGUED_NAMESPACES) or reads(key) or key in all_families()
+
+    rows = []
+    for key, default in sorted(spark_keys.items()):
+        if not shown_in_rows(key):
+            continue
+        status = spark_key_status(key)
+        shown = f"`{key}NAME`" if key.endswith(".") else f"`{key}`"
+        spark_default = "-" if default in ("", "<undefined>") else f"`{_markdown(default)}`"
+        what, why = ("**missing**", "") if status is None else (status[0].value, status[1])
+        rows.append(f"| {shown} | {spark_default} | {what} | {_markdown(why)} |")
+    others = sorted(
+        key
+        for key in spark_keys
+        if not key.startswith(CATALOGUED_NAMESPACES)
+        and not reads(key)
+        and key not in all_families()
+    )
+    listing = ", ".join(f"`{key}NAME`" if key.endswith(".") else f"`{key}`" for key in others)
+    return (
+        "| Spark 4.3 key | Spark's default | here | what execpods does, or why not |\n"
+        "| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n\n"
+        f"The other {len(others)} keys of Spark 4.3's core and Kubernetes modules are not "
+        f"applicable ({_markdown(OTHER_SPARK_KEYS)}):\n\n<details><summary>the keys</summary>\n\n"
+        + listing
+        + "\n\n</details>\n"
+    )
+
+
 def review_properties(properties: Mapping[str, str]) -> PropertyReview:
     """What the sidecar makes of each key: read, accepted but unused, or refused."""
     return review(properties, reads=reads, known=all_specs())
@@ -204,6 +256,7 @@ class Settings:
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
         """Parse and validate every property; refused keys are a `SettingsError` naming each with
         the nearest known key. Accepted keys the sidecar does not use are logged, once."""
+        properties = apply_aliases(properties)
         judged = review_properties(properties)
         refusal = judged.refusal()
         if refusal is not None:

@@ -203,5 +203,8 @@ class CountedPodOperations:
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
         self._inner.patch_labels(name, labels)
 
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        self._inner.patch_annotations(name, annotations)
+
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)

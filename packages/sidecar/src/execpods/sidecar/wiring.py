@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,22 +28,24 @@ from execpods.core import (
     SourcesFactory,
     compose_backend,
 )
-from execpods.core.compose import scheduled_store
+from execpods.core.clock import SystemClock
+from execpods.core.readiness import wait_for_driver_ready
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
+    KubernetesSettings,
     PollSource,
-    TokenBucket,
+    RateLimiter,
     WatchSource,
     api_client_from,
+    rate_limiter_for,
     resolve_namespace,
 )
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
-from execpods.sidecar.resume import RemovalLog
 from execpods.sidecar.settings import Settings
 from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
 from execpods.sidecar.templatepolicy import TemplatePolicy
@@ -52,20 +55,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    """A sidecar's allocation: the backend (the one facade), the driver view beside it, and
-    the numbered removals that streams resume from."""
+    """A sidecar's allocation: the backend (the one facade) and the driver view beside it."""
 
     settings: Settings
     backend: ExecutorPodsBackend
     driver_view: InferredDriverView
     telemetry: Telemetry
-    removal_log: RemovalLog
-    rate_limiter: TokenBucket | None = None
+    rate_limiter: RateLimiter | None = None
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
     id_ledger: ExecutorIdLedger | None = None
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
+    before_start: Callable[[], None] | None = None
+    """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
@@ -82,32 +85,31 @@ def assemble(
     sources: SourcesFactory,
     close_client: Callable[[], None] | None = None,
     clock: Clock | None = None,
-    store_scheduler: Scheduler | None = None,
     request_scheduler: Scheduler | None = None,
     profiles: ResourceProfiles | None = None,
-    rate_limiter: TokenBucket | None = None,
+    rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
-    The driver view is both the backend's `DriverView` and its lifecycle observer; the removal
-    log is the other observer. `id_ledger` keeps the highest executor id ever reserved beyond
-    the process (`connect` passes the cluster's, `execpods.k8s.ClusterIdLedger`).
+    The driver view is the backend's `DriverView`, and hears each lifecycle round before its
+    decisions (a round observer); the backend numbers the removals streams resume from.
+    `id_ledger` keeps the highest executor id ever reserved beyond the process (`connect` passes
+    the cluster's, `execpods.k8s.ClusterIdLedger`).
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
-    removal_log = RemovalLog(window=settings.sidecar.stream_removal_window)
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
         pod_operations=CountedPodOperations(pod_operations, telemetry),
         pod_builder=pod_builder,
         driver=view,
-        observers=(view, removal_log),
+        round_observers=(view,),
+        removal_window=settings.sidecar.stream_removal_window,
         sources=sources,
         clock=clock,
-        store=scheduled_store(store_scheduler),
         on_round=telemetry.round_finished,
         request_scheduler=request_scheduler,
         close=close_client,
@@ -120,7 +122,6 @@ def assemble(
         backend=backend,
         driver_view=view,
         telemetry=telemetry,
-        removal_log=removal_log,
         rate_limiter=rate_limiter,
         id_ledger=id_ledger,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
@@ -152,10 +153,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
     api_client = api_client_from(k8s)
+    # One flow per driver to the API server's fair queuing when no credentials tell them apart.
+    api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
-        limiter = TokenBucket(qps=settings.core.api_qps, burst=settings.core.api_burst)
+        limiter = rate_limiter_for(settings.core)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,
@@ -219,5 +222,36 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     return dataclasses.replace(
         runtime,
         probe=cluster_probe(gateway, selector=selector),
+        before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
     )
+
+
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+"""Spark's driver container: its readiness is the driver's when the sidecar shares the pod."""
+
+
+def driver_readiness_wait(
+    k8s: KubernetesSettings,
+    operations: KubernetesPodOperations,
+    *,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Callable[[], None] | None:
+    """Spark's wait for the driver pod to be Ready before the first executors
+    (`spark.kubernetes.allocation.driver.readinessTimeout`); None without a driver pod."""
+    name = k8s.driver_pod_name
+    if name is None:
+        return None
+    driver_pod = name
+
+    def wait() -> None:
+        wait_for_driver_ready(
+            lambda: operations.is_ready(driver_pod, container=DRIVER_CONTAINER),
+            timeout=k8s.driver_readiness_timeout,
+            clock=clock if clock is not None else SystemClock(),
+            sleep=sleep,
+            driver=f"driver pod {driver_pod}",
+        )
+
+    return wait

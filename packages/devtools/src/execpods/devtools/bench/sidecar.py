@@ -23,9 +23,10 @@ from collections.abc import Sequence
 import grpc
 from execpods.client import AllocatorClient
 from execpods.core import ExecutorExited, ExecutorPodsSnapshot, ExecutorRemoval, ExecutorState
+from execpods.core.removals import RemovalChannel
+from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
-from execpods.sidecar.resume import RemovalLog
+from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
@@ -182,13 +183,14 @@ def bench_time_to_running(executors: int, batch_size: int, batch_delay: str) -> 
 
 
 def bench_removal_window(window: int) -> None:
-    """The memory a full window of removals costs (execpods.sidecar.stream.removalWindow)."""
+    """The memory a full window of removals costs (execpods.sidecar.stream.removalWindow): the
+    backend's removal channel alone."""
     message = (
         "The executor with id {i} exited with exit code 137(SIGKILL, possible container OOM). "
         "The API gave the following brief reason: OOMKilled. The API gave the following "
         "message: Container spark-kubernetes-executor was OOM-killed."
     )
-    log = RemovalLog(window=window)
+    log = RemovalChannel(window=window)  # the channel alone, as the backend keeps it
     tracemalloc.start()
     for i in range(1, 2 * window + 1):  # the window full, and turned over once
         reason = ExecutorExited(exit_code=137, exit_caused_by_app=True, message=message.format(i=i))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from execpods.core import CoreSettings
-from execpods.devtools.bench.time_to_target import (
+from execpods.devtools.bench.runs import (
     SERVER_CREATE_RATE,
     START_JITTER,
     START_LATENCY,

@@ -3,14 +3,16 @@
 `python3 tools/dev.py bench --only time-to-target` (or `.venv/bin/python -m
 execpods.devtools.bench.time_to_target [--sizes 1000,10000] [--plot docs/time-to-target.png]`).
 
-Every policy runs the real core allocator (`ExecutorPodsAllocator`, the real snapshot store) against
-kubesim's real scheduler and kubelet on kubesim's *virtual clock*: the allocator's rounds, the
-pods' start latencies (1 s +/- 0.5 s, uniform), the client's token bucket and kubesim's server-side
-create-rate cap (429 with Retry-After beyond it, as API Priority and Fairness) all run on one
-simulated timeline, so 10,000 executors under the slowest policy finish in bounded wall time and
-every run is reproducible. What is simulated is the API's transport: creates and deletes call
-kubesim in process (no HTTP), and pod events reach the store as the watch would deliver them, at
-once. Each create still takes a token from the client's rate limit and passes the server's cap.
+Every policy runs the real core backend as `compose_backend` assembles it (the allocator, the
+lifecycle manager and the real snapshot store; kubesim's events feed the store instead of the watch
+and the poll) against kubesim's real scheduler and kubelet on kubesim's *virtual clock*: the
+allocator's rounds, the pods' start latencies (1 s +/- 0.5 s, uniform), the client's token bucket
+and kubesim's server-side create-rate cap (429 with Retry-After beyond it, as API Priority and
+Fairness) all run on one simulated timeline, so 10,000 executors under the slowest policy finish in
+bounded wall time and every run is reproducible. What is simulated is the API's transport: creates
+and deletes call kubesim in process (no HTTP), and pod events reach the store as the watch would
+deliver them, at once. Each create still takes a token from the client's rate limit and passes the
+server's cap.
 
 Policies:
 - the 2018 rule (SPARK-24248): batch 5 every 1 s, no new batch while any pod is pending;
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import math
 import sys
@@ -35,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,19 +56,24 @@ from execpods.core import (
 )
 from execpods.core.compose import scheduled_store
 from execpods.core.testing import HandFed, RecordingDriver, SimpleExecutorPodBuilder
+from execpods.devtools.bench.runs import (
+    SERVER_CREATE_RATE,
+    START_JITTER,
+    START_LATENCY,
+    FirstPodBody,
+    Run,
+    body_bytes,
+)
+from execpods.devtools.bench.spark_peers import spark_peers
+from execpods.devtools.simulated import simulator_properties
 from execpods.k8s import TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
 from execpods.kubesim.errors import ApiError
-from execpods.sidecar.embedded import EmbeddedSidecar, simulator_properties
+from execpods.sidecar.embedded import EmbeddedSidecar
 from matplotlib.figure import Figure
 
 APP_ID = "ttt"
-START_LATENCY = 1.0
-START_JITTER = 0.5
-SERVER_CREATE_RATE = 250.0
-"""kubesim's create-rate cap (creates/s; 429 beyond it). Above the client's default limit, so the
-client's own rate limit is what binds, as it should on a cluster shared with others."""
 STEP = 0.02
 """Virtual seconds per simulation step (the resolution of every time measured)."""
 MAX_VIRTUAL = 4 * 3600.0
@@ -96,30 +102,6 @@ POLICIES = (
 )
 
 
-@dataclass(slots=True)
-class Run:
-    """One policy at one size: what the benchmark prints and plots."""
-
-    policy: str
-    executors: int
-    seconds: float | None
-    """Virtual seconds to 100% Running (None: not reached within MAX_VIRTUAL)."""
-    bound: float
-    peak_rate: int
-    rate_limit: float
-    curve: list[tuple[float, int]] = field(default_factory=list)
-    creates: int = 0
-    throttled: int = 0
-    wall: float = 0.0
-    pod_bytes: int = 0
-    """Bytes of one executor pod's JSON as created (no status): what each create sends and each
-    watch event and list item carries (Spark's pods are several times the sidecar's own)."""
-
-    @property
-    def ratio(self) -> float | None:
-        return None if self.seconds is None else self.seconds / self.bound
-
-
 PEERS: dict[str, Callable[[int], Run]] = {}
 """Other runners to compare in the same run, by name (e.g. a real Spark driver on kubesim)."""
 
@@ -133,28 +115,6 @@ class VirtualScheduler(DeterministicScheduler):
         self._run_due(deadline)
         if self.clock.monotonic() < deadline:
             self.clock.set_time(deadline)
-
-
-_SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
-
-
-def body_bytes(pod: Mapping[str, Any]) -> int:
-    """The JSON size of a pod as its creator sent it: without status and server-set metadata."""
-    meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k not in _SERVER_SET}
-    sent = {**{k: v for k, v in pod.items() if k != "status"}, "metadata": meta}
-    return len(json.dumps(sent, separators=(",", ":")))
-
-
-class FirstPodBody:
-    """The body size of the first pod added to a kubesim (`body_bytes`)."""
-
-    def __init__(self, sim: KubeSim) -> None:
-        self.bytes = 0
-        sim.store.add_listener(self._on_event)
-
-    def _on_event(self, event: Any) -> None:
-        if not self.bytes and event.type == "ADDED":
-            self.bytes = body_bytes(event.new)
 
 
 class SimPodOperations:
@@ -205,9 +165,15 @@ class SimPodOperations:
         return len(doomed)
 
     def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
+        self._patch_metadata(name, "labels", labels)
+
+    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
+        self._patch_metadata(name, "annotations", annotations)
+
+    def _patch_metadata(self, name: str, field: str, values: Mapping[str, str]) -> None:
         self._limiter.acquire()
-        label_values: dict[str, JsonValue] = dict(labels)
-        body: JsonValue = {"metadata": {"labels": label_values}}
+        merged: dict[str, JsonValue] = dict(values)
+        body: JsonValue = {"metadata": {field: merged}}
         self._sim.api.patch(
             "default", name, "application/strategic-merge-patch+json", body, status=False
         )
@@ -469,9 +435,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.policy}, {size:,} executors: {_fmt(run.seconds)}", flush=True)
     spark_sizes = [int(s) for s in args.spark.split(",") if s]
     if spark_sizes:
-        # Imported here: the peers module builds on this one's Run and cluster settings.
-        from execpods.devtools.bench.spark_peers import spark_peers  # noqa: PLC0415
-
         with tempfile.TemporaryDirectory(prefix="execpods-spark-") as tmp:
             peers = spark_peers(Path(tmp))
             for size in spark_sizes:

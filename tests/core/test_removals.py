@@ -1,18 +1,18 @@
-"""The removal log that resumable streams read (no server): exactly once, in order, and `resync`
+"""The removal channel that resumable streams read (no server): exactly once, in order, and `resync`
 exactly when something may have been missed, for any window, history and resume position."""
 
 from __future__ import annotations
 
 import pytest
 from execpods.core import ExecutorExited, ExecutorRemoval
-from execpods.sidecar.resume import InvalidPosition, NumberedRemoval, Position, RemovalLog
+from execpods.core.removals import InvalidPosition, NumberedRemoval, Position, RemovalChannel
 from hypothesis import given
 from hypothesis import strategies as st
 
 GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")
 
 
-def _remove(log: RemovalLog, executor_id: int) -> None:
+def _remove(log: RemovalChannel, executor_id: int) -> None:
     log.executor_removed(ExecutorRemoval(executor_id=executor_id, reason=GONE))
 
 
@@ -25,7 +25,7 @@ def _remove(log: RemovalLog, executor_id: int) -> None:
 def test_a_resumed_stream_gets_each_removal_after_its_position_once(
     window: int, before: int, after: int, data: st.DataObject
 ) -> None:
-    log = RemovalLog(window=window, incarnation="this")
+    log = RemovalChannel(window=window, incarnation="this")
     for executor_id in range(1, before + 1):
         _remove(log, executor_id)
     position = data.draw(st.integers(0, before), label="position")
@@ -47,7 +47,7 @@ def test_a_resumed_stream_gets_each_removal_after_its_position_once(
 
 
 def test_another_incarnation_resyncs_and_gets_all_that_is_kept() -> None:
-    log = RemovalLog(window=2, incarnation="new")
+    log = RemovalChannel(window=2, incarnation="new")
     for executor_id in (1, 2, 3):
         _remove(log, executor_id)
     received: list[NumberedRemoval] = []
@@ -58,7 +58,7 @@ def test_another_incarnation_resyncs_and_gets_all_that_is_kept() -> None:
 
 
 def test_a_new_stream_starts_from_now() -> None:
-    log = RemovalLog(window=5, incarnation="x")
+    log = RemovalChannel(window=5, incarnation="x")
     _remove(log, 1)
     received: list[NumberedRemoval] = []
     opened = log.open(None, received.append)
@@ -72,7 +72,7 @@ def test_a_new_stream_starts_from_now() -> None:
 
 
 def test_a_position_from_the_future_is_refused_and_registers_nothing() -> None:
-    log = RemovalLog(window=5, incarnation="x")
+    log = RemovalChannel(window=5, incarnation="x")
     _remove(log, 1)
     received: list[NumberedRemoval] = []
     with pytest.raises(InvalidPosition, match="never sent"):
@@ -82,4 +82,4 @@ def test_a_position_from_the_future_is_refused_and_registers_nothing() -> None:
 
 
 def test_incarnations_differ_between_processes() -> None:
-    assert RemovalLog(window=1).incarnation != RemovalLog(window=1).incarnation
+    assert RemovalChannel(window=1).incarnation != RemovalChannel(window=1).incarnation

@@ -1,0 +1,169 @@
+"""Conformance: what a cluster refuses or holds back, kubesim refuses or holds back too.
+
+Through the pinned official client over HTTP: namespace and object names, containers' resource
+names and quantities, and the kubelet's wait for a missing Secret or ConfigMap volume (the pod
+stays Pending with its containers in ContainerCreating and a FailedMount event, then runs once
+the object exists). Users' tests that pass here would fail against a cluster otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from execpods.kubesim import KubeSim
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubesim.conftest import NS, CoreApi, pod_body
+from tests.kubesim.support import status_of
+
+
+def _refused(call: Any, *args: Any) -> tuple[int, dict[str, Any]]:
+    with pytest.raises(ApiException) as caught:
+        call(*args)
+    return caught.value.status, status_of(caught.value)
+
+
+@pytest.mark.parametrize("namespace", ["Bad_NS", "a.b", "-lead", "x" * 64])
+def test_a_namespace_name_that_is_no_dns_label_does_not_exist(
+    core: CoreApi, namespace: str
+) -> None:
+    code, body = _refused(core.create_namespaced_pod, namespace, pod_body("p"))
+    assert code == 404
+    assert body["reason"] == "NotFound"
+    assert body["details"]["kind"] == "namespaces"
+    assert f'namespaces "{namespace}" not found' in body["message"]
+    code, _ = _refused(core.create_namespaced_config_map, namespace, {"metadata": {"name": "c"}})
+    assert code == 404
+    code, _ = _refused(core.read_namespace, namespace)
+    assert code == 404
+    assert core.list_namespaced_pod(namespace).items == []  # a list of nothing, as a cluster
+
+
+def test_a_valid_namespace_name_is_served(core: CoreApi) -> None:
+    core.create_namespaced_pod("team-a1", pod_body("p"))
+    assert core.read_namespace("team-a1").status.phase == "Active"
+
+
+@pytest.mark.parametrize(
+    ("create", "name"),
+    [
+        ("create_namespaced_pod", "Upper"),
+        ("create_namespaced_config_map", "under_score"),
+        ("create_namespaced_secret", "x" * 254),
+        ("create_namespaced_service", "dotted.name"),  # a DNS-1035 label, no dots
+        ("create_namespaced_service", "1starts-with-digit"),
+    ],
+)
+def test_object_names_follow_their_kinds_rules(core: CoreApi, create: str, name: str) -> None:
+    body: dict[str, Any] = {"metadata": {"name": name}}
+    if create == "create_namespaced_pod":
+        body = pod_body(name)
+    if create == "create_namespaced_service":
+        body["spec"] = {"ports": [{"port": 80}]}
+    code, status = _refused(getattr(core, create), NS, body)
+    assert code == 422
+    assert status["reason"] == "Invalid"
+    assert status["details"]["causes"][0]["field"] == "metadata.name"
+
+
+def _with_resources(name: str, resources: dict[str, Any]) -> dict[str, Any]:
+    body = pod_body(name)
+    body["spec"]["containers"][0]["resources"] = resources
+    return body
+
+
+def test_resource_names_must_be_standard_or_fully_qualified(core: CoreApi) -> None:
+    code, status = _refused(
+        core.create_namespaced_pod, NS, _with_resources("p", {"limits": {"bad key!": "1"}})
+    )
+    assert code == 422
+    cause = status["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].resources.limits[bad key!]"
+    assert "must be a standard resource type or fully qualified" in cause["message"]
+    accepted = {"limits": {"cpu": "1", "memory": "1Gi", "example.com/gpu": "1"}}
+    core.create_namespaced_pod(NS, _with_resources("ok", accepted))
+
+
+@pytest.mark.parametrize("quantity", ["lots", "1.2.3Gi", "5XB", "1e", "--1"])
+def test_a_quantity_that_does_not_parse_is_a_bad_request(core: CoreApi, quantity: str) -> None:
+    code, status = _refused(
+        core.create_namespaced_pod, NS, _with_resources("p", {"requests": {"memory": quantity}})
+    )
+    assert code == 400
+    assert status["reason"] == "BadRequest"
+    assert "quantities must match the regular expression" in status["message"]
+
+
+def test_negative_quantities_and_requests_over_limits_are_invalid(core: CoreApi) -> None:
+    code, status = _refused(
+        core.create_namespaced_pod, NS, _with_resources("p", {"requests": {"cpu": "-1"}})
+    )
+    assert code == 422
+    assert "greater than or equal to 0" in status["message"]
+    over = {"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}
+    code, status = _refused(core.create_namespaced_pod, NS, _with_resources("q", over))
+    assert code == 422
+    assert "must be less than or equal to cpu limit" in status["message"]
+
+
+def test_a_quantity_beyond_int64_is_clamped_as_the_api_server_does(core: CoreApi) -> None:
+    huge = {"limits": {"memory": "5072854620270126720Mi"}, "requests": {"memory": "1Mi"}}
+    created = core.create_namespaced_pod(NS, _with_resources("huge", huge))
+    assert created.spec.containers[0].resources.limits["memory"] == str(2**63 - 1)
+
+
+def _with_volumes(name: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    body = pod_body(name)
+    body["spec"]["volumes"] = volumes
+    body["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes
+    ]
+    return body
+
+
+def _failed_mounts(core: CoreApi, pod: str) -> list[Any]:
+    events = core.list_namespaced_event(NS).items
+    return [e for e in events if e.involved_object.name == pod and e.reason == "FailedMount"]
+
+
+@pytest.mark.parametrize(
+    ("volume", "kind", "create"),
+    [
+        ({"secret": {"secretName": "creds"}}, "secret", "create_namespaced_secret"),
+        ({"configMap": {"name": "creds"}}, "configmap", "create_namespaced_config_map"),
+        (
+            {"projected": {"sources": [{"secret": {"name": "creds"}}]}},
+            "secret",
+            "create_namespaced_secret",
+        ),
+    ],
+)
+def test_a_pod_waits_in_container_creating_for_a_missing_volume_object(
+    sim: KubeSim, core: CoreApi, volume: dict[str, Any], kind: str, create: str
+) -> None:
+    core.create_namespaced_pod(NS, _with_volumes("needs", [{"name": "v", **volume}]))
+    sim.advance(60)
+    pod = core.read_namespaced_pod("needs", NS)
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    events = _failed_mounts(core, "needs")
+    assert len(events) == 1, "one event, counted up on each retry"
+    assert events[0].type == "Warning"
+    expected = f'MountVolume.SetUp failed for volume "v" : {kind} "creds" not found'
+    assert events[0].message == expected
+    assert events[0].count > 1
+    assert events[0].source.component == "kubelet"
+    getattr(core, create)(NS, {"metadata": {"name": "creds"}})
+    sim.advance(130)  # past the kubelet's longest wait between retries
+    assert core.read_namespaced_pod("needs", NS).status.phase == "Running"
+
+
+def test_an_optional_missing_volume_object_does_not_hold_the_pod(
+    sim: KubeSim, core: CoreApi
+) -> None:
+    volumes = [{"name": "v", "secret": {"secretName": "absent", "optional": True}}]
+    core.create_namespaced_pod(NS, _with_volumes("free", volumes))
+    sim.run_until_idle()
+    assert core.read_namespaced_pod("free", NS).status.phase == "Running"
+    assert _failed_mounts(core, "free") == []

@@ -1,0 +1,83 @@
+"""The Grafana dashboard (deploy/grafana-dashboard.json) queries only metrics a sidecar serves.
+
+A live sidecar on the simulator, with metrics on, goes through what the panels show: executors
+requested, run, killed by the driver, one OOM-killed, a create refused, a bad RPC. Its /metrics
+must then hold a sample of every metric any panel or variable queries, so a renamed metric or a
+misspelt query fails here rather than as an empty panel in production.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from execpods.client import AllocatorClient
+from execpods.kubesim import KubeSim
+
+from tests.sidecar.conftest import SidecarFactory, running_ids, wait_for
+from tests.sidecar.test_observability import METRICS_CONF, pod_name, scrape, scrape_until, total
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
+_METRIC = re.compile(r"\b(?:execpods|rest_client)_[a-z0-9_]+\b")
+
+
+def _queries(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+def queried_metrics() -> set[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return {name for expr in _queries(dashboard) for name in _METRIC.findall(expr)}
+
+
+def test_the_dashboard_is_well_formed() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["title"]
+        assert panel["targets"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
+            assert _METRIC.search(target["expr"]), target["expr"]
+            assert 'instance=~"$instance"' in target["expr"], target["expr"]
+    assert {"execpods_executor_removals_total", "execpods_grpc_server_calls_total"} <= (
+        queried_metrics()
+    )
+
+
+def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    sidecar = make_sidecar("dashboard", conf=METRICS_CONF)
+    address = sidecar.server.ops.metrics_address
+    with AllocatorClient(sidecar.address) as client:
+        stream = client.stream_snapshots(batch_interval_ms=50)
+        client.request_total(3)
+        wait_for(lambda: len(running_ids(sim, "dashboard")) == 3, what="3 running")
+        with pytest.raises(grpc.RpcError) as refused:
+            client.request_total(-1)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        sim.reject_creates(403, count=1)
+        client.kill_executors([min(running_ids(sim, "dashboard"))])
+        sim.oom_kill(pod_name(sim, "dashboard", max(running_ids(sim, "dashboard"))))
+        samples = scrape_until(
+            address,
+            lambda s: (
+                total(s, "execpods_executor_removals_total") == 2
+                and total(s, "execpods_target_reached_seconds_count") >= 1
+            ),
+            "two removals and the target reached",
+        )
+        stream.cancel()
+    served = {name for name, _ in samples} | {name for name, _ in scrape(address)}
+    missing = sorted(queried_metrics() - served)
+    assert not missing, f"the dashboard queries metrics no sidecar serves: {missing}"
+    assert total(samples, "execpods_grpc_server_calls_total", code="INVALID_ARGUMENT") == 1
