@@ -194,6 +194,24 @@ def test_a_sidecar_certificate_the_ca_did_not_sign_fails_spark_naming_the_ca_pro
     assert sim.pods() == []
 
 
+def test_plaintext_to_a_tls_sidecar_fails_spark_naming_the_tls_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki
+) -> None:
+    with _sidecar(sim, **pki.tls_conf()) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "is not reachable over plaintext" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.enabled=true" in said
+    assert sim.pods() == []
+
+
 def test_a_client_certificate_not_allowed_fails_spark_naming_the_property(
     sim: KubeSim, plugin_jar: Path, pki: Pki
 ) -> None:

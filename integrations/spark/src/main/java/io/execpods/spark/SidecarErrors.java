@@ -48,6 +48,7 @@ final class SidecarErrors {
       case DEADLINE_EXCEEDED:
         // Calls wait for the sidecar (waitForReady): a handshake that keeps failing ends here.
         message = sslCause(error) != null || said.contains("SSL") || said.contains("certif")
+                || !security.tls && said.contains("Network closed")
             ? unavailable(at, said, error, security)
             : at + " did not answer within " + ExecPodsAllocator.SIDECAR_DEADLINE
                 + " (" + said + "): is it running and listening there?";
