@@ -117,6 +117,19 @@ def test_defect_9_a_hand_made_pod_with_a_huge_id_does_not_stop_allocation() -> N
     assert notices == []
 
 
+def test_an_empty_ledger_leaves_the_pods_to_go_by() -> None:
+    """A ledger deleted by hand (or never written) reads 0: ids continue above the pods."""
+    cluster = InMemoryPodOperations()
+    for i in (1, 2, 3):
+        cluster.pods[f"p{i}"] = pod_of(i)
+    rig = make_allocator_rig(SETTINGS, pods=cluster, id_ledger=InMemoryIdLedger())
+    rig.allocator.set_total_expected_executors(4)
+    for pod in cluster.pods.values():
+        rig.store.update_pod(pod)
+    rig.store.notify_subscribers()
+    assert rig.pods.created_executor_ids() == [4]
+
+
 def test_ids_at_or_above_the_maximum_are_not_adopted() -> None:
     cluster = InMemoryPodOperations()
     cluster.pods["big"] = pod_of(500)

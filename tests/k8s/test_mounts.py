@@ -98,13 +98,6 @@ def test_a_template_keeps_its_own_volumes_and_the_executor_container_gets_the_mo
         ({f"{VOLUMES}emptyDir.x.mount.where": "/x"}, "emptyDir volumes take mount.path"),
         ({f"{VOLUMES}emptyDir.x": "/x"}, "TYPE.NAME.mount.KEY"),
         ({f"{VOLUMES}emptyDir.X_1.mount.path": "/x"}, "DNS-1123 label"),
-        (
-            {
-                f"{VOLUMES}persistentVolumeClaim.d.mount.path": "/d",
-                f"{VOLUMES}persistentVolumeClaim.d.options.claimName": "OnDemand",
-            },
-            "OnDemand is not supported",
-        ),
         ({"spark.kubernetes.executor.secretKeyRef.PW": "no-key"}, "use secret:key"),
         ({"spark.kubernetes.executor.secretKeyRef.1PW": "s:k"}, "environment variable name"),
         ({"spark.kubernetes.executor.secrets.Bad_Secret": "/x"}, "secret name"),

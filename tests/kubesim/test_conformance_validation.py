@@ -8,6 +8,7 @@ the object exists). Users' tests that pass here would fail against a cluster oth
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -167,3 +168,50 @@ def test_an_optional_missing_volume_object_does_not_hold_the_pod(
     sim.run_until_idle()
     assert core.read_namespaced_pod("free", NS).status.phase == "Running"
     assert _failed_mounts(core, "free") == []
+
+
+def test_kubectl_describe_shows_the_failed_mount(sim: KubeSim, core: CoreApi) -> None:
+    """`kubectl describe pod` selects the pod's events by `involvedObject.*` fields."""
+    from tests.kubesim.test_kubectl import kubectl_path
+
+    volumes = [{"name": "v", "secret": {"secretName": "absent"}}]
+    core.create_namespaced_pod(NS, _with_volumes("waits", volumes))
+    sim.advance(5)
+    described = subprocess.run(
+        [kubectl_path(), "--kubeconfig", str(sim.kubeconfig_path), "describe", "pod", "waits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert described.returncode == 0, described.stderr
+    assert "ContainerCreating" in described.stdout
+    assert "FailedMount" in described.stdout
+    assert 'secret "absent" not found' in described.stdout
+
+
+def test_kubectl_get_ns_and_a_namespace_named_against_the_rules(
+    sim: KubeSim, tmp_path: Any
+) -> None:
+    """`kubectl get ns` lists namespaces; applying one whose name is no DNS-1123 label is 422."""
+    from tests.kubesim.test_kubectl import kubectl_path
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [kubectl_path(), "--kubeconfig", str(sim.kubeconfig_path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-b\n")
+    bad.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: Bad_NS\n")
+    assert kubectl("apply", "-f", str(good)).returncode == 0
+    refused = kubectl("apply", "-f", str(bad))
+    assert refused.returncode != 0
+    assert 'The Namespace "Bad_NS" is invalid: metadata.name' in refused.stderr
+    listed = kubectl("get", "ns")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert {"default", "team-b"} <= set(names)
+    assert "Bad_NS" not in names
+    missing = kubectl("get", "ns", "Bad_NS")
+    assert missing.returncode != 0
+    assert 'namespaces "Bad_NS" not found' in missing.stderr

@@ -1,6 +1,6 @@
 // A driver in another language: drives the execpods sidecar from Node.js over the contract alone.
 //
-//   node client.test.mjs 127.0.0.1:50051        (or EXECPODS_SIDECAR=127.0.0.1:50051 node ...)
+//   node client.test.mjs 127.0.0.1:50551        (or EXECPODS_SIDECAR=127.0.0.1:50551 node ...)
 //
 // It loads proto/execpods/v1/allocator.proto at run time with @grpc/proto-loader (no generated
 // code), calls RequestTotal, KillExecutors (including a misspelt id: INVALID_ARGUMENT) and

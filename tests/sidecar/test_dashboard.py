@@ -1,7 +1,8 @@
 """The Grafana dashboard (deploy/grafana-dashboard.json) queries only metrics a sidecar serves.
 
 A live sidecar on the simulator, with metrics on, goes through what the panels show: executors
-requested, run, killed by the driver, one OOM-killed, a create refused, a bad RPC. Its /metrics
+requested, run, killed by the driver, one OOM-killed, a create refused, an API call throttled
+(429), a bad RPC. Its /metrics
 must then hold a sample of every metric any panel or variable queries, so a renamed metric or a
 misspelt query fails here rather than as an empty panel in production.
 """
@@ -68,13 +69,15 @@ def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
         sim.reject_creates(403, count=1)
         client.kill_executors([min(running_ids(sim, "dashboard"))])
         sim.oom_kill(pod_name(sim, "dashboard", max(running_ids(sim, "dashboard"))))
+        sim.throttle(1, retry_after=0)  # the next API call gets a 429, for the API panels
         samples = scrape_until(
             address,
             lambda s: (
                 total(s, "execpods_executor_removals_total") == 2
                 and total(s, "execpods_target_reached_seconds_count") >= 1
+                and total(s, "execpods_api_throttled_total") >= 1
             ),
-            "two removals and the target reached",
+            "two removals, the target reached and a 429",
         )
         stream.cancel()
     served = {name for name, _ in samples} | {name for name, _ in scrape(address)}

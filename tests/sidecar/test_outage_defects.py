@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -43,37 +45,75 @@ def kill_code(client: AllocatorClient, ids: list[int]) -> tuple[grpc.StatusCode,
     return caught.value.code(), caught.value.details() or ""
 
 
+LONG_BACK_OFF = {
+    "execpods.kubernetes.backoffInitial": "20s",
+    "execpods.kubernetes.backoffMax": "30s",
+    **ONE_QUICK_STOP,
+}
+"""Once the first failure closes the gate, the next kill is surely held, unsent."""
+
+
+def kills_in_a_fault(
+    sim: KubeSim, make_sidecar_on: SidecarOnFactory, app_id: str, conf: dict[str, str]
+) -> Callable[[], tuple[grpc.StatusCode, grpc.StatusCode, str]]:
+    """A sidecar with executor 1 running; the returned call kills it twice (in the fault the
+    test starts) and gives both codes and the second's message."""
+    sidecar = make_sidecar_on(sim, app_id, conf=conf)
+    wait_for(lambda: running_ids(sim, app_id) == {1}, what="one running")
+
+    def kill_twice() -> tuple[grpc.StatusCode, grpc.StatusCode, str]:
+        with AllocatorClient(sidecar.address) as client:
+            first, _ = kill_code(client, [1])  # sent and failed, or already held
+            held, details = kill_code(client, [1])
+        assert "was not sent" in details  # the gate held it
+        return first, held, details
+
+    return kill_twice
+
+
 def test_a_kill_held_by_the_back_off_gate_in_an_outage_is_unavailable(
     slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
 ) -> None:
+    kill_twice = kills_in_a_fault(slow_stop_sim, make_sidecar_on, "outage", LONG_BACK_OFF)
+    slow_stop_sim.fail_requests(503)
+    first, held, _ = kill_twice()
+    slow_stop_sim.clear_faults()
+    assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_kill_held_after_refused_connections_is_unavailable(
+    slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
+) -> None:
     sim = slow_stop_sim
-    # A long back-off: once the first 503 closes the gate, the next kill is held, unsent.
-    conf = {"execpods.kubernetes.backoffInitial": "20s", "execpods.kubernetes.backoffMax": "30s"}
-    conf |= ONE_QUICK_STOP
-    sidecar = make_sidecar_on(sim, "outage", conf=conf)
-    wait_for(lambda: running_ids(sim, "outage") == {1}, what="one running")
-    with AllocatorClient(sidecar.address) as client:
-        sim.fail_requests(503)
-        first, _ = kill_code(client, [1])  # sent and answered 503, or already held
-        held, details = kill_code(client, [1])
-        assert "was not sent" in details  # the gate held it
-        assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
-        sim.clear_faults()
+    kill_twice = kills_in_a_fault(sim, make_sidecar_on, "refused", LONG_BACK_OFF)
+    down = threading.Thread(target=sim.restart, kwargs={"down_seconds": 3.0})
+    down.start()  # the API server goes away: its port refuses connections for 3 s
+    try:
+        wait_for(lambda: refuses(sim.port), what="the API server's port to refuse connections")
+        first, held, _ = kill_twice()
+    finally:
+        down.join(10)
+    assert (first, held) == (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE)
+
+
+def refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # reset or timed out while the server goes down: not refusing yet
+        return False
+    return False
 
 
 def test_a_kill_held_after_a_429_stays_resource_exhausted(
     slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
 ) -> None:
-    sim = slow_stop_sim
-    sidecar = make_sidecar_on(sim, "quota", conf=ONE_QUICK_STOP)
-    wait_for(lambda: running_ids(sim, "quota") == {1}, what="one running")
-    with AllocatorClient(sidecar.address) as client:
-        sim.throttle(retry_after=30, seconds=60)
-        kill_code(client, [1])
-        held, details = kill_code(client, [1])
-        assert "was not sent" in details
-        assert held == grpc.StatusCode.RESOURCE_EXHAUSTED
-        sim.clear_faults()
+    kill_twice = kills_in_a_fault(slow_stop_sim, make_sidecar_on, "quota", ONE_QUICK_STOP)
+    slow_stop_sim.throttle(retry_after=30, seconds=60)
+    _, held, _ = kill_twice()
+    slow_stop_sim.clear_faults()
+    assert held == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_a_pod_deleted_twice_is_counted_once_in_the_reply_and_the_metric(

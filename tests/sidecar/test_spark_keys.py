@@ -185,7 +185,7 @@ def test_a_real_spark_43_defaults_file_loads_and_logs_each_kind_once(
         "spark.kubernetes.executor.pvc.resizeFactor",
     ):
         assert key in warnings[0]
-    assert "issue 22" in warnings[0]
+    assert "in-place resize" in warnings[0]
     for key in (
         "spark.kubernetes.executor.pod.excludedFeatureSteps",
         "spark.sql.adaptive.enabled",

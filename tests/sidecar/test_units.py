@@ -7,15 +7,17 @@ import typing
 
 import grpc.aio
 from execpods.core import (
+    AllocatorNotice,
     ExecutorExited,
     ExecutorPodsSnapshot,
     ExecutorRemoval,
+    NoticeKind,
     NumberedRemoval,
     Position,
 )
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_state
+from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_notice, encode_state
 from execpods.sidecar.feed import Pending, StreamFeed
 from execpods.sidecar.messages import StreamCursor, build_response
 from execpods.sidecar.service import AllocatorService
@@ -264,3 +266,15 @@ def test_every_handler_is_typed_with_its_messages_and_an_aio_context() -> None:
         assert hints["request"] is request, method.name
         assert typing.get_origin(hints["context"]) is grpc.aio.ServicerContext, method.name
         assert typing.get_args(hints["context"]) == (request, response), method.name
+
+
+def test_every_allocator_notice_kind_has_its_own_contract_kind() -> None:
+    """A notice kind the contract cannot say would end the stream (issue 20 added the id
+    ledger's KIND_ID_RESERVATION_FAILED)."""
+    kinds = {
+        encode_notice(AllocatorNotice(kind=kind, message="m", resource_profile_id=0)).kind
+        for kind in NoticeKind
+    }
+    assert len(kinds) == len(NoticeKind)
+    assert pb.AllocatorNotice.KIND_UNSPECIFIED not in kinds
+    assert pb.AllocatorNotice.KIND_ID_RESERVATION_FAILED in kinds

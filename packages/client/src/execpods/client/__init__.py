@@ -2,7 +2,7 @@
 
     from execpods.client import AllocatorClient, ExecutorState
 
-    with AllocatorClient("127.0.0.1:50051") as client:
+    with AllocatorClient("127.0.0.1:50551") as client:
         client.wait_for_ready(10)
         client.request_total(3)
         with client.stream_snapshots() as stream:

@@ -123,13 +123,17 @@ def update_request(
     *,
     explicit: bool,
     registered_at_ms: Mapping[int, int] | None = None,
+    registration_timeout_ms: int | None = None,
 ) -> pb.UpdateDriverExecutorsRequest:
-    return pb.UpdateDriverExecutorsRequest(
+    request = pb.UpdateDriverExecutorsRequest(
         registered=list(registered),
         released=list(released),
         explicit=explicit,
         registered_at_ms=dict(registered_at_ms or {}),
     )
+    if registration_timeout_ms is not None:
+        request.registration_timeout_ms = registration_timeout_ms
+    return request
 
 
 def _id_text(executor_id: int | str) -> str:

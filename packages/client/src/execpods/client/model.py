@@ -114,10 +114,12 @@ class StreamPosition:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocatorNotice:
-    """Something the allocator tells the driver: refused or throttled creates, or the id cap.
+    """Something the allocator tells the driver: refused or throttled creates, the id cap, or a
+    bad node blocked or lifted.
 
     `kind` is the contract's `AllocatorNotice.Kind` without its prefix: "create_refused",
-    "create_throttled", "create_failed" or "allocation_maximum_reached".
+    "create_throttled", "create_failed", "allocation_maximum_reached", "node_blocked" or
+    "node_unblocked".
     """
 
     kind: str

@@ -98,6 +98,7 @@ class DriverViewMemory:
         self._registered_at_ms: dict[int, int] = {}
         self._explicit = False
         self._used = False
+        self._registration_timeout_ms: int | None = None
 
     def note_update(
         self,
@@ -106,9 +107,12 @@ class DriverViewMemory:
         *,
         explicit: bool,
         registered_at_ms: Mapping[int, int] | None = None,
+        registration_timeout_ms: int | None = None,
     ) -> None:
         with self._lock:
             self._used = True
+            if registration_timeout_ms is not None:
+                self._registration_timeout_ms = registration_timeout_ms
             self._registered.update(registered)
             self._registered_at_ms.update(registered_at_ms or {})
             self._released.update(released)
@@ -127,12 +131,15 @@ class DriverViewMemory:
         with self._lock:
             if not self._used:
                 return None
-            return pb.UpdateDriverExecutorsRequest(
+            request = pb.UpdateDriverExecutorsRequest(
                 registered=sorted(self._registered),
                 released=sorted(self._released),
                 explicit=self._explicit,
                 registered_at_ms=self._registered_at_ms,
             )
+            if self._registration_timeout_ms is not None:
+                request.registration_timeout_ms = self._registration_timeout_ms
+            return request
 
 
 def stream_request(

@@ -123,7 +123,7 @@ class SnapshotStream(DecodedCall[BlockingCall]):
 class AllocatorClient(Connection):
     """A driver's handle on the sidecar's `execpods.v1.ExecutorAllocator` service.
 
-    `target` is a gRPC target such as `127.0.0.1:50051` or `unix:/run/execpods.sock`. `timeout`
+    `target` is a gRPC target such as `127.0.0.1:50551` or `unix:/run/execpods.sock`. `timeout`
     (seconds) bounds each unary call and `wait_for_ready`; streams have no deadline, since they are
     meant to last as long as the driver. Use it as a context manager, or call `close()`.
     """
@@ -193,22 +193,33 @@ class AllocatorClient(Connection):
         released: Iterable[int] = (),
         explicit: bool = False,
         registered_at_ms: Mapping[int, int] | None = None,
+        registration_timeout_ms: int | None = None,
     ) -> frozenset[int]:
         """Tells the sidecar which executors the driver knows; returns the ones it now knows.
 
         `registered_at_ms` says when the driver registered executors (ms since the epoch): an
         executor is reported missing only when a list taken more than
         `spark.kubernetes.executor.missingPodDetectDelta` later lacks its pod.
+        `registration_timeout_ms` (explicit mode) has a Running executor the driver has not
+        registered within it deleted and replaced (0 turns it off; kept across reconnects).
         """
         registered, released = list(registered), list(released)
         request = update_request(
-            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+            registered,
+            released,
+            explicit=explicit,
+            registered_at_ms=registered_at_ms,
+            registration_timeout_ms=registration_timeout_ms,
         )
         response = self._stub.UpdateDriverExecutors(
             request, timeout=self._timeout, metadata=self._metadata
         )
         self._view.note_update(
-            registered, released, explicit=explicit, registered_at_ms=registered_at_ms
+            registered,
+            released,
+            explicit=explicit,
+            registered_at_ms=registered_at_ms,
+            registration_timeout_ms=registration_timeout_ms,
         )
         return frozenset(response.known)
 

@@ -497,6 +497,12 @@ class AllocatorNotice(_message.Message):
         SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
         Sent once, after the removal that caused it; `count` is 0.
         """
+        KIND_NODE_BLOCKED: AllocatorNotice._Kind.ValueType  # 20
+        """Executors kept failing on a node (execpods.badNodes.*): new executor pods get node
+        anti-affinity for it for `retry_in_ms` (the cool-down). The message names the node.
+        """
+        KIND_NODE_UNBLOCKED: AllocatorNotice._Kind.ValueType  # 21
+        """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -522,6 +528,12 @@ class AllocatorNotice(_message.Message):
     SPARK_EXECUTOR_CORES is max(1, ceil(spark.task.cpus)), so each runs one task at a time).
     Sent once, after the removal that caused it; `count` is 0.
     """
+    KIND_NODE_BLOCKED: AllocatorNotice.Kind.ValueType  # 20
+    """Executors kept failing on a node (execpods.badNodes.*): new executor pods get node
+    anti-affinity for it for `retry_in_ms` (the cool-down). The message names the node.
+    """
+    KIND_NODE_UNBLOCKED: AllocatorNotice.Kind.ValueType  # 21
+    """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
 
     KIND_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
@@ -731,9 +743,15 @@ class UpdateDriverExecutorsRequest(_message.Message):
     RELEASED_FIELD_NUMBER: _builtins.int
     EXPLICIT_FIELD_NUMBER: _builtins.int
     REGISTERED_AT_MS_FIELD_NUMBER: _builtins.int
+    REGISTRATION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     explicit: _builtins.bool
     """When true, the known executors are exactly those the driver registered (and did not see
     removed), and the sidecar stops inferring them from running pods.
+    """
+    registration_timeout_ms: _builtins.int
+    """When set, how long (ms) an executor may run without the driver knowing it before its pod is
+    deleted and it is replaced (execpods.executor.registrationTimeout); 0 turns it off. The
+    removal's message says the executor did not register in time. Meant for explicit mode.
     """
     @_builtins.property
     def registered(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -760,12 +778,15 @@ class UpdateDriverExecutorsRequest(_message.Message):
         released: _abc.Iterable[_builtins.int] | None = ...,
         explicit: _builtins.bool = ...,
         registered_at_ms: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
+        registration_timeout_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_registration_timeout_ms", b"_registration_timeout_ms", "registration_timeout_ms", b"registration_timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["explicit", b"explicit", "registered", b"registered", "registered_at_ms", b"registered_at_ms", "released", b"released"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_registration_timeout_ms", b"_registration_timeout_ms", "explicit", b"explicit", "registered", b"registered", "registered_at_ms", b"registered_at_ms", "registration_timeout_ms", b"registration_timeout_ms", "released", b"released"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__registration_timeout_ms: _TypeAlias = _typing.Literal["registration_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__registration_timeout_ms: _TypeAlias = _typing.Literal["_registration_timeout_ms", b"_registration_timeout_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__registration_timeout_ms) -> _WhichOneofReturnType__registration_timeout_ms | None: ...
 
 Global___UpdateDriverExecutorsRequest: _TypeAlias = UpdateDriverExecutorsRequest  # noqa: Y015
 

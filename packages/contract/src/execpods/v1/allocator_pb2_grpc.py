@@ -104,7 +104,9 @@ class ExecutorAllocatorServicer:
     def IsDeleted(self, request, context):
         """Whether the allocator deleted this executor while scaling down and its pod may still show
         (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
-        registration. False once the pod has left the snapshots, and for ids never deleted this way.
+        registration. True only while that delete was accepted or is being retried (a failed one is
+        retried until the pod is gone); false once the pod has left the snapshots, once it turned
+        out Running (the delete spares Running pods), and for ids never deleted this way.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -61,7 +61,9 @@ class ExecutorAllocatorStub:
     IsDeleted: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.IsDeletedRequest, _allocator_pb2.IsDeletedResponse]
     """Whether the allocator deleted this executor while scaling down and its pod may still show
     (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
-    registration. False once the pod has left the snapshots, and for ids never deleted this way.
+    registration. True only while that delete was accepted or is being retried (a failed one is
+    retried until the pod is gone); false once the pod has left the snapshots, once it turned
+    out Running (the delete spares Running pods), and for ids never deleted this way.
     """
 
 @_typing.type_check_only
@@ -90,7 +92,9 @@ class ExecutorAllocatorAsyncStub(ExecutorAllocatorStub):
     IsDeleted: _aio.UnaryUnaryMultiCallable[_allocator_pb2.IsDeletedRequest, _allocator_pb2.IsDeletedResponse]  # type: ignore[assignment]
     """Whether the allocator deleted this executor while scaling down and its pod may still show
     (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
-    registration. False once the pod has left the snapshots, and for ids never deleted this way.
+    registration. True only while that delete was accepted or is being retried (a failed one is
+    retried until the pod is gone); false once the pod has left the snapshots, once it turned
+    out Running (the delete spares Running pods), and for ids never deleted this way.
     """
 
 class ExecutorAllocatorServicer(metaclass=_abc_1.ABCMeta):
@@ -146,7 +150,9 @@ class ExecutorAllocatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_allocator_pb2.IsDeletedResponse, _abc.Awaitable[_allocator_pb2.IsDeletedResponse]]:
         """Whether the allocator deleted this executor while scaling down and its pod may still show
         (Spark's ExecutorPodsAllocator.isDeleted): a driver refuses such an executor's late
-        registration. False once the pod has left the snapshots, and for ids never deleted this way.
+        registration. True only while that delete was accepted or is being retried (a failed one is
+        retried until the pod is gone); false once the pod has left the snapshots, once it turned
+        out Running (the delete spares Running pods), and for ids never deleted this way.
         """
 
 def add_ExecutorAllocatorServicer_to_server(servicer: ExecutorAllocatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

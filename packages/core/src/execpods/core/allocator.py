@@ -24,6 +24,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from execpods.core.allocation import (
     ExecutorCounts,
@@ -32,6 +33,7 @@ from execpods.core.allocation import (
     excess_to_delete,
     request_counts,
 )
+from execpods.core.claims import ExecutorClaims
 from execpods.core.creation import (
     AllocatorNotice,
     CreateRunner,
@@ -70,6 +72,22 @@ __all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 logger = logging.getLogger(__name__)
 
 
+class RoundHook(Protocol):
+    """Something told of each allocation round's snapshot before the round decides."""
+
+    def begin_round(
+        self,
+        snapshot: ExecutorPodsSnapshot,
+        *,
+        app_id: str,
+        now: float,
+        batch: Sequence[ExecutorPodsSnapshot] = (),
+    ) -> None:
+        """`snapshot` is the round's latest, `batch` every snapshot since the last round (a pod
+        may have passed through states the latest no longer shows); `now` is wall-clock
+        seconds."""
+
+
 @dataclass(slots=True)
 class _Request:
     created_at: float
@@ -103,9 +121,16 @@ class ExecutorPodsAllocator:
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        claims: ExecutorClaims | None = None,
+        round_hooks: Sequence[RoundHook] = (),
         id_ledger: ExecutorIdLedger | None = None,
     ) -> None:
         self._settings = settings
+        self._claims = claims
+        """The executors' OnDemand claims (`claims.py`): reusable ones are found per round, and
+        waiting to reuse them can hold creates back."""
+        self._round_hooks = list(round_hooks) if round_hooks else ([claims] if claims else [])
+        """Told of every round's snapshot first (claims in use, failures per node)."""
         self._failures = failure_tracker
         """Shared with the lifecycle manager: refused and failed creates count as executor
         failures, and once too many executors failed no more are created."""
@@ -240,12 +265,23 @@ class ExecutorPodsAllocator:
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         for executor_id in [i for i in self._unseen if i in known]:
             self._unseen_known[executor_id] = self._unseen.pop(executor_id).resource_profile_id
+        for executor_id in [i for i in self._unseen_known if i not in known]:
+            # The driver let it go (removed as missing, its pod gone before any snapshot showed
+            # it): it no longer holds a slot. Spark keeps it, and its target is never met.
+            del self._unseen_known[executor_id]
         self._expire_unseen_requests()
         if snapshots:
             self._last_snapshot = snapshots[-1]
         self._deleted.revisit(self._last_snapshot, self._delete_pending, self._clock.monotonic())
         self._deleted.forget_gone(self._last_snapshot)
         self._creator.observe_starts(snapshots)
+        for hook in self._round_hooks:
+            hook.begin_round(
+                self._last_snapshot,
+                app_id=self._app_or_fail(),
+                now=self._clock.time(),
+                batch=snapshots,
+            )
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -316,7 +352,9 @@ class ExecutorPodsAllocator:
             del self._unseen[executor_id]
         self._creator.starts.forget(expired)
         if self._settings.delete_on_termination:
-            self._delete(PodSelector.executors_of(self._labels, self._app_or_fail(), expired))
+            # Spark's delete by id; followed until gone as scale-down's are (retried only while
+            # Pending): a denied delete must not leak them.
+            self._deleted.delete(expired, self._delete_expired, now)
 
     def _profile_states(self, known: frozenset[int]) -> list[ProfileState]:
         """Every profile with a target, classified from the last snapshot, in ascending id."""
@@ -407,6 +445,11 @@ class ExecutorPodsAllocator:
             unseen_known=state.unseen_known,
         )
 
+    def _delete_expired(self, ids: frozenset[int]) -> None:
+        self._pods.delete_by_selector(
+            PodSelector.executors_of(self._labels, self._app_or_fail(), ids)
+        )
+
     def _delete_pending(self, ids: frozenset[int]) -> None:
         """Scale-down's one call: the Pending pods of `ids`, never one that turned Running."""
         selector = PodSelector(
@@ -415,14 +458,6 @@ class ExecutorPodsAllocator:
             phase="Pending",
         )
         self._pods.delete_by_selector(selector)
-
-    def _delete(self, selector: PodSelector) -> bool:
-        try:
-            self._pods.delete_by_selector(selector)
-        except PodOperationError as error:
-            logger.warning("Could not delete pods %s: %s", selector.label_selector(), error)
-            return False
-        return True
 
     # Scale-up.
 
@@ -464,6 +499,10 @@ class ExecutorPodsAllocator:
                 self._reservation_reported = False
             if allowed <= 0:
                 continue
+            if self._claims is not None:  # waiting to reuse claims can hold creates back
+                allowed = min(allowed, self._claims.creatable(allowed))
+                if allowed <= 0:
+                    continue
             state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol
 
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
+from execpods.core.badnodes import AvoidingPodBuilder, NodeBlocklist
+from execpods.core.claims import ClaimingPodOperations, ExecutorClaims
 from execpods.core.clock import SystemClock
 from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
@@ -50,6 +53,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -120,6 +124,9 @@ def compose_backend(
     runner: CreateRunner | None = None,
     rng: random.Random | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    claims: ExecutorClaims | None = None,
+    blocklist: NodeBlocklist | None = None,
+    registration: RegistrationTimeout | None = None,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -133,6 +140,11 @@ def compose_backend(
     in the cluster): ids are reserved through it before use and never issued twice across
     restarts; None keeps the mark in the process only (restarts are then safe only while the pods
     of the highest ids exist).
+    With `claims`, the allocator's creates also make the executors' OnDemand claims, and stop
+    deletes the application's claims. With `blocklist`, new executor pods keep off the nodes it
+    blocks (it counts failures per node each allocation round, and its notices go to the
+    allocator's listeners). With `registration`, Running executors the driver does not know
+    in time are deleted and reported with its reason.
     """
     clock = clock if clock is not None else SystemClock()
     make_store = store if store is not None else scheduled_store()
@@ -160,10 +172,18 @@ def compose_backend(
         close = _then(pool.shutdown, close)  # the create threads go with the backend
         runner = pool
     failures = ExecutorFailureTracker.from_settings(settings, clock)
+    creating: PodOperations = pod_operations
+    if claims is not None:
+        creating = ClaimingPodOperations(
+            pod_operations, claims, executor_id_label=settings.labels.executor_id
+        )
+        close = _then(partial(claims.stop, app_id), close)
+    if blocklist is not None:
+        pod_builder = AvoidingPodBuilder(pod_builder, blocklist)
     allocator = ExecutorPodsAllocator(
         settings=settings,
         pod_builder=pod_builder,
-        pod_operations=pod_operations,
+        pod_operations=creating,
         store=_timed(snapshots, "allocator", on_round, clock),
         clock=clock,
         failure_tracker=failures,
@@ -171,8 +191,12 @@ def compose_backend(
         runner=runner,
         rng=rng,
         id_ledger=id_ledger,
+        claims=claims,
+        round_hooks=[h for h in (claims, blocklist) if h is not None],
     )
     recovery.set_notify(allocator.notify)
+    if blocklist is not None:
+        blocklist.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
         pod_operations=pod_operations,
@@ -181,6 +205,9 @@ def compose_backend(
         observer=removals,
         failure_tracker=failures,
     )
+    if registration is not None:
+        registration.attach(driver=driver, expect_removal=lifecycle.expect_removal)
+        snapshots.add_subscriber(settings.event_processing_interval, registration.on_new_snapshots)
     return ExecutorPodsBackend(
         app_id=app_id,
         settings=settings,

@@ -118,6 +118,8 @@ class NoticeKind(enum.Enum):
     """The id ledger could not be written: no id above its mark is issued until it is."""
     RECOVERY_MODE = "recovery_mode"
     """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
+    NODE_BLOCKED = "node_blocked"
+    NODE_UNBLOCKED = "node_unblocked"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

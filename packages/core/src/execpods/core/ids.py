@@ -68,8 +68,6 @@ class ExecutorIds:
         self._reserved = 0 if ledger is not None else maximum - 1
         self._failures = 0
         self._retry_at = 0.0
-        self.reservations = 0
-        """Marks written by this counter (for tests and logs)."""
         self.last_error: PodOperationError | None = None
 
     @property
@@ -146,7 +144,6 @@ class ExecutorIds:
         self._retry_at = 0.0
         self.last_error = None
         self._reserved = max(self._reserved, through)
-        self.reservations += 1
 
     def next(self) -> int:
         """The next id to use for a create about to be sent (a handed-back one first).

@@ -215,6 +215,8 @@ class ExecutorPodsLifecycleManager:
         list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
         self._killed_lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+        """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
 
@@ -227,6 +229,11 @@ class ExecutorPodsLifecycleManager:
         """The driver asked for these executors to go: their ends are reported as its doing."""
         with self._killed_lock:
             self._killed.update(executor_ids)
+
+    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._killed_lock:
+            self._reasons[executor_id] = reason
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
@@ -308,7 +315,11 @@ class ExecutorPodsLifecycleManager:
             and (disruption is None or self._settings.count_disruptions)
         ):
             self.failures.register_failure()
-        reason = exit_reason(observed, executor_id, killed_by_driver=killed, disruption=disruption)
+        with self._killed_lock:
+            reason = self._reasons.pop(executor_id, None)
+        reason = reason or exit_reason(
+            observed, executor_id, killed_by_driver=killed, disruption=disruption
+        )
         self._report(driver, executor_id, reason, work)
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:

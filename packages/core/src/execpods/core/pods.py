@@ -111,6 +111,8 @@ class ExecutorPod:
     """Why Kubernetes disrupted the pod, when its `DisruptionTarget` condition is True: the
     condition's reason (`EvictionByEvictionAPI`, `PreemptionByScheduler`,
     `DeletionByTaintManager`, `TerminationByKubelet`...), else "DisruptionTarget"."""
+    claim_names: tuple[str, ...] = ()
+    """The PersistentVolumeClaims its volumes name (a claim in use is not reused)."""
     gone: bool = False
     """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
     its last status said (a force-deleted pod's last status can still read Running)."""

@@ -3,10 +3,12 @@
 A sidecar restarted beside a running driver (same application id) finds the executor pods its
 previous life created. Before its first create it lists them all, the inactive ones included
 (`spark-exec-inactive=true`, kept by `deleteOnTermination=false`): new ids continue above the
-highest found, so no id is used twice, and the live pods count as requested until the snapshots
-show them, so none is duplicated and none is left without an owner. Finished pods are left to
-the lifecycle manager, which reports each once when the snapshots show it. KubeRay and Flink
-adopt their pods the same way; Spark's allocator lives and dies with its driver and never needs to.
+highest found and the id ledger's mark (`ids.py`), so no id is used twice, and the live pods
+count as requested until the snapshots show them, so none is duplicated and none is left without
+an owner. Pods whose ids this application never issued are not adopted (`adoption_of`).
+Finished pods are left to the lifecycle manager, which reports each once when the snapshots show
+it. KubeRay and Flink adopt their pods the same way; Spark's allocator lives and dies with its
+driver and never needs to.
 
 A create whose answer was lost (a 5xx, a broken connection) may or may not have made its pod.
 Spark waits for the pod creation timeout to find out; one list of those executors tells at once.
@@ -50,9 +52,12 @@ def adoption_of(
     reserved_through: int | None = None,
 ) -> Adoption:
     """What the listed pods say. Not adopted (warned about), so that one hand-made pod cannot
-    spend every id and stop allocation for good: ids at or above `maximum`, which no executor
-    can have, and, with an id ledger, ids above its mark (`reserved_through`), which this
-    application never issued since every id is reserved before use."""
+    spend every id and stop allocation for good:
+    - with an id ledger that holds a mark (`reserved_through` > 0), ids above it: this
+      application never issued them, since every id is reserved before use;
+    - otherwise (no ledger, or an empty one: lost, or written by no earlier life), ids at or
+      above `maximum` - 1, which would leave no id below `spark.kubernetes.allocation.maximum`
+      to issue (Spark issues none at or above it); the pods are then all there is to go by."""
     highest = 0
     found = 0
     live: dict[int, int] = {}
@@ -61,8 +66,8 @@ def adoption_of(
         executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
             continue
-        if (maximum is not None and executor_id >= maximum) or (
-            reserved_through is not None and executor_id > reserved_through
+        if (reserved_through and executor_id > reserved_through) or (
+            not reserved_through and maximum is not None and executor_id >= maximum - 1
         ):
             beyond.append(pod.name)
             continue
@@ -77,7 +82,7 @@ def adoption_of(
     if beyond:
         logger.warning(
             "Not adopting executor pods %s: their executor ids were never issued by this "
-            "application (above the id ledger's mark %s, or at or above "
+            "application (above the id ledger's mark %s, or leaving no id below "
             "spark.kubernetes.allocation.maximum=%s); made by hand or by another run, they are "
             "left alone and new ids do not continue above them.",
             ",".join(sorted(beyond)),

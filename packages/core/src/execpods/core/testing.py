@@ -162,6 +162,7 @@ class InMemoryPodOperations:
                 name=name,
                 namespace=str(metadata.get("namespace", self.namespace)),
                 labels=dict(metadata.get("labels", {})),
+                uid=f"uid-{name}",
                 phase="Pending",
             )
 

@@ -263,17 +263,7 @@ def _script(
         driver = SampleDriver(client, console)
         try:
             console.say(f"driver: connected; asking for {n} executors")
-            driver.request_total(n)
-            driver.wait_running(n)
-            console.say(f"  {n} executors running")
-
-            doomed = driver.running()[:2]
-            deleted = client.kill_executors(doomed)
-            console.say(f"> KillExecutors({doomed}): {deleted} pods deleted")
-            for removal in driver.wait_removals(2):
-                console.say(_describe(removal))
-            driver.wait_running(n)
-            console.say(f"  replaced: {n} executors running again")
+            _scale_then_kill(driver, n, kill=2)
 
             victim = driver.running()[-1]
             console.say(f"kubesim: OOM-killing executor {victim}'s container")
@@ -294,6 +284,41 @@ def _script(
             )
             console.say(f"  scaled down to {keep} executors")
             _summary(driver, sim, console)
+        finally:
+            driver.close()
+    return 0
+
+
+def _scale_then_kill(driver: SampleDriver, n: int, *, kill: int) -> None:
+    """Ask for `n`, see them run; kill the first `kill`, see why they went and the replacements."""
+    console = driver.console
+    driver.request_total(n)
+    driver.wait_running(n)
+    console.say(f"  {n} executors running")
+    doomed = driver.running()[:kill]
+    deleted = driver.client.kill_executors(doomed)
+    console.say(f"> KillExecutors({doomed}): {deleted} pods deleted")
+    for removal in driver.wait_removals(kill):
+        console.say(_describe(removal))
+    driver.wait_running(n)
+    console.say(f"  replaced: {n} executors running again")
+
+
+def drive(address: str, executors: int, out: TextIO | None = None) -> int:
+    """The sample driver alone, against a sidecar already serving at `address` (any cluster):
+    ask for `executors`, watch them run, kill one and see it replaced, then scale to zero."""
+    console = Console(out if out is not None else sys.stdout, time.monotonic())
+    with AllocatorClient(address) as client:
+        client.wait_for_ready(60)  # the sidecar may still be starting
+        driver = SampleDriver(client, console)
+        try:
+            console.say(f"driver: connected to {address}; asking for {executors} executors")
+            _scale_then_kill(driver, executors, kill=1)
+            driver.request_total(0)
+            deleted = client.kill_executors(driver.running())
+            console.say(f"> KillExecutors(all): {deleted} pods deleted")
+            driver.wait_until("no executors", lambda s: _settled_at(s, 0))
+            console.say("  scaled down to 0: done")
         finally:
             driver.close()
     return 0
@@ -333,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the sidecar's log level: DEBUG, INFO, WARNING or ERROR (default WARNING: the "
         "demo tells its own story)",
     )
+    parser.add_argument(
+        "--sidecar",
+        metavar="ADDRESS",
+        help="drive a sidecar already serving at ADDRESS (host:port) with the sample driver "
+        "alone, instead of starting the simulator and a sidecar in process",
+    )
     add_demo_arguments(parser)
     return parser
 
@@ -346,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.sidecar:
+        return drive(args.sidecar, args.executors)
     return run_demo(args)
 
 

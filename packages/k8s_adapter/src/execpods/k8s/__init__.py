@@ -10,11 +10,13 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
+    builder_claims,
     executor_pod_name,
     load_template,
     parse_pod_template,
     sanitize_prefix,
 )
+from execpods.k8s.claims import KubernetesClaims
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
 from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
 from execpods.k8s.congestion import AdaptiveRateLimiter, rate_limiter_for
@@ -60,6 +62,7 @@ __all__ = [
     "EventWaiter",
     "ExecutorPodTemplateBuilder",
     "KubernetesApiClient",
+    "KubernetesClaims",
     "KubernetesPodOperations",
     "KubernetesSettings",
     "MalformedPod",
@@ -70,6 +73,7 @@ __all__ = [
     "WatchSource",
     "WatchStats",
     "api_client_from",
+    "builder_claims",
     "connect",
     "error_from_status",
     "executor_pod_name",

@@ -30,8 +30,16 @@ from execpods.core import (
     ResourceProfiles,
     SettingsError,
 )
+from execpods.k8s.claims import ACCESS_MODE as CLAIM_ACCESS_MODE
+from execpods.k8s.claims import (
+    KubernetesClaims,
+    OnDemandVolume,
+    name_claims,
+    take_claim_templates,
+)
 from execpods.k8s.errors import DriverPodNotFound
-from execpods.k8s.mounts import with_mounts
+from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
     MEMORY_OVERHEAD_FACTOR,
@@ -137,6 +145,7 @@ def parse_pod_template(text: str, *, what: str) -> PodManifest:
     if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
         raise SettingsError(f"{what}: the pod template is not a Pod manifest")
     _check_template(loaded, key=what)
+    take_claim_templates(copy.deepcopy(loaded), what=what)  # refuse a bad claims annotation now
     return loaded
 
 
@@ -216,6 +225,12 @@ class ExecutorPodTemplateBuilder:
     executor's."""
     profiles: ResourceProfiles | None = None
     """Declared resource profiles: a pod of profile N is shaped by profile N (`_shape`)."""
+    claim_templates: dict[int, list[PodManifest]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """The claims a Spark-built profile template carries (`claims.take_claim_templates`)."""
+    on_demand: dict[str, OnDemandVolume] = field(default_factory=dict, compare=False, repr=False)
+    """The OnDemand claim volumes of the settings, by volume name."""
 
     def __post_init__(self) -> None:
         _check_template(self.template)
@@ -235,6 +250,7 @@ class ExecutorPodTemplateBuilder:
             volumes=settings.volumes,
         )
         object.__setattr__(self, "template", mounted)  # once: the same for every executor
+        self.on_demand.update({v.volume_name: v for v in on_demand_volumes(settings.volumes)})
         if self.settings.image is None and self._template_image() is None:
             raise SettingsError(
                 "spark.kubernetes.executor.container.image (or spark.kubernetes.container.image) "
@@ -310,6 +326,9 @@ class ExecutorPodTemplateBuilder:
     ) -> PodManifest:
         profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
         pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
+        claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
+        if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
+            self.claim_templates[resource_profile_id] = claims
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
@@ -332,6 +351,7 @@ class ExecutorPodTemplateBuilder:
         spec["restartPolicy"] = "Never"
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = name
+        name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
         self._set_scheduling(spec)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
@@ -443,3 +463,22 @@ class ExecutorPodTemplateBuilder:
         for name, quantity in extra.items():  # extended resources: requests must equal limits
             requests[name] = quantity
             limits[name] = quantity
+
+
+def builder_claims(
+    gateway: ApiGateway, builder: ExecutorPodTemplateBuilder, *, read_write_once: bool = False
+) -> KubernetesClaims:
+    """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
+    templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
+    mode."""
+    labels = builder.labels
+    return KubernetesClaims(
+        gateway,
+        app_label=labels.app_id,
+        executor_id_label=labels.executor_id,
+        profile_label=labels.resource_profile_id,
+        on_demand=list(builder.on_demand.values()),
+        driver_owner=builder.owner,
+        templates_of=builder.claim_templates,
+        access_mode="ReadWriteOnce" if read_write_once else CLAIM_ACCESS_MODE,
+    )

@@ -193,6 +193,7 @@ def pod_from_dict_strict(
         pod_ip=_opt_str(status.get("podIP"), "status.podIP"),
         resource_version=_opt_str(metadata.get("resourceVersion"), "metadata.resourceVersion"),
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
+        claim_names=volume_claim_names(spec.get("volumes")),
         disruption=_disruption(status.get("conditions")),
     )
 
@@ -211,6 +212,19 @@ def _disruption(value: object) -> str | None:
             reason = condition.get("reason")
             return reason if isinstance(reason, str) and reason else "DisruptionTarget"
     return None
+
+
+def volume_claim_names(volumes: object) -> tuple[str, ...]:
+    """The claims a pod's volumes name (anything else in `spec.volumes` is not ours to judge)."""
+    if not isinstance(volumes, list):
+        return ()
+    names = []
+    for volume in volumes:
+        source = volume.get("persistentVolumeClaim") if isinstance(volume, dict) else None
+        name = source.get("claimName") if isinstance(source, dict) else None
+        if isinstance(name, str):
+            names.append(name)
+    return tuple(names)
 
 
 def _name_of(obj: object) -> str:

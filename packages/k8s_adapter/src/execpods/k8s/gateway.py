@@ -29,7 +29,7 @@ from execpods.k8s.errors import map_error
 from execpods.k8s.ratelimit import RateLimiter
 from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
-from kubernetes.client import V1ConfigMap, V1Pod
+from kubernetes.client import V1ConfigMap, V1PersistentVolumeClaim, V1Pod
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -81,6 +81,9 @@ class ApiGateway:
             core.read_namespaced_config_map: "get",
             core.create_namespaced_config_map: "create",
             core.patch_namespaced_config_map: "patch",
+            core.create_namespaced_persistent_volume_claim: "create",
+            core.list_namespaced_persistent_volume_claim: "list",
+            core.delete_collection_namespaced_persistent_volume_claim: "deletecollection",
         }
         self.namespace = namespace
         self.request_timeout = request_timeout
@@ -247,6 +250,41 @@ class ApiGateway:
                 resource_version=resource_version,
             ),
             timeout=(self.connect_timeout, read_timeout),
+        )
+
+    # --- executors' OnDemand claims (see claims.py) ------------------------------------------
+
+    def create_claim(self, name: str, manifest: Mapping[str, object]) -> object:
+        """POST a PersistentVolumeClaim; its JSON as stored."""
+        return self._json(
+            f"create persistentvolumeclaim {name}",
+            partial(
+                self._core.create_namespaced_persistent_volume_claim,
+                self.namespace,
+                cast(V1PersistentVolumeClaim, dict(manifest)),
+            ),
+        )
+
+    def list_claims(self, label_selector: str) -> object:
+        """The matching PersistentVolumeClaims' list JSON."""
+        return self._json(
+            f"list persistentvolumeclaims {label_selector}",
+            partial(
+                self._core.list_namespaced_persistent_volume_claim,
+                self.namespace,
+                label_selector=label_selector,
+            ),
+        )
+
+    def delete_claims(self, label_selector: str) -> object:
+        """DELETE the matching PersistentVolumeClaims (deletecollection); the list JSON."""
+        return self._json(
+            f"delete persistentvolumeclaims {label_selector}",
+            partial(
+                self._core.delete_collection_namespaced_persistent_volume_claim,
+                self.namespace,
+                label_selector=label_selector,
+            ),
         )
 
     # --- the id ledger's ConfigMap (see ledger.py) ----------------------------------------

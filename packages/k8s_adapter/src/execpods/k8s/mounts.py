@@ -10,8 +10,8 @@ Spark's executor feature steps read three families, all applied to the executor 
 
 They do not change from one executor to the next, so they are applied to the pod template once,
 when the builder is made; a mistake is a `SettingsError` naming the property, at start-up.
-`persistentVolumeClaim` with `claimName=OnDemand` (a claim created per executor) is refused: it
-needs the driver to own claims, which execpods does not do; a pod template can name a claim.
+`persistentVolumeClaim` with `claimName=OnDemand` stays `OnDemand` in the template: the builder
+names each executor's claim, and `execpods.k8s.claims` makes it (`on_demand_volumes`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import EXECUTOR_CONTAINER_NAME, PodManifest, SettingsError
+from execpods.k8s.claims import ON_DEMAND, OnDemandVolume
 
 SECRETS_PREFIX = "spark.kubernetes.executor.secrets."
 SECRET_KEY_REF_PREFIX = "spark.kubernetes.executor.secretKeyRef."
@@ -46,11 +47,13 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def volume_key_problem(rest: str) -> str | None:
     """Why `TYPE.NAME.KEY` (what follows the volumes prefix) is not a volume property, or None."""
     parts = rest.split(".")
-    if len(parts) < 4 or parts[2] not in ("mount", "options"):
-        return "must be TYPE.NAME.mount.KEY or TYPE.NAME.options.KEY"
+    if len(parts) < 4 or parts[2] not in ("mount", "options", "label"):
+        return "must be TYPE.NAME.mount.KEY, TYPE.NAME.options.KEY or TYPE.NAME.label.KEY"
     kind, _, section, key = parts[0], parts[1], parts[2], ".".join(parts[3:])
     if kind not in _OPTIONS:
         return f"has volume type {kind!r}; use one of {', '.join(_OPTIONS)}"
+    if section == "label":  # the labels of an OnDemand claim (Spark 4)
+        return None if kind == "persistentVolumeClaim" else "only claims take label.KEY"
     allowed = _MOUNT if section == "mount" else _OPTIONS[kind]
     if key not in allowed:
         takes = ", ".join(f"{section}.{name}" for name in sorted(allowed))
@@ -64,6 +67,7 @@ class _Volume:
     name: str
     mount: dict[str, str] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def source(self) -> dict[str, Any]:
         options = self.options
@@ -93,7 +97,8 @@ def _volumes(properties: Mapping[str, str]) -> list[_Volume]:
     for rest, value in sorted(properties.items()):
         kind, name, section, *key = rest.split(".")
         volume = found.setdefault((kind, name), _Volume(kind=kind, name=name))
-        (volume.mount if section == "mount" else volume.options)[".".join(key)] = value
+        sections = {"mount": volume.mount, "label": volume.labels}
+        sections.get(section, volume.options)[".".join(key)] = value
     for (kind, name), volume in found.items():
         where = f"{VOLUMES_PREFIX}{kind}.{name}"
         if _DNS_LABEL.match(name) is None:
@@ -103,12 +108,23 @@ def _volumes(properties: Mapping[str, str]) -> list[_Volume]:
         missing = sorted(_REQUIRED.get(kind, set()) - set(volume.options))
         if missing:
             raise SettingsError(f"{where}.options.{missing[0]} is required")
-        if kind == "persistentVolumeClaim" and volume.options["claimName"] == "OnDemand":
-            raise SettingsError(
-                f"{where}.options.claimName=OnDemand is not supported: execpods does not create "
-                "claims; name an existing claim, or put it in the pod template"
-            )
     return list(found.values())
+
+
+def on_demand_volumes(properties: Mapping[str, str]) -> list[OnDemandVolume]:
+    """The `persistentVolumeClaim` volumes with `claimName=OnDemand`, numbered by their position
+    among all executor volumes (the `i` of Spark's `<pod>-pvc-<i>`)."""
+    return [
+        OnDemandVolume(
+            volume_name=v.name,
+            index=i,
+            storage_class=v.options.get("storageClass"),
+            size=v.options.get("sizeLimit"),
+            labels=dict(v.labels),
+        )
+        for i, v in enumerate(_volumes(properties))
+        if v.kind == "persistentVolumeClaim" and v.options["claimName"] == ON_DEMAND
+    ]
 
 
 def _secret_key_ref(env: str, value: str) -> dict[str, Any]:

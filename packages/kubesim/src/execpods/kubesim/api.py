@@ -89,10 +89,10 @@ class KubeSim:
             )
             for k in (*KINDS, *APPLY_KINDS)
         }
-        self.namespaces = NamespaceApi(self.clock)
         self.cluster.mounts = VolumeMounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
+        self.namespaces = NamespaceApi(self.clock)
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -138,8 +138,8 @@ class KubeSim:
             bookmark_interval=self._bookmark_interval,
             objects=self.object_apis,
             websocket_watch=self._websocket_watch,
-            namespaces=self.namespaces,
             apf=self.apf,
+            namespaces=self.namespaces,
         )
         server = ApiServer(self._host, port, context)
         server.start()

@@ -18,11 +18,12 @@ import threading
 import uuid
 from typing import Any
 
+from execpods.kubesim.bodies import StatusCause
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.objects import Kind
 from execpods.kubesim.patch import apply_patch
-from execpods.kubesim.pods import SERVER_META, rfc3339
+from execpods.kubesim.pods import SERVER_META, rfc3339, valid_namespace_name
 from execpods.kubesim.store import Obj
 
 __all__ = [
@@ -131,6 +132,25 @@ class NamespaceApi:
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise ApiError.bad_request("a namespace needs metadata.name")
+        if not valid_namespace_name(name):
+            message = (
+                f"Invalid value: {name!r}: a lowercase RFC 1123 label must consist of lower case "
+                "alphanumeric characters or '-', and must start and end with an alphanumeric "
+                "character"
+            )
+            cause: StatusCause = {
+                "reason": "FieldValueInvalid",
+                "message": message,
+                "field": "metadata.name",
+            }
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Namespace "{name}" is invalid: metadata.name: {message}',
+                name=name,
+                causes=[cause],
+                kind="Namespace",  # an Invalid error's details name the Kind, as kubectl prints
+            )
         with self._lock:
             if name in self._stored:
                 raise ApiError(

@@ -184,6 +184,14 @@ FIELD_GETTERS: dict[str, Callable[[Mapping[str, object]], str]] = {
     "spec.serviceAccountName": _path("spec", "serviceAccountName"),
     "status.podIP": _path("status", "podIP"),
     "status.nominatedNodeName": _path("status", "nominatedNodeName"),
+    # Events' own fields, which `kubectl describe pod` selects the pod's events by (one table
+    # for every kind: a pod selected by these matches nothing rather than being refused).
+    "involvedObject.kind": _path("involvedObject", "kind"),
+    "involvedObject.name": _path("involvedObject", "name"),
+    "involvedObject.namespace": _path("involvedObject", "namespace"),
+    "involvedObject.uid": _path("involvedObject", "uid"),
+    "reason": _path("reason"),
+    "type": _path("type"),
 }
 
 

@@ -48,9 +48,6 @@ _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$"
 _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
-_GROUP_OBJECT = re.compile(
-    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
-)
 _IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
 
 
@@ -63,6 +60,10 @@ def check_namespace(method: str, path: str) -> None:
     if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
         raise ApiError.not_found(m.group(1), "namespaces")
 
+
+_GROUP_OBJECT = re.compile(
+    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
+)
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -87,8 +88,8 @@ class ServerContext:
     bookmark_interval: float
     objects: dict[str, ObjectApi] = field(default_factory=dict)
     websocket_watch: bool = True
-    namespaces: NamespaceApi | None = None
     apf: FairQueues | None = None
+    namespaces: NamespaceApi | None = None
 
 
 def _verb(method: str, path: str, query: dict[str, str]) -> str:

@@ -29,6 +29,9 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
         settings.security,
         settings.health,
         settings.metrics,
+        settings.claims,
+        settings.bad_nodes,
+        settings.registration,
     ]
     return {type(part): part for part in parts}
 

@@ -43,6 +43,8 @@ _NOTICE_KINDS = {
     NoticeKind.ALLOCATION_MAXIMUM_REACHED: pb.AllocatorNotice.KIND_ALLOCATION_MAXIMUM_REACHED,
     NoticeKind.ID_RESERVATION_FAILED: pb.AllocatorNotice.KIND_ID_RESERVATION_FAILED,
     NoticeKind.RECOVERY_MODE: pb.AllocatorNotice.KIND_RECOVERY_MODE,
+    NoticeKind.NODE_BLOCKED: pb.AllocatorNotice.KIND_NODE_BLOCKED,
+    NoticeKind.NODE_UNBLOCKED: pb.AllocatorNotice.KIND_NODE_UNBLOCKED,
 }
 
 _STATES = {

@@ -36,6 +36,8 @@ def _listen_or_off(value: str) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthSettings(SettingsBase):
+    """gRPC health: a plaintext health-only port for probes, and the cluster check's interval."""
+
     listen: str = setting(
         "execpods.sidecar.health.listen",
         "",

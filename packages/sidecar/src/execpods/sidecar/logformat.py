@@ -86,7 +86,9 @@ _NATIVE_LINE = re.compile(
 """gRPC core's own lines (absl's format): `E1125 20:05:36.624451   27560 file.cc:2563] text`."""
 _SEVERITY = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
 NATIVE_LOGGER = "grpc.core"
-"""The logger of what native code (gRPC core) or a stray print wrote straight to file 2."""
+"""The logger of gRPC core's own lines (absl's format)."""
+STDERR_LOGGER = "stderr"
+"""The logger of any other line written straight to file 2 (a stray print, a warning)."""
 
 
 @contextlib.contextmanager
@@ -96,8 +98,9 @@ def stderr_as_json() -> Iterator[None]:
     gRPC core writes its own lines (a failed TLS handshake, say) to file 2 from C++, past
     Python's logging, which breaks a JSON log stream. Here file 2 becomes a pipe: the logging
     handlers write to the real stderr directly, and a thread turns each line arriving on the pipe
-    into a record of the `grpc.core` logger (absl's severity letter giving its level), so every
-    line stays one JSON object and the usual level filter applies to it.
+    into a record: of the `grpc.core` logger for gRPC core's lines (absl's severity letter giving
+    its level), of the `stderr` logger (WARNING) for anything else, so every line stays one JSON
+    object and the usual level filter applies to it.
     """
     sys.stderr.flush()
     saved = os.dup(2)
@@ -126,7 +129,7 @@ def stderr_as_json() -> Iterator[None]:
 
 
 def _relay(read_end: int) -> None:
-    native = logging.getLogger(NATIVE_LOGGER)
+    native, stray = logging.getLogger(NATIVE_LOGGER), logging.getLogger(STDERR_LOGGER)
     with open(read_end, encoding="utf-8", errors="replace") as pipe:
         for raw in pipe:
             line = raw.rstrip("\n")
@@ -134,7 +137,7 @@ def _relay(read_end: int) -> None:
                 continue
             match = _NATIVE_LINE.match(line)
             if match is None:
-                native.warning("%s", line)
+                stray.warning("%s", line)
             else:
                 level = _SEVERITY[match["severity"]]
                 native.log(level, "%s", match["text"], extra={"source": match["source"]})

@@ -64,6 +64,8 @@ def _port(value: int) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsSettings(SettingsBase):
+    """The Prometheus endpoint: off by default; on its own address and port when on."""
+
     enabled: bool = setting(
         "execpods.sidecar.metrics.enabled",
         False,
@@ -224,6 +226,17 @@ class SidecarMetrics(TelemetryListener):
         self.target_changes = Counter(
             "execpods_target_changes", "Changes of the target.", registry=registry
         )
+        self.notices = Counter(
+            "execpods_allocator_notices",
+            "Allocator notices by kind (node_blocked: a bad node blocked, execpods.badNodes.*).",
+            ("kind",),
+            registry=registry,
+        )
+        self.blocked_nodes = Gauge(
+            "execpods_blocked_nodes",
+            "Nodes new executors keep off now (bad-node avoidance).",
+            registry=registry,
+        )
         self._lock = threading.Lock()
         self._pending_target: tuple[int, float] | None = None
         self._last_reached: int | None = None
@@ -238,9 +251,15 @@ class SidecarMetrics(TelemetryListener):
             self.failures_total.labels("pod").inc()  # as the lifecycle manager counts it
 
     def notice(self, notice: AllocatorNotice) -> None:
-        """An allocator notice: refused and failed creates count toward the limit too."""
+        """An allocator notice: refused and failed creates count toward the limit too; every
+        notice is counted by kind, and blocked nodes are followed (bad-node avoidance)."""
         if notice.kind in (NoticeKind.CREATE_REFUSED, NoticeKind.CREATE_FAILED):
             self.failures_total.labels("create").inc(notice.count)
+        self.notices.labels(notice.kind.value).inc(notice.count)
+        if notice.kind is NoticeKind.NODE_BLOCKED:
+            self.blocked_nodes.inc()
+        elif notice.kind is NoticeKind.NODE_UNBLOCKED:
+            self.blocked_nodes.dec()
 
     def api_call(self, call: ApiCall) -> None:
         self.api_calls.labels(call.verb, call.outcome).inc()

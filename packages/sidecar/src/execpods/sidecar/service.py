@@ -146,8 +146,15 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             released = check_driver_ids("released", request.released)
             registered_at_ms = dict(request.registered_at_ms)
             check_driver_ids("registered_at_ms", registered_at_ms)
+            if request.HasField("registration_timeout_ms") and request.registration_timeout_ms < 0:
+                raise InvalidArgument(
+                    f"registration_timeout_ms={request.registration_timeout_ms} is invalid: it "
+                    "must not be negative (0 turns the registration timeout off)"
+                )
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        if request.HasField("registration_timeout_ms") and self._runtime.registration is not None:
+            self._runtime.registration.set_timeout(request.registration_timeout_ms / 1000)
         known = self._runtime.driver_view.update(
             registered=registered,
             released=released,

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from execpods.core import CoreSettings, SettingsError
+from execpods.core.badnodes import NodeBlocklistSettings
+from execpods.core.claims import ClaimSettings
+from execpods.core.registration import RegistrationSettings
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -115,6 +118,9 @@ class SidecarSettings(SettingsBase):
 
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
+    ClaimSettings,
+    NodeBlocklistSettings,
+    RegistrationSettings,
     KubernetesSettings,
     SidecarSettings,
     SecuritySettings,
@@ -139,7 +145,10 @@ def settings_table() -> str:
     """Every property as Markdown tables, one per settings class (docs/configuration.md)."""
     sections = []
     for cls in SETTINGS_CLASSES:
-        title = (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+        doc = (cls.__doc__ or "").strip()
+        if not doc or doc.startswith(f"{cls.__name__}("):  # the dataclass' generated signature
+            raise TypeError(f"{cls.__name__} needs a docstring: its first line heads its table")
+        title = doc.splitlines()[0]
         rows = [
             f"| `{spec.key}` | {f'`{spec.default_text}`' if spec.default_text else '-'} | "
             + " ".join(f"`{via}`" for via in (spec.flag, spec.env) if via)
@@ -248,6 +257,9 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
+    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
+    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
@@ -269,4 +281,7 @@ class Settings:
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
+            claims=ClaimSettings.from_properties(properties),
+            bad_nodes=NodeBlocklistSettings.from_properties(properties),
+            registration=RegistrationSettings.from_properties(properties),
         )

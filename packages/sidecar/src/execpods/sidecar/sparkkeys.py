@@ -53,7 +53,11 @@ _ROLLING = (
 _CONFIG_MAP = (
     "the sidecar creates no executor ConfigMap: the driver or the pod template supplies it"
 )
-_ISSUE_22 = "executor volumes follow executors (issue 22, 'Volumes that follow executors')"
+_RESIZE = (
+    "in-place resize belongs to Spark's ExecutorResizePlugin / ExecutorPVCResizePlugin driver "
+    "plugins, which act on usage the sidecar never sees (they keep working through the Spark "
+    "plugin); see 'Not implemented: in-place resize' in docs/configuration.md"
+)
 
 NOT_APPLICABLE: Mapping[str, str] = MappingProxyType(
     {
@@ -153,19 +157,16 @@ NOT_APPLICABLE: Mapping[str, str] = MappingProxyType(
 
 VOLUMES_PENDING: Mapping[str, str] = MappingProxyType(
     {
-        "spark.kubernetes.driver.ownPersistentVolumeClaim": _ISSUE_22,
-        "spark.kubernetes.driver.reusePersistentVolumeClaim": _ISSUE_22,
-        "spark.kubernetes.driver.waitToReusePersistentVolumeClaim": _ISSUE_22,
-        "spark.kubernetes.legacy.useReadWriteOnceAccessMode": _ISSUE_22,
-        "spark.kubernetes.executor.pvc.resizeFactor": _ISSUE_22,
-        "spark.kubernetes.executor.pvc.resizeInterval": _ISSUE_22,
-        "spark.kubernetes.executor.pvc.resizeThreshold": _ISSUE_22,
-        "spark.kubernetes.executor.resizeFactor": _ISSUE_22,
-        "spark.kubernetes.executor.resizeInterval": _ISSUE_22,
-        "spark.kubernetes.executor.resizeThreshold": _ISSUE_22,
+        "spark.kubernetes.executor.pvc.resizeFactor": _RESIZE,
+        "spark.kubernetes.executor.pvc.resizeInterval": _RESIZE,
+        "spark.kubernetes.executor.pvc.resizeThreshold": _RESIZE,
+        "spark.kubernetes.executor.resizeFactor": _RESIZE,
+        "spark.kubernetes.executor.resizeInterval": _RESIZE,
+        "spark.kubernetes.executor.resizeThreshold": _RESIZE,
     }
 )
-"""Keys of issue 22: accepted and listed as not implemented until that work declares them."""
+"""Spark's in-place resize keys (4.2+): accepted and listed as not implemented (issue 22 honours
+the PersistentVolumeClaim keys; `ClaimSettings`)."""
 
 NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType(
     {

@@ -26,10 +26,13 @@ from execpods.core import (
     SnapshotSource,
     SnapshotsWriter,
     SourcesFactory,
+    SystemClock,
     compose_backend,
 )
-from execpods.core.clock import SystemClock
+from execpods.core.badnodes import NodeBlocklist
+from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
+from execpods.core.registration import RegistrationTimeout
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -41,6 +44,7 @@ from execpods.k8s import (
     RateLimiter,
     WatchSource,
     api_client_from,
+    builder_claims,
     rate_limiter_for,
     resolve_namespace,
 )
@@ -69,6 +73,10 @@ class Runtime:
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
+    blocklist: NodeBlocklist | None = None
+    """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
+    registration: RegistrationTimeout | None = None
+    """The registration timeout a driver may set (UpdateDriverExecutors)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
@@ -90,6 +98,7 @@ def assemble(
     rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    claims: ExecutorClaims | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -100,6 +109,12 @@ def assemble(
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
+    blocklist = NodeBlocklist(settings=settings.bad_nodes) if settings.bad_nodes.enabled else None
+    registration = RegistrationTimeout(
+        timeout=settings.registration.timeout,
+        clock=clock if clock is not None else SystemClock(),
+        pod_operations=pod_operations,
+    )
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
@@ -116,6 +131,9 @@ def assemble(
         profiles=profiles,
         concurrent_creates=True,
         id_ledger=id_ledger,
+        claims=claims,
+        blocklist=blocklist,
+        registration=registration,
     )
     return Runtime(
         settings=settings,
@@ -124,6 +142,8 @@ def assemble(
         telemetry=telemetry,
         rate_limiter=rate_limiter,
         id_ledger=id_ledger,
+        blocklist=blocklist,
+        registration=registration,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 
@@ -207,8 +227,26 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             PollSource(store, operations, core_settings=core),
         ]
 
+    core = settings.core
+    claims_api = builder_claims(
+        gateway, builder, read_write_once=settings.claims.legacy_read_write_once
+    )
+    claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
+        settings=settings.claims,
+        templates=claims_api,
+        operations=claims_api,
+        max_claims=(
+            core.dynamic_allocation_max_executors
+            if core.dynamic_allocation_enabled
+            else core.initial_executors
+        ),
+        reuse_after=core.batch_delay,
+        delete_on_stop=core.delete_on_termination,
+        declared=bool(builder.on_demand),
+    )
     runtime = assemble(
         settings,
+        claims=claims,
         pod_operations=operations,
         pod_builder=builder,
         sources=sources,

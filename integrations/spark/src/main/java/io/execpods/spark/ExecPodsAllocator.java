@@ -9,6 +9,7 @@ import java.util.Set;
 
 import io.fabric8.kubernetes.api.model.Container;
 import io.fabric8.kubernetes.api.model.EnvVar;
+import io.fabric8.kubernetes.api.model.HasMetadata;
 import io.fabric8.kubernetes.api.model.Pod;
 import io.fabric8.kubernetes.api.model.Quantity;
 import io.fabric8.kubernetes.client.KubernetesClient;
@@ -56,6 +57,8 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
    * with each executor's own id wherever Spark puts one (name, labels, environment, hostname).
    */
   static final String TEMPLATE_EXECUTOR_ID = "0";
+  /** The template annotation that carries the executor's OnDemand claims to the sidecar. */
+  static final String CLAIMS_ANNOTATION = "execpods.io/executor-claims";
 
   private static final Logger LOG = LoggerFactory.getLogger(ExecPodsAllocator.class);
   private static final int DEFAULT_PROFILE_ID = ResourceProfile.DEFAULT_RESOURCE_PROFILE_ID();
@@ -187,16 +190,13 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
         conf.clone(), TEMPLATE_EXECUTOR_ID, applicationId, driverPod, profile.id());
     KubernetesExecutorSpec spec =
         executorBuilder.buildFromFeatures(executorConf, secMgr, kubernetesClient, profile);
-    if (!spec.executorKubernetesResources().isEmpty()) {
-      LOG.warn("execpods: the executor's extra Kubernetes resources ({}) are not created by the "
-          + "sidecar", spec.executorKubernetesResources());
-    }
     Container container = spec.pod().container();
     Pod pod = new io.fabric8.kubernetes.api.model.PodBuilder(spec.pod().pod())
         .editOrNewSpec()
         .addToContainers(0, container)
         .endSpec()
         .build();
+    withClaims(pod, CollectionConverters.asJava(spec.executorKubernetesResources()));
     int cores = parseCores(env(container, "SPARK_EXECUTOR_CORES"));
     long memoryMib = parseMib(env(container, "SPARK_EXECUTOR_MEMORY"));
     long podMemoryMib = 0;
@@ -208,6 +208,30 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     long overheadMib = podMemoryMib > memoryMib ? podMemoryMib - memoryMib : 0;
     return new SidecarClient.Profile(
         profile.id(), cores, memoryMib, overheadMib, Serialization.asJson(pod));
+  }
+
+  /**
+   * The executor's OnDemand PersistentVolumeClaims (Spark's MountVolumesFeatureStep makes them,
+   * named for executor {@value #TEMPLATE_EXECUTOR_ID}) travel with the template in the annotation
+   * {@value #CLAIMS_ANNOTATION}: the sidecar makes each executor's own claims from them, and
+   * owns and reuses them as Spark's allocator would. Other extra resources are not created.
+   */
+  private static void withClaims(Pod pod, List<HasMetadata> resources) {
+    List<HasMetadata> claims = new ArrayList<>();
+    for (HasMetadata resource : resources) {
+      if ("PersistentVolumeClaim".equals(resource.getKind())) {
+        claims.add(resource);
+      } else {
+        LOG.warn("execpods: the executor's extra Kubernetes resource {} {} is not created by the "
+            + "sidecar", resource.getKind(), resource.getMetadata().getName());
+      }
+    }
+    if (!claims.isEmpty()) {
+      if (pod.getMetadata().getAnnotations() == null) {
+        pod.getMetadata().setAnnotations(new HashMap<>());
+      }
+      pod.getMetadata().getAnnotations().put(CLAIMS_ANNOTATION, Serialization.asJson(claims));
+    }
   }
 
   private static String env(Container container, String name) {

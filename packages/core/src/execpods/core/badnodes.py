@@ -1,0 +1,216 @@
+"""Bad-node avoidance: executors keep away from a node on which they keep failing.
+
+Flink's blocklist, for executor pods: every executor that fails on a node (its pod Failed, or
+its container unable to start: an image that cannot be pulled, a container that cannot be made)
+counts against that node; once a node has `execpods.badNodes.maxFailures` failures within
+`execpods.badNodes.failureWindow`, it is blocked for `execpods.badNodes.coolDown`: new executor
+pods get a required node anti-affinity (`kubernetes.io/hostname NotIn`) for every blocked node.
+Executors already running there are left alone. Blocking and lifting are `AllocatorNotice`s
+(NODE_BLOCKED, NODE_UNBLOCKED) on every stream, and counted in the metrics.
+
+Off by default: most executor failures are the application's (an OOM, an exception), not the
+node's, and on a small cluster keeping executors off a few nodes can leave them Pending with room
+nowhere else; Spark's excludeOnFailure is off by default for the same reasons. A failure the
+driver caused (it killed the executor), a pod deleted from outside, a preemption or an API
+eviction (a drain) does not count; a kubelet's eviction under node pressure does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from execpods.core.adaptive import start_failed
+from execpods.core.creation import AllocatorNotice, NoticeKind
+from execpods.core.pods import PodManifest
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, ExecutorPodBuilder
+from execpods.core.settingkit import (
+    SettingsBase,
+    duration_setting,
+    parse_bool,
+    parse_int,
+    positive,
+    setting,
+)
+from execpods.core.snapshot import ExecutorPodsSnapshot
+
+__all__ = ["HOSTNAME_LABEL", "AvoidingPodBuilder", "NodeBlocklist", "NodeBlocklistSettings"]
+
+logger = logging.getLogger(__name__)
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeBlocklistSettings(SettingsBase):
+    """Bad-node avoidance (Flink's blocklist): keep new executors off failing nodes."""
+
+    enabled: bool = setting(
+        "execpods.badNodes.enabled",
+        False,
+        "Keep new executors off nodes on which executors keep failing (off by default: most "
+        "failures are the application's, and a small cluster may have nowhere else).",
+        parse=parse_bool,
+    )
+    max_failures: int = setting(
+        "execpods.badNodes.maxFailures",
+        3,
+        "Executor failures on one node, within the failure window, that block the node.",
+        parse=parse_int,
+        rule=positive,
+    )
+    failure_window: float = duration_setting(
+        "execpods.badNodes.failureWindow",
+        "10min",
+        "How far back failures on a node count.",
+        rule=positive,
+    )
+    cool_down: float = duration_setting(
+        "execpods.badNodes.coolDown",
+        "1h",
+        "How long a blocked node stays blocked (new executors get node anti-affinity for it).",
+        rule=positive,
+    )
+
+
+_NOT_THE_NODE = frozenset({"PreemptionByScheduler", "EvictionByEvictionAPI"})
+"""Disruptions that say nothing of the node: a preemption (the scheduler made room for a pod of
+higher priority) and an API eviction (a drain, a descheduler). A kubelet's own termination (node
+pressure) or a taint's eviction (`DeletionByTaintManager`) does count against the node."""
+
+
+def _node_to_blame(disruption: str | None) -> bool:
+    return disruption not in _NOT_THE_NODE
+
+
+class NodeBlocklist:
+    """Failures per node and the nodes blocked now; fed by the allocator's rounds."""
+
+    def __init__(
+        self,
+        *,
+        settings: NodeBlocklistSettings,
+        notify: Callable[[AllocatorNotice], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._notify = notify
+        self._lock = threading.Lock()
+        self._failures: dict[str, deque[float]] = {}
+        self._counted: set[int] = set()
+        self._blocked: dict[str, float] = {}
+        """Node -> monotonic time its block ends."""
+        self.blocks = 0
+        """Times a node was blocked since start."""
+
+    def set_notify(self, notify: Callable[[AllocatorNotice], None]) -> None:
+        self._notify = notify
+
+    def begin_round(
+        self,
+        snapshot: ExecutorPodsSnapshot,
+        *,
+        app_id: str,
+        now: float,
+        batch: Sequence[ExecutorPodsSnapshot] = (),
+    ) -> None:
+        """Count executors that failed on a node since the last round (in any snapshot of the
+        batch: a failed pod may be deleted before the round); block and lift nodes."""
+        del app_id
+        notices: list[AllocatorNotice] = []
+        with self._lock:
+            for seen in batch or (snapshot,):
+                pods = seen.executor_pods
+                ids = pods.keys() if seen.changed_ids is None else seen.changed_ids
+                for executor_id in ids:
+                    state = pods.get(executor_id)
+                    if state is None or executor_id in self._counted:
+                        continue
+                    node = state.pod.node_name
+                    if node and start_failed(state) and _node_to_blame(state.pod.disruption):
+                        self._counted.add(executor_id)
+                        self._failures.setdefault(node, deque()).append(now)
+            horizon = now - self._settings.failure_window
+            for node, times in list(self._failures.items()):
+                while times and times[0] < horizon:
+                    times.popleft()
+                if not times:
+                    del self._failures[node]
+                elif len(times) >= self._settings.max_failures and node not in self._blocked:
+                    self._blocked[node] = now + self._settings.cool_down
+                    self.blocks += 1
+                    times.clear()
+                    notices.append(self._notice(NoticeKind.NODE_BLOCKED, node))
+            for node, until in list(self._blocked.items()):
+                if now >= until:
+                    del self._blocked[node]
+                    notices.append(self._notice(NoticeKind.NODE_UNBLOCKED, node))
+        for notice in notices:
+            logger.warning(notice.message)
+            if self._notify is not None:
+                self._notify(notice)
+
+    def _notice(self, kind: NoticeKind, node: str) -> AllocatorNotice:
+        settings = self._settings
+        if kind is NoticeKind.NODE_BLOCKED:
+            message = (
+                f"Node {node} is blocked for {settings.cool_down:.0f} s: {settings.max_failures} "
+                f"executors failed on it within {settings.failure_window:.0f} s "
+                "(execpods.badNodes.*); new executors get node anti-affinity for it."
+            )
+            retry = settings.cool_down
+        else:
+            message = f"Node {node} is no longer blocked: its cool-down ended."
+            retry = 0.0
+        return AllocatorNotice(
+            kind=kind,
+            message=message,
+            resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+            count=1,
+            retry_in=retry,
+        )
+
+    def blocked(self) -> list[str]:
+        """The nodes blocked now, sorted."""
+        with self._lock:
+            return sorted(self._blocked)
+
+
+def with_node_anti_affinity(pod: PodManifest, nodes: list[str]) -> None:
+    """Require (in place) that `pod` run on none of `nodes`: a `NotIn` on the hostname label,
+    added to every node selector term the pod already has (or in a term of its own)."""
+    if not nodes:
+        return
+    expression = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(nodes)}
+    spec = pod.setdefault("spec", {})
+    affinity = spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({"matchExpressions": []})
+    for term in terms:
+        term.setdefault("matchExpressions", []).append(dict(expression))
+
+
+class AvoidingPodBuilder:
+    """An `ExecutorPodBuilder` whose pods keep off the blocked nodes."""
+
+    def __init__(self, inner: ExecutorPodBuilder, blocklist: NodeBlocklist) -> None:
+        self._inner = inner
+        self._blocklist = blocklist
+
+    def build(
+        self,
+        *,
+        executor_id: int,
+        app_id: str,
+        resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+    ) -> PodManifest:
+        pod = self._inner.build(
+            executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
+        )
+        with_node_anti_affinity(pod, self._blocklist.blocked())
+        return pod

@@ -1,0 +1,191 @@
+"""Bad-node avoidance in the allocator's rounds: block after failures, lift after the cool-down.
+
+Deterministic: a manual clock and the deterministic store; the pods the allocator creates are read
+back from the in-memory registry, where their node anti-affinity shows.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+from execpods.core import AllocatorNotice, CoreSettings, ExecutorPod, ManualClock, NoticeKind
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.badnodes import (
+    AvoidingPodBuilder,
+    NodeBlocklist,
+    NodeBlocklistSettings,
+    with_node_anti_affinity,
+)
+from execpods.core.testing import (
+    TEST_APP_ID,
+    DeterministicSnapshotsStore,
+    InMemoryPodOperations,
+    RecordingDriver,
+    SimpleExecutorPodBuilder,
+    failed_executor,
+    running_executor,
+)
+
+SETTINGS = NodeBlocklistSettings(enabled=True, max_failures=2, failure_window=60, cool_down=300)
+
+
+@dataclass
+class Rig:
+    allocator: ExecutorPodsAllocator
+    store: DeterministicSnapshotsStore
+    pods: InMemoryPodOperations
+    clock: ManualClock
+    blocklist: NodeBlocklist
+    notices: list[AllocatorNotice]
+
+    def avoided(self, executor_id: int) -> list[str]:
+        """The nodes executor `executor_id`'s pod may not run on."""
+        for manifest in self.pods.created:
+            if manifest["metadata"]["labels"]["spark-exec-id"] != str(executor_id):
+                continue
+            affinity: Any = manifest["spec"].get("affinity")
+            if affinity is None:
+                return []
+            required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            (term,) = required["nodeSelectorTerms"]
+            (expression,) = term["matchExpressions"]
+            assert (expression["key"], expression["operator"]) == (
+                "kubernetes.io/hostname",
+                "NotIn",
+            )
+            return list(expression["values"])
+        raise AssertionError(f"executor {executor_id} was never created")
+
+
+def make_rig(settings: NodeBlocklistSettings = SETTINGS) -> Rig:
+    clock = ManualClock(1_000.0)
+    store = DeterministicSnapshotsStore()
+    pods = InMemoryPodOperations()
+    blocklist = NodeBlocklist(settings=settings)
+    allocator = ExecutorPodsAllocator(
+        settings=CoreSettings(batch_size=10, adaptive_batches=False),
+        pod_builder=AvoidingPodBuilder(SimpleExecutorPodBuilder(), blocklist),
+        pod_operations=pods,
+        store=store,
+        clock=clock,
+        rng=random.Random(1),
+        round_hooks=[blocklist],
+    )
+    notices: list[AllocatorNotice] = []
+    allocator.add_notice_listener(notices.append)
+    blocklist.set_notify(allocator.notify)
+    allocator.start(TEST_APP_ID, RecordingDriver())
+    return Rig(allocator, store, pods, clock, blocklist, notices)
+
+
+def on(pod: ExecutorPod, node: str) -> ExecutorPod:
+    return replace(pod, node_name=node)
+
+
+def test_a_node_with_repeated_failures_is_avoided_then_lifted_after_the_cool_down() -> None:
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(3)
+    assert [rig.avoided(i) for i in (1, 2, 3)] == [[], [], []]
+    rig.store.update_pod(on(failed_executor(1), "node-a"))
+    rig.store.update_pod(on(running_executor(2), "node-b"))
+    rig.store.update_pod(on(running_executor(3), "node-a"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == []  # one failure is not enough
+    assert rig.avoided(4) == []  # executor 1's replacement
+    rig.clock.advance(10)
+    rig.store.update_pod(on(running_executor(4), "node-c"))
+    rig.store.update_pod(on(failed_executor(3), "node-a"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == ["node-a"]
+    assert rig.avoided(5) == ["node-a"]  # executor 3's replacement
+    (blocked,) = [n for n in rig.notices if n.kind is NoticeKind.NODE_BLOCKED]
+    assert "node-a" in blocked.message
+    assert blocked.retry_in == 300
+    # Within the cool-down every new executor keeps off node-a; after it, they may go there.
+    rig.clock.advance(289)
+    rig.store.update_pod(on(failed_executor(5), "node-b"))
+    rig.store.notify_subscribers()
+    assert rig.avoided(6) == ["node-a"]
+    rig.clock.advance(11)  # blocked at 1010 for 300 s: lifted at 1310
+    rig.store.update_pod(on(failed_executor(6), "node-c"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == []
+    assert rig.avoided(7) == []
+    (lifted,) = [n for n in rig.notices if n.kind is NoticeKind.NODE_UNBLOCKED]
+    assert "node-a" in lifted.message
+    assert rig.blocklist.blocks == 1
+
+
+def test_failures_older_than_the_window_do_not_add_up() -> None:
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(1)
+    rig.store.update_pod(on(failed_executor(1), "node-a"))
+    rig.store.notify_subscribers()
+    rig.clock.advance(61)
+    rig.store.update_pod(on(failed_executor(2), "node-a"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == []
+    assert rig.avoided(3) == []
+
+
+def test_preemptions_and_drains_are_not_the_nodes_fault_node_pressure_is() -> None:
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(1)
+    preempted = replace(on(failed_executor(1), "node-a"), disruption="PreemptionByScheduler")
+    drained = replace(on(failed_executor(2), "node-a"), disruption="EvictionByEvictionAPI")
+    rig.store.update_pod(preempted)
+    rig.store.update_pod(drained)
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == []
+    for executor_id in (3, 4):
+        pressed = on(failed_executor(executor_id), "node-a")
+        rig.store.update_pod(replace(pressed, disruption="TerminationByKubelet"))
+    rig.store.notify_subscribers()
+    assert rig.blocklist.blocked() == ["node-a"]
+
+
+def test_the_same_failed_executor_counts_once_however_many_rounds_see_it() -> None:
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(1)
+    rig.store.update_pod(on(failed_executor(1), "node-a"))
+    for _ in range(3):
+        rig.store.notify_subscribers()
+        rig.clock.advance(1)
+    assert rig.blocklist.blocked() == []
+
+
+def test_anti_affinity_joins_every_existing_node_selector_term() -> None:
+    pod: dict[str, Any] = {
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            },
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["b"]}
+                                ]
+                            },
+                        ]
+                    }
+                }
+            }
+        }
+    }
+    with_node_anti_affinity(pod, ["bad-1", "bad-2"])
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    for term in terms["nodeSelectorTerms"]:
+        assert term["matchExpressions"][-1] == {
+            "key": "kubernetes.io/hostname",
+            "operator": "NotIn",
+            "values": ["bad-1", "bad-2"],
+        }
