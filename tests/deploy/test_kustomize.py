@@ -82,10 +82,11 @@ def test_each_overlay_renders_offline_into_valid_objects(deploy: Path, overlay: 
     ]
 
 
-def test_kubectl_applies_the_rendered_cluster_mode_overlay_to_kubesim(
-    deploy: Path, tmp_path: Path
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubectl_applies_the_rendered_overlay_to_kubesim(
+    deploy: Path, tmp_path: Path, overlay: str
 ) -> None:
-    rendered = render(deploy, "cluster-mode")
+    rendered = render(deploy, overlay)
     with KubeSim(cluster=FAST_CLUSTER) as sim:
 
         def kubectl(*args: str, stdin: str | None = None) -> str:
@@ -107,7 +108,11 @@ def test_kubectl_applies_the_rendered_cluster_mode_overlay_to_kubesim(
             "role.rbac.authorization.k8s.io/spark-driver-execpods created",
             "rolebinding.rbac.authorization.k8s.io/spark-driver-execpods created",
             "secret/execpods-sidecar-token created",
-            "configmap/spark-cluster-mode created",
+            *(
+                ["configmap/spark-cluster-mode created"]
+                if overlay == "cluster-mode"
+                else ["service/spark-driver created", "pod/spark-driver created"]
+            ),
         ):
             assert line in applied, applied
         again = kubectl("apply", "-f", "-", stdin=rendered)
@@ -122,6 +127,16 @@ def test_kubectl_applies_the_rendered_cluster_mode_overlay_to_kubesim(
         assert [s["metadata"]["name"] for s in sim.objects("secrets", "spark")] == [
             "execpods-sidecar-token"
         ]
+        if overlay == "client-mode":  # the driver pod runs, its native sidecar beside it
+            pod = wait_for(
+                lambda: (
+                    (p := sim.pod("spark-driver", "spark"))
+                    and p["status"].get("phase") == "Running"
+                    and p
+                )
+            )
+            (sidecar,) = pod["status"]["initContainerStatuses"]
+            assert "running" in sidecar["state"]
 
 
 def _template() -> Doc:
@@ -164,9 +179,9 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
     pod["spec"]["restartPolicy"] = "Never"
     pod["spec"]["containers"][0]["image"] = "apache/spark:4.3.0"
     with KubeSim(cluster=FAST_CLUSTER) as sim:
-        # The token Secret the template mounts: without it the pod waits in ContainerCreating,
-        # as on a cluster (tests/kubesim/test_conformance_validation.py).
-        sim.object_apis["secrets"].create("spark", {"metadata": {"name": "execpods-sidecar-token"}})
+        # The token Secret the pod mounts (kubesim keeps a pod whose volume is missing Pending).
+        secret = {"metadata": {"name": "execpods-sidecar-token"}, "data": {"token": "dG9rZW4="}}
+        sim.object_apis["secrets"].create("spark", secret)
         sim.create_pod(pod, namespace="spark")
         running = wait_for(
             lambda: (

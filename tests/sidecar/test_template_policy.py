@@ -221,3 +221,17 @@ def test_weak_token_files_are_refused_or_warned_about(
     with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
         read_token(SecuritySettings(token_file=str(shared)))
     assert not caplog.records
+
+
+def test_the_cli_refuses_a_wildcard_plaintext_listener_and_serves_it_with_insecure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from execpods.sidecar.cli import build_parser, load_settings, main
+
+    argv = ["serve", "--app-id", "app", "--image", "x", "--listen", "0.0.0.0:0"]
+    assert main(argv, environ={}) == 2
+    err = capsys.readouterr().err
+    assert "execpods.sidecar.listen=0.0.0.0:0 is reachable beyond this host" in err
+    assert "--insecure" in err
+    settings = load_settings(build_parser().parse_args([*argv, "--insecure"]), {})
+    assert settings.security.insecure

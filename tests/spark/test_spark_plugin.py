@@ -142,6 +142,10 @@ def test_spark_fails_to_start_with_a_sidecar_of_another_application(
         driver.start(timeout=120)
     driver.stop()
     assert any("--app-id spark-x" in line for line in driver.stderr_tail), driver.stderr_tail[-20:]
+    assert any(
+        "serves another application" in line and "spark.app.id" in line
+        for line in driver.stderr_tail
+    ), driver.stderr_tail[-20:]
     assert sidecar.runtime.backend.targets() == {0: 0}
     assert sim.pods() == []
 
@@ -156,7 +160,9 @@ def test_spark_fails_to_start_without_its_sidecar(sim: KubeSim, plugin_jar: Path
     with pytest.raises(RuntimeError):
         driver.start(timeout=120)
     driver.stop()
-    assert any(address in line for line in driver.stderr_tail), driver.stderr_tail[-20:]
+    said = "\n".join(driver.stderr_tail)
+    assert f"the sidecar at {address} (spark.execpods.sidecar.address)" in said, said[-2000:]
+    assert "is not reachable" in said or "did not answer within" in said
     assert sim.pods() == []
 
 

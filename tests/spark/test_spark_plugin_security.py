@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import ExecutorWatch, SparkDriver
 from execpods.kubesim import ClusterConfig, KubeSim
@@ -106,6 +107,48 @@ def test_spark_allocates_through_a_sidecar_on_tls_with_a_token(
         _reaches_target_and_cleans_up(sim, spark)
 
 
+def test_the_plugin_reads_a_rotated_ca_and_reaches_a_sidecar_with_a_new_certificate(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, tmp_path: Path
+) -> None:
+    """cert-manager rotates the CA and the sidecar's certificate: the plugin reads its CA file
+    again (spark.execpods.sidecar.tls.reloadSeconds), so when the sidecar comes back with a
+    certificate only the new CA signed, the next target reaches it without a driver restart."""
+    ca_file = tmp_path / "driver-ca.pem"
+    ca_file.write_bytes(pki.ca_file.read_bytes())
+    first = _sidecar(sim, **pki.tls_conf())
+    first.start()
+    port = first.address.rsplit(":", 1)[1]
+    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
+    watch.start()
+    spark = {
+        **plugin_conf(plugin_jar, first.address),
+        "spark.execpods.sidecar.tls.caFile": str(ca_file),
+        "spark.execpods.sidecar.tls.reloadSeconds": "1",
+    }
+    driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+    second: EmbeddedSidecar | None = None
+    try:
+        driver.start()
+        assert watch.wait_for(lambda ph: running(ph) == 1, 60), watch.phases
+        first.stop()  # deletes its executor
+        (tmp_path / "next").mkdir()
+        rotated = Pki(tmp_path / "next")  # a new CA, and a server certificate it signed
+        ca_file.write_bytes(rotated.ca_file.read_bytes())
+        time.sleep(2)  # the plugin's reload period (1 s), not a timing assertion
+        second = _sidecar(
+            sim, **rotated.tls_conf(), **{"execpods.sidecar.listen": f"127.0.0.1:{port}"}
+        )
+        second.start()
+        driver.set_total(2, timeout=60)
+        assert second.runtime.backend.targets()[0] == 2
+        assert watch.wait_for(lambda ph: running(ph) == 2, 60), watch.phases
+    finally:
+        driver.stop()
+        watch.close()
+        if second is not None:
+            second.stop()
+
+
 def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     sim: KubeSim, plugin_jar: Path, pki: Pki, token_file: Path, tmp_path: Path
 ) -> None:
@@ -130,6 +173,71 @@ def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     assert sim.pods() == []
 
 
+def test_a_sidecar_certificate_the_ca_did_not_sign_fails_spark_naming_the_ca_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger-ca.pem"
+    stranger.write_bytes(trustme.CA().cert_pem.bytes())
+    with _sidecar(sim, **pki.tls_conf()) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(stranger),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "the TLS handshake failed" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.caFile" in said
+    assert sim.pods() == []
+
+
+def test_plaintext_to_a_tls_sidecar_fails_spark_naming_the_tls_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki
+) -> None:
+    with _sidecar(sim, **pki.tls_conf()) as sidecar:
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "is not reachable over plaintext" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.enabled=true" in said
+    assert sim.pods() == []
+
+
+def test_a_client_certificate_not_allowed_fails_spark_naming_the_property(
+    sim: KubeSim, plugin_jar: Path, pki: Pki
+) -> None:
+    """Mutual TLS where the sidecar allows another client: PERMISSION_DENIED, told apart from
+    an unreachable sidecar or a refused token, naming the certificate property."""
+    conf = {**pki.tls_conf(mutual=True), "execpods.sidecar.tls.allowedClients": "someone-else"}
+    with _sidecar(sim, **conf) as sidecar:
+        cert, key = _client_files(pki, "spark-driver")
+        spark = {
+            **plugin_conf(plugin_jar, sidecar.address),
+            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+            "spark.execpods.sidecar.tls.certFile": str(cert),
+            "spark.execpods.sidecar.tls.keyFile": str(key),
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    said = "\n".join(driver.stderr_tail)
+    assert "refused this driver's client certificate" in said, driver.stderr_tail[-20:]
+    assert "spark.execpods.sidecar.tls.certFile" in said
+    assert "spark-driver" in said  # the sidecar names the certificate it refused
+    assert sim.pods() == []
+
+
 def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
     sim: KubeSim, plugin_jar: Path
 ) -> None:
@@ -143,15 +251,21 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
             "spark.executor.maxNumFailures": "2",
             "spark.kubernetes.allocation.batch.size": "1",
         }
+        failed_at: list[float] = []
+        sidecar.runtime.backend.open_stream(
+            1.0,
+            on_snapshots=lambda _: None,
+            on_removal=lambda _: None,
+            on_application_failure=lambda _: failed_at.append(time.monotonic()),
+        )
         driver = SparkDriver(f"k8s://{sim.url}", executors=4, conf=spark)
-        started = time.monotonic()
         try:
             # The refusals come at the first target, while the SparkContext starts: the driver
             # may exit before it reports itself started.
             with contextlib.suppress(RuntimeError):
                 driver.start()
             code = driver.wait_exit(60)
-            took = time.monotonic() - started
+            ended = time.monotonic()
         finally:
             driver.stop()
         assert sidecar.runtime.backend.failure_limit() == (2, None)
@@ -159,7 +273,10 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
     # The JVM exits with 11, as Spark's own sys.exit(EXCEED_MAX_EXECUTOR_FAILURES) does; this
     # driver is a pyspark process, which then fails on its lost gateway (exit code 1).
     assert code not in (None, 0), driver.stderr_tail[-30:]
-    assert took < 60, took  # the JVM's start (~10-20 s here) included
+    assert failed_at, "the sidecar never failed the application"
+    # From the sidecar's failure to the driver's end: the stream's batch (1 s) and the JVM's
+    # shutdown hooks, within a few seconds, never a hang.
+    assert ended - failed_at[0] < 10, ended - failed_at[0]
     assert "Max number of executor failures (2) reached" in said, driver.stderr_tail[-30:]
     assert "the sidecar failed application" in said
     assert "WARN" in said

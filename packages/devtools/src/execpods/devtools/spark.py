@@ -111,7 +111,7 @@ class SparkDriver:
         assert self._proc is not None
         assert self._proc.stderr is not None
         for line in self._proc.stderr:
-            self.stderr_tail = [*self.stderr_tail[-199:], line.rstrip()]
+            self.stderr_tail = [*self.stderr_tail[-999:], line.rstrip()]
 
     def expect(self, event: str, timeout: float) -> dict[str, Any]:
         """The next event, which must be ``event`` (within ``timeout`` seconds)."""

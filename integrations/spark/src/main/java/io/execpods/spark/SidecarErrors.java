@@ -46,8 +46,12 @@ final class SidecarErrors {
             : at + " refused the request (" + said + ")";
         break;
       case DEADLINE_EXCEEDED:
-        message = at + " did not answer within " + ExecPodsAllocator.SIDECAR_DEADLINE
-            + " (" + said + "): is it running and listening there?";
+        // Calls wait for the sidecar (waitForReady): a handshake that keeps failing ends here.
+        message = sslCause(error) != null || said.contains("SSL") || said.contains("certif")
+                || !security.tls && said.contains("Network closed")
+            ? unavailable(at, said, error, security)
+            : at + " did not answer within " + ExecPodsAllocator.SIDECAR_DEADLINE
+                + " (" + said + "): is it running and listening there?";
         break;
       case UNAVAILABLE:
         message = unavailable(at, said, error, security);
@@ -61,8 +65,9 @@ final class SidecarErrors {
   private static String unavailable(
       String at, String said, Throwable error, SidecarSecurity security) {
     Throwable tlsCause = sslCause(error);
-    if (tlsCause != null && security.tls) {
-      return at + ": the TLS handshake failed (" + tlsCause.getMessage() + "): check "
+    if (security.tls && (tlsCause != null || said.contains("SSL") || said.contains("certif"))) {
+      String why = tlsCause != null ? tlsCause.getMessage() : said;
+      return at + ": the TLS handshake failed (" + why + "): check "
           + SidecarSecurity.TLS_CA_FILE + " (the CA that signed the sidecar's certificate), "
           + SidecarSecurity.TLS_AUTHORITY + " (the name in it) and, for mutual TLS, "
           + SidecarSecurity.TLS_CERT_FILE + "/" + SidecarSecurity.TLS_KEY_FILE;

@@ -22,13 +22,13 @@ import org.sparkproject.connect.grpc.Metadata;
 import org.sparkproject.connect.grpc.MethodDescriptor;
 import org.sparkproject.connect.grpc.TlsChannelCredentials;
 import org.sparkproject.connect.grpc.util.AdvancedTlsX509KeyManager;
-import org.sparkproject.connect.grpc.util.AdvancedTlsX509TrustManager;
 
 /**
  * How the plugin reaches a sidecar that serves TLS, mutual TLS or wants a bearer token: the
  * {@code spark.execpods.sidecar.tls.*} and {@code spark.execpods.sidecar.auth.*} properties.
  *
- * <p>The certificate files are read again every {@link #RELOAD_SECONDS} seconds (cert-manager
+ * <p>The certificate files are read again every {@code spark.execpods.sidecar.tls.reloadSeconds}
+ * (60 by default; cert-manager
  * rotates a Secret's files in place), and the token file whenever it changed, so a long-running
  * driver keeps working across rotations. The token never appears in a message or log line.
  */
@@ -40,7 +40,8 @@ final class SidecarSecurity implements AutoCloseable {
   static final String TLS_AUTHORITY = "spark.execpods.sidecar.tls.authority";
   static final String TOKEN_FILE = "spark.execpods.sidecar.auth.tokenFile";
   static final String TOKEN_ENV = "spark.execpods.sidecar.auth.tokenEnv";
-  static final long RELOAD_SECONDS = 60;
+  static final String TLS_RELOAD = "spark.execpods.sidecar.tls.reloadSeconds";
+  static final long DEFAULT_RELOAD_SECONDS = 60;
 
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -50,6 +51,7 @@ final class SidecarSecurity implements AutoCloseable {
   final String certFile;
   final String keyFile;
   final String authority;
+  private final long reloadSeconds;
   private final String tokenFile;
   private final String tokenEnv;
   private final List<AutoCloseable> reloaders = new ArrayList<>();
@@ -63,6 +65,11 @@ final class SidecarSecurity implements AutoCloseable {
     this.keyFile = blankToNull(conf.get(TLS_KEY_FILE, ""));
     this.authority = blankToNull(conf.get(TLS_AUTHORITY, ""));
     this.tls = conf.getBoolean(TLS_ENABLED, caFile != null || certFile != null);
+    this.reloadSeconds = conf.getLong(TLS_RELOAD, DEFAULT_RELOAD_SECONDS);
+    if (reloadSeconds < 1) {
+      throw new IllegalArgumentException("execpods: " + TLS_RELOAD + "=" + reloadSeconds
+          + " is invalid: it must be at least 1");
+    }
     this.tokenFile = blankToNull(conf.get(TOKEN_FILE, ""));
     this.tokenEnv = blankToNull(conf.get(TOKEN_ENV, ""));
     if ((certFile == null) != (keyFile == null)) {
@@ -110,17 +117,12 @@ final class SidecarSecurity implements AutoCloseable {
     try {
       TlsChannelCredentials.Builder builder = TlsChannelCredentials.newBuilder();
       if (caFile != null) {
-        AdvancedTlsX509TrustManager trust = AdvancedTlsX509TrustManager.newBuilder()
-            .setVerification(AdvancedTlsX509TrustManager.Verification.CERTIFICATE_AND_HOST_NAME_VERIFICATION)
-            .build();
-        reloaders.add(trust.updateTrustCredentials(
-            new File(caFile), RELOAD_SECONDS, TimeUnit.SECONDS, reloads));
-        builder.trustManager(trust);
+        builder.trustManager(new ReloadingTrustManager(new File(caFile), reloadSeconds * 1000L));
       }
       if (certFile != null) {
         AdvancedTlsX509KeyManager keys = new AdvancedTlsX509KeyManager();
         reloaders.add(keys.updateIdentityCredentials(
-            new File(certFile), new File(keyFile), RELOAD_SECONDS, TimeUnit.SECONDS, reloads));
+            new File(certFile), new File(keyFile), reloadSeconds, TimeUnit.SECONDS, reloads));
         builder.keyManager(keys);
       }
       return builder.build();
