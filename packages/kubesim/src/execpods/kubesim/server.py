@@ -22,21 +22,15 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
-from execpods.kubesim import resources
+from execpods.kubesim import kindroutes, resources
 from execpods.kubesim.apf import FairQueues
-from execpods.kubesim.applykinds import (
-    NAMESPACE_RESOURCE,
-    RBAC_GROUP,
-    NamespaceApi,
-    group_discovery,
-)
+from execpods.kubesim.applykinds import NamespaceApi
 from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
+from execpods.kubesim.kindroutes import json_body
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
 from execpods.kubesim.params import TRUE, parse_bool
-from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -45,25 +39,6 @@ _log = logging.getLogger(__name__)
 
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
-_OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
-_OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
-_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
-_IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
-
-
-def check_namespace(method: str, path: str) -> None:
-    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
-    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
-    m = _IN_NAMESPACE.match(path)
-    if m is None or valid_namespace_name(m.group(1)):
-        return
-    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
-        raise ApiError.not_found(m.group(1), "namespaces")
-
-
-_GROUP_OBJECT = re.compile(
-    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
-)
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
 
@@ -330,42 +305,15 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
-        check_namespace(method, path)
-        discovery = group_discovery(path, [o.kind for o in ctx.objects.values()])
-        if discovery is None and path.startswith(OPENAPI_ROOT):
-            kinds = [o.kind for o in ctx.objects.values()]
-            discovery = openapi_document(path, [(k.group, k.plural, k.kind, True) for k in kinds])
-        if discovery is None:
-            discovery = resources.discovery(path, self.server.server_address)
-        if discovery is not None:
-            if method != "GET":
-                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
-            if path == "/api/v1":
-                listed = [r for r in discovery["resources"] if r["name"] != "namespaces"]
-                listed.append(dict(NAMESPACE_RESOURCE))
-                listed.extend(o.kind.discovery() for o in ctx.objects.values() if not o.kind.group)
-                discovery["resources"] = listed
-            self._send(200, orjson.dumps(discovery))
-            return 200
-        if ctx.namespaces is not None and (path == "/api/v1/namespaces" or _NAMESPACE.match(path)):
-            return self._namespaces(method, path, body, ctx.namespaces)
-        objects = self._object_route(path, ctx)
-        if objects is not None:
-            api_, namespace_, name_, watch_path_ = objects
-            return self._objects(
-                method,
-                query,
-                body,
-                api=api_,
-                namespace=namespace_,
-                name=name_,
-                watch_path=watch_path_,
-            )
-        if m := _NAMESPACE.match(path):
-            if method != "GET":
-                raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
-            self._send(200, orjson.dumps(resources.namespace(m.group(1))))
-            return 200
+        kindroutes.check_namespace(method, path)
+        found = kindroutes.discovery(method, path, ctx.objects, self.server.server_address)
+        if found is not None:
+            return self.reply(200, found)
+        code = kindroutes.serve(
+            self, method, path, query, body, objects=ctx.objects, namespaces=ctx.namespaces
+        )
+        if code is not None:
+            return code
         namespace: str | None
         name: str | None
         subresource = False
@@ -378,7 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
                 api.faults.check_request()
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
-                return self._reply(201, api.evict(m.group(1), m.group(2), self._json(body)))
+                return self.reply(201, api.evict(m.group(1), m.group(2), json_body(body)))
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:
@@ -388,122 +336,35 @@ class _Handler(BaseHTTPRequestHandler):
         api.faults.check_request()
         if name is None or watch_path:
             if method == "GET":
-                if self._watched(namespace, name, query, api, watch_path=watch_path):
+                if self.watched(namespace, name, query, api, watch_path=watch_path):
                     return 200
-                return self._reply(200, self._maybe_table(api.list(namespace, query), api))
+                return self.reply(200, self._maybe_table(api.list(namespace, query), api))
             if namespace is None:
                 raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
             if method == "POST":
-                return self._reply(201, api.create(namespace, self._json(body)))
+                return self.reply(201, api.create(namespace, json_body(body)))
             if method == "DELETE":
-                options = self._json(body) if body.strip() else {}
-                return self._reply(200, api.delete_collection(namespace, query, options))
+                options = json_body(body) if body.strip() else {}
+                return self.reply(200, api.delete_collection(namespace, query, options))
             raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
         assert namespace is not None
         if method == "GET":
-            return self._reply(200, self._maybe_table(api.get(namespace, name), api))
+            return self.reply(200, self._maybe_table(api.get(namespace, name), api))
         if method == "PUT":
-            return self._reply(
-                200, api.replace(namespace, name, self._json(body), status=subresource)
+            return self.reply(
+                200, api.replace(namespace, name, json_body(body), status=subresource)
             )
         if method == "PATCH":
             ctype = self.header("Content-Type")
-            return self._reply(
-                200, api.patch(namespace, name, ctype, self._json(body), status=subresource)
+            return self.reply(
+                200, api.patch(namespace, name, ctype, json_body(body), status=subresource)
             )
         if method == "DELETE" and not subresource:
-            options = self._json(body) if body.strip() else {}
-            return self._reply(200, api.delete(namespace, name, query, options))
+            options = json_body(body) if body.strip() else {}
+            return self.reply(200, api.delete(namespace, name, query, options))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
 
-    @staticmethod
-    def _object_route(
-        path: str, ctx: ServerContext
-    ) -> tuple[ObjectApi, str | None, str | None, bool] | None:
-        """(api, namespace, name, legacy watch path) for a ConfigMap, Service... path."""
-        if path.startswith("/apis/"):
-            g = _GROUP_OBJECT.match(path)
-            if g is None:
-                return None
-            api = ctx.objects.get(g.group(2))
-            if api is None or api.kind.group != RBAC_GROUP:
-                return None
-            return api, g.group(1), g.group(3), False
-        if path.startswith("/api/v1/watch/"):
-            m = _OBJECT_WATCH.match(path)
-            watch_path = True
-        else:
-            m = _OBJECT.match(path)
-            watch_path = False
-            if m is None and path.count("/") == 3:  # /api/v1/{plural}: across namespaces
-                plural = path.rsplit("/", 1)[1]
-                api = ctx.objects.get(plural)
-                return None if api is None else (api, None, None, False)
-        if m is None:
-            return None
-        api = ctx.objects.get(m.group(2))
-        if api is None or api.kind.group:
-            return None
-        return api, m.group(1), m.group(3), watch_path
-
-    def _namespaces(self, method: str, path: str, body: bytes, api: NamespaceApi) -> int:
-        """Namespaces, cluster-scoped (applykinds.NamespaceApi)."""
-        m = _NAMESPACE.match(path)
-        if m is None:
-            if method == "GET":
-                return self._reply(200, api.list())
-            if method == "POST":
-                return self._reply(201, api.create(self._json(body)))
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on namespaces")
-        name = m.group(1)
-        if method == "GET":
-            return self._reply(200, api.get(name))
-        if method == "PATCH":
-            return self._reply(200, api.patch(name, self.header("Content-Type"), self._json(body)))
-        if method == "PUT":
-            return self._reply(200, api.replace(name, self._json(body)))
-        if method == "DELETE":
-            return self._reply(200, api.delete(name))
-        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a namespace")
-
-    def _objects(
-        self,
-        method: str,
-        query: dict[str, str],
-        body: bytes,
-        *,
-        api: ObjectApi,
-        namespace: str | None,
-        name: str | None,
-        watch_path: bool,
-    ) -> int:
-        """The verbs on ConfigMaps, Services, PersistentVolumeClaims and Secrets."""
-        if name is None or watch_path:
-            if method == "GET":
-                if self._watched(namespace, name, query, api, watch_path=watch_path):
-                    return 200
-                return self._reply(200, api.list(namespace, query))
-            if namespace is None:
-                raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
-            if method == "POST":
-                return self._reply(201, api.create(namespace, self._json(body)))
-            if method == "DELETE":
-                return self._reply(200, api.delete_collection(namespace, query))
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
-        assert namespace is not None
-        if method == "GET":
-            return self._reply(200, api.get(namespace, name))
-        if method == "PUT":
-            return self._reply(200, api.replace(namespace, name, self._json(body)))
-        if method == "PATCH":
-            ctype = self.header("Content-Type")
-            return self._reply(200, api.patch(namespace, name, ctype, self._json(body)))
-        if method == "DELETE":
-            options = self._json(body) if body.strip() else {}
-            return self._reply(200, api.delete(namespace, name, options))
-        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
-
-    def _watched(
+    def watched(
         self,
         namespace: str | None,
         name: str | None,
@@ -540,20 +401,13 @@ class _Handler(BaseHTTPRequestHandler):
     def http_date(self) -> str:
         return self._date()
 
-    @staticmethod
-    def _json(body: bytes) -> Any:
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
-
     def _maybe_table(self, result: Any, api: resources.PodApi) -> Any:
         """kubectl asks for a Table (``Accept: ...;as=Table;...``) to print its columns."""
         if "as=Table" in self.header("Accept"):
             return resources.as_table(result, api.cluster.clock.now())
         return result
 
-    def _reply(self, code: int, obj: Any) -> int:
+    def reply(self, code: int, obj: Any) -> int:
         self._send(code, orjson.dumps(obj))
         return code
 

@@ -1,0 +1,208 @@
+"""The routing of everything but pods: discovery, namespaces, the other core kinds and RBAC.
+
+The server (server.py) owns the connection, the request log and the pod API; a request whose
+path names discovery, a namespace, a ConfigMap/Service/Secret/PVC... or an RBAC object is
+answered here, through the handler's small ``Responder`` surface.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+import orjson
+from execpods.kubesim import resources
+from execpods.kubesim.applykinds import (
+    NAMESPACE_RESOURCE,
+    RBAC_GROUP,
+    NamespaceApi,
+    group_discovery,
+)
+from execpods.kubesim.errors import ApiError
+from execpods.kubesim.objects import ObjectApi
+from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
+from execpods.kubesim.pods import valid_namespace_name
+from execpods.kubesim.watchserve import WatchSource
+
+__all__ = ["Responder", "check_namespace", "discovery", "json_body", "serve"]
+
+_OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
+_OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+_GROUP_OBJECT = re.compile(
+    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
+)
+
+
+class Responder(Protocol):
+    """What the routes need of the request handler."""
+
+    def header(self, name: str, default: str = "") -> str: ...
+
+    def reply(self, code: int, obj: Any) -> int: ...
+
+    def watched(
+        self,
+        namespace: str | None,
+        name: str | None,
+        query: dict[str, str],
+        api: WatchSource,
+        *,
+        watch_path: bool,
+    ) -> bool: ...
+
+
+def json_body(body: bytes) -> Any:
+    """A request body as JSON, or the 400 a cluster answers."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
+
+
+def check_namespace(method: str, path: str) -> None:
+    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
+    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
+    m = _IN_NAMESPACE.match(path)
+    if m is None or valid_namespace_name(m.group(1)):
+        return
+    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
+        raise ApiError.not_found(m.group(1), "namespaces")
+
+
+def discovery(
+    method: str, path: str, objects: dict[str, ObjectApi], server_address: Any
+) -> dict[str, Any] | None:
+    """The discovery (or OpenAPI) document a path names, or None when it names none."""
+    kinds = [o.kind for o in objects.values()]
+    found = group_discovery(path, kinds)
+    if found is None and path.startswith(OPENAPI_ROOT):
+        found = openapi_document(path, [(k.group, k.plural, k.kind, True) for k in kinds])
+    if found is None:
+        found = resources.discovery(path, server_address)
+    if found is None:
+        return None
+    if method != "GET":
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+    if path == "/api/v1":
+        listed = [r for r in found["resources"] if r["name"] != "namespaces"]
+        listed.append(dict(NAMESPACE_RESOURCE))
+        listed.extend(k.discovery() for k in kinds if not k.group)
+        found["resources"] = listed
+    return found
+
+
+def serve(
+    h: Responder,
+    method: str,
+    path: str,
+    query: dict[str, str],
+    body: bytes,
+    *,
+    objects: dict[str, ObjectApi],
+    namespaces: NamespaceApi | None,
+) -> int | None:
+    """Answer a namespace or non-pod object request (the status sent), or None: not ours."""
+    if namespaces is not None and (path == "/api/v1/namespaces" or _NAMESPACE.match(path)):
+        return _namespaces(h, method, path, body, namespaces)
+    route = _object_route(path, objects)
+    if route is not None:
+        api, namespace, name, watch_path = route
+        return _objects(
+            h, method, query, body, api=api, namespace=namespace, name=name, watch_path=watch_path
+        )
+    if m := _NAMESPACE.match(path):
+        if method != "GET":
+            raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
+        return h.reply(200, resources.namespace(m.group(1)))
+    return None
+
+
+def _object_route(
+    path: str, objects: dict[str, ObjectApi]
+) -> tuple[ObjectApi, str | None, str | None, bool] | None:
+    """(api, namespace, name, legacy watch path) for a ConfigMap, Service... path."""
+    if path.startswith("/apis/"):
+        g = _GROUP_OBJECT.match(path)
+        if g is None:
+            return None
+        api = objects.get(g.group(2))
+        if api is None or api.kind.group != RBAC_GROUP:
+            return None
+        return api, g.group(1), g.group(3), False
+    if path.startswith("/api/v1/watch/"):
+        m = _OBJECT_WATCH.match(path)
+        watch_path = True
+    else:
+        m = _OBJECT.match(path)
+        watch_path = False
+        if m is None and path.count("/") == 3:  # /api/v1/{plural}: across namespaces
+            plural = path.rsplit("/", 1)[1]
+            api = objects.get(plural)
+            return None if api is None else (api, None, None, False)
+    if m is None:
+        return None
+    api = objects.get(m.group(2))
+    if api is None or api.kind.group:
+        return None
+    return api, m.group(1), m.group(3), watch_path
+
+
+def _namespaces(h: Responder, method: str, path: str, body: bytes, api: NamespaceApi) -> int:
+    """Namespaces, cluster-scoped (applykinds.NamespaceApi)."""
+    m = _NAMESPACE.match(path)
+    if m is None:
+        if method == "GET":
+            return h.reply(200, api.list())
+        if method == "POST":
+            return h.reply(201, api.create(json_body(body)))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on namespaces")
+    name = m.group(1)
+    if method == "GET":
+        return h.reply(200, api.get(name))
+    if method == "PATCH":
+        return h.reply(200, api.patch(name, h.header("Content-Type"), json_body(body)))
+    if method == "PUT":
+        return h.reply(200, api.replace(name, json_body(body)))
+    if method == "DELETE":
+        return h.reply(200, api.delete(name))
+    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a namespace")
+
+
+def _objects(
+    h: Responder,
+    method: str,
+    query: dict[str, str],
+    body: bytes,
+    *,
+    api: ObjectApi,
+    namespace: str | None,
+    name: str | None,
+    watch_path: bool,
+) -> int:
+    """The verbs on ConfigMaps, Services, PersistentVolumeClaims, Secrets and RBAC objects."""
+    if name is None or watch_path:
+        if method == "GET":
+            if h.watched(namespace, name, query, api, watch_path=watch_path):
+                return 200
+            return h.reply(200, api.list(namespace, query))
+        if namespace is None:
+            raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
+        if method == "POST":
+            return h.reply(201, api.create(namespace, json_body(body)))
+        if method == "DELETE":
+            return h.reply(200, api.delete_collection(namespace, query))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
+    assert namespace is not None
+    if method == "GET":
+        return h.reply(200, api.get(namespace, name))
+    if method == "PUT":
+        return h.reply(200, api.replace(namespace, name, json_body(body)))
+    if method == "PATCH":
+        ctype = h.header("Content-Type")
+        return h.reply(200, api.patch(namespace, name, ctype, json_body(body)))
+    if method == "DELETE":
+        options = json_body(body) if body.strip() else {}
+        return h.reply(200, api.delete(namespace, name, options))
+    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed here")
