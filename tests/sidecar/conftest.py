@@ -8,12 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from execpods.client import ExecutorRemoval, StreamUpdate
 from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar
 
 FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
 """Quick enough that a test of a few batches takes about a second."""
+
+SLOW_STOP = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=30.0)
+"""Executors that take their whole grace period (30 s) to stop after SIGTERM: a killed pod stays
+Terminating to be seen."""
 
 SidecarFactory = Callable[..., EmbeddedSidecar]
 
@@ -58,6 +63,13 @@ async def wait_for_async(
 @pytest.fixture
 def sim() -> Iterator[KubeSim]:
     with KubeSim(cluster=FAST_CLUSTER) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def slow_stop_sim() -> Iterator[KubeSim]:
+    """A simulator whose executors stop slowly (SLOW_STOP)."""
+    with KubeSim(cluster=SLOW_STOP) as simulator:
         yield simulator
 
 
@@ -133,3 +145,19 @@ def live_subscriptions(sidecar: EmbeddedSidecar) -> int:
 def creates(sim: KubeSim) -> int:
     """Pod creates sent (the id ledger's ConfigMap create is no executor)."""
     return sum(1 for r in sim.requests() if r.verb == "create" and r.path.endswith("/pods"))
+
+
+def collect_updates(
+    stream: Iterator[StreamUpdate], into: list[StreamUpdate], until: Callable[[], bool]
+) -> None:
+    """Read the stream into `into` until `until()` holds (the sidecars here poll every 100 ms,
+    so messages keep coming; the test's timeout bounds the wait)."""
+    for update in stream:
+        into.append(update)
+        if until():
+            return
+
+
+def removals(updates: list[StreamUpdate]) -> list[ExecutorRemoval]:
+    """Every removal the updates carried, in order."""
+    return [r for u in updates for r in u.removed]

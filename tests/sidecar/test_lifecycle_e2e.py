@@ -9,44 +9,20 @@ inactive and reported once (deleteOnTermination=false), the failure limit on the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 
-import pytest
-from execpods.client import AllocatorClient, ExecutorRemoval, ExecutorState, StreamUpdate
-from execpods.kubesim import ClusterConfig, KubeSim
+from execpods.client import AllocatorClient, ExecutorState, StreamUpdate
+from execpods.kubesim import KubeSim
 
 from tests.sidecar.conftest import (
     SidecarFactory,
     SidecarOnFactory,
     app_pods,
+    collect_updates,
     creates,
+    removals,
     running_ids,
     wait_for,
 )
-
-SLOW_STOP = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=30.0)
-"""Executors that take their whole grace period (30 s) to stop after SIGTERM."""
-
-
-@pytest.fixture
-def slow_stop_sim() -> Iterator[KubeSim]:
-    with KubeSim(cluster=SLOW_STOP) as simulator:
-        yield simulator
-
-
-def _collect(
-    stream: Iterator[StreamUpdate], into: list[StreamUpdate], until: Callable[[], bool]
-) -> None:
-    """Read the stream into `into` until `until()` holds (the sidecars here poll every 100 ms,
-    so messages keep coming; the test's timeout bounds the wait)."""
-    for update in stream:
-        into.append(update)
-        if until():
-            return
-
-
-def _removals(updates: list[StreamUpdate]) -> list[ExecutorRemoval]:
-    return [r for u in updates for r in u.removed]
 
 
 def test_spark_31125_a_killed_executor_is_terminating_then_force_deleted_and_reported_once(
@@ -69,19 +45,19 @@ def test_spark_31125_a_killed_executor_is_terminating_then_force_deleted_and_rep
         assert client.kill_executors([1]) == 1
 
         def reported() -> bool:
-            return any(r.executor_id == 1 for r in _removals(updates))
+            return any(r.executor_id == 1 for r in removals(updates))
 
-        _collect(iter(stream), updates, reported)
+        collect_updates(iter(stream), updates, reported)
         reported_after = time.monotonic() - killed_at
         # A few more rounds must not report it again.
         client.request_total(1)
         deadline = time.monotonic() + 1.0
-        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+        collect_updates(iter(stream), updates, lambda: time.monotonic() > deadline)
     states = [s.executors[1].state for u in updates for s in u.snapshots if 1 in s.executors]
     assert ExecutorState.TERMINATING in states, "shown as shutting down, not gone"
     first_terminating = states.index(ExecutorState.TERMINATING)
     assert ExecutorState.DELETED not in states[:first_terminating]
-    (removal,) = [r for r in _removals(updates) if r.executor_id == 1]
+    (removal,) = [r for r in removals(updates) if r.executor_id == 1]
     assert removal.killed_by_driver
     assert not removal.exit_caused_by_app
     assert "killed by the driver" in removal.message
@@ -110,8 +86,8 @@ def test_kept_pods_are_labelled_inactive_and_the_driver_hears_once(
         wait_for(lambda: len(running_ids(sim, "keep")) == 2, what="two running")
         sim.fail_pod("keep-exec-2", exit_code=3, message="boom")
         deadline = time.monotonic() + 1.5  # seven cache windows, fifteen polls
-        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
-    assert [r.executor_id for r in _removals(updates)] == [2]
+        collect_updates(iter(stream), updates, lambda: time.monotonic() > deadline)
+    assert [r.executor_id for r in removals(updates)] == [2]
     kept = sim.pod("keep-exec-2")
     assert kept is not None, "the pod is kept for inspection"
     assert kept["metadata"]["labels"]["spark-exec-inactive"] == "true"
@@ -146,10 +122,10 @@ def test_too_many_failures_stop_allocation_and_fail_the_application_on_the_strea
         wait_for(lambda: len(running_ids(sim, "doomed")) == 2, what="two running")
         sim.fail_pod("doomed-exec-1", exit_code=1)
         sim.fail_pod("doomed-exec-2", exit_code=1)
-        _collect(iter(stream), updates, lambda: bool(updates[-1].application_failure))
+        collect_updates(iter(stream), updates, lambda: bool(updates[-1].application_failure))
         made = creates(sim)
         deadline = time.monotonic() + 0.8  # eight allocation rounds
-        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
+        collect_updates(iter(stream), updates, lambda: time.monotonic() > deadline)
         with AllocatorClient(sidecar.address) as late, late.stream_snapshots() as late_stream:
             first = [next(iter(late_stream)), next(iter(late_stream))]
     failures = [u.application_failure for u in updates if u.application_failure]
@@ -179,10 +155,10 @@ def test_registration_times_cross_the_wire(sim: KubeSim, make_sidecar: SidecarFa
             registered=[7, 8], registered_at_ms={7: 7, 8: now_ms}, explicit=True
         )
         assert known == {7, 8}
-        _collect(iter(stream), updates, lambda: bool(_removals(updates)))
+        collect_updates(iter(stream), updates, lambda: bool(removals(updates)))
         deadline = time.monotonic() + 0.5  # five more full lists
-        _collect(iter(stream), updates, lambda: time.monotonic() > deadline)
-    (removal,) = _removals(updates)
+        collect_updates(iter(stream), updates, lambda: time.monotonic() > deadline)
+    (removal,) = removals(updates)
     assert removal.executor_id == 7, "8 registered just now: within the delta"
     assert "(7 ms)" in removal.message
     assert "missingPodDetectDelta (30s)" in removal.message

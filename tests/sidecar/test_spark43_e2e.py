@@ -10,35 +10,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any, cast
 
-import pytest
 from execpods.client import AllocatorClient, StreamUpdate
 from execpods.devtools.simulated import simulator_properties
-from execpods.kubesim import ClusterConfig, KubeSim, Pod
+from execpods.kubesim import KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar
 
 from tests.sidecar.conftest import (
     SidecarFactory,
     SidecarOnFactory,
     app_pods,
+    collect_updates,
     creates,
+    removals,
     running_ids,
     wait_for,
 )
 
-SLOW_STOP = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=30.0)
-"""Executors that take their grace period to stop: a killed pod stays Terminating to be seen."""
-
 DECOMMISSION_LABEL = "spark.example.com/decommissioning"
 COST = "controller.kubernetes.io/pod-deletion-cost"
-
-
-@pytest.fixture
-def slow_stop_sim() -> Iterator[KubeSim]:
-    with KubeSim(cluster=SLOW_STOP) as simulator:
-        yield simulator
 
 
 def test_killed_executors_are_labelled_and_costed_then_stop_within_their_grace(
@@ -189,11 +180,12 @@ def test_after_an_oom_new_executors_are_recovery_mode_and_the_driver_hears_it(
         for pod in app_pods(sim, "oom"):
             assert _cores(pod) == "4"
         sim.oom_kill("oom-exec-1")
-        for update in stream:
-            updates.append(update)
+
+        def heard_both() -> bool:
             noticed = any(n.kind == "recovery_mode" for u in updates for n in u.notices)
-            if noticed and any(r.executor_id == 1 for u in updates for r in u.removed):
-                break
+            return noticed and any(r.executor_id == 1 for r in removals(updates))
+
+        collect_updates(iter(stream), updates, heard_both)
         # The replacement of executor 1 may race the removal (in Spark too: the allocator and
         # the backend hear of the loss separately); every executor created after the notice is
         # a recovery-mode one.
@@ -206,7 +198,7 @@ def test_after_an_oom_new_executors_are_recovery_mode_and_the_driver_hears_it(
     notices = [n for u in updates for n in u.notices if n.kind == "recovery_mode"]
     assert len(notices) == 1
     assert "Executor 1 was lost to OOM" in notices[0].message
-    removed = [r for u in updates for r in u.removed if r.executor_id == 1]
+    removed = [r for r in removals(updates) if r.executor_id == 1]
     assert removed, "the driver heard of the loss too"
 
 
