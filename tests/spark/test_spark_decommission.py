@@ -10,23 +10,24 @@ grace period: on a cluster whose executors take 30 s to stop, they are seen Term
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from execpods.devtools.simulated import simulator_properties
-from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
+from execpods.devtools.spark import SparkDriver
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
-    pytest.mark.skipif(shutil.which("javac") is None, reason="javac is not installed"),
-]
+from tests.spark.support import (
+    PLUGIN_MARKS,
+    executor_watch,
+    plugin_conf,
+    plugin_sidecar,
+    running,
+)
+
+pytestmark = PLUGIN_MARKS
 
 APP = "spark-decommission-test"
 LABEL = "spark.example.com/decommissioning"
@@ -44,43 +45,31 @@ def sim() -> Iterator[KubeSim]:
 @pytest.fixture
 def sidecar(sim: KubeSim) -> Iterator[EmbeddedSidecar]:
     # The same decommission properties as the application's spark-defaults.conf.
-    props = simulator_properties(
-        sim.url,
-        APP,
-        **{
-            "spark.executor.instances": "0",
-            "spark.kubernetes.allocation.batch.delay": "200ms",
-            "spark.kubernetes.executor.decommissionLabel": LABEL,
-            "spark.kubernetes.executor.decommissionLabelValue": "true",
-            "spark.kubernetes.executor.podDeletionCost": "-1000",
-            "spark.kubernetes.dynamicAllocation.deleteGracePeriod": "60s",
-        },
-    )
-    with EmbeddedSidecar(props) as running:
-        yield running
+    conf = {
+        "spark.kubernetes.executor.decommissionLabel": LABEL,
+        "spark.kubernetes.executor.decommissionLabelValue": "true",
+        "spark.kubernetes.executor.podDeletionCost": "-1000",
+        "spark.kubernetes.dynamicAllocation.deleteGracePeriod": "60s",
+    }
+    with plugin_sidecar(sim, APP, **conf) as started:
+        yield started
 
 
 def test_spark_decommissions_executors_through_the_sidecar(
     sim: KubeSim, sidecar: EmbeddedSidecar, plugin_jar: Path
 ) -> None:
     conf = {
-        "spark.app.id": APP,
-        "spark.kubernetes.allocation.pods.allocator": PLUGIN_CLASS,
-        "spark.execpods.sidecar.address": sidecar.address,
-        "spark.jars": str(plugin_jar),
+        **plugin_conf(plugin_jar, sidecar.address, APP),
         "spark.decommission.enabled": "true",
         "spark.kubernetes.executor.terminationGracePeriodSeconds": "45",
         # The label is the sidecar's to set (here only its configuration names it, so the marks
         # seen below can only be its own).
     }
-    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
-    watch.start()
+    watch = executor_watch(sim, APP)
     driver = SparkDriver(f"k8s://{sim.url}", executors=EXECUTORS, conf=conf)
     try:
         driver.start()
-        assert watch.wait_for(
-            lambda ph: sum(p == "Running" for p in ph.values()) == EXECUTORS, 60
-        ), watch.phases
+        assert watch.wait_for(lambda ph: running(ph) == EXECUTORS, 60), watch.phases
         for pod in sim.pods():
             raw = cast(dict[str, Any], pod)
             assert raw["spec"]["terminationGracePeriodSeconds"] == 45, "Spark's, kept"

@@ -8,7 +8,6 @@ is created and deleted by the sidecar, from the pod Spark's own executor builder
 
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,18 +16,18 @@ from typing import Any
 import pytest
 from execpods.devtools.bench.runs import START_JITTER, START_LATENCY
 from execpods.devtools.bench.spark_peers import peak_per_second, spark_peer
-from execpods.devtools.simulated import simulator_properties
-from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
+from execpods.devtools.spark import SparkDriver
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
-PLUGIN_MARKS = [
-    pytest.mark.slow,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
-    pytest.mark.skipif(shutil.which("javac") is None, reason="javac is not installed"),
-]
+from tests.spark.support import (
+    PLUGIN_MARKS,
+    executor_watch,
+    plugin_conf,
+    plugin_sidecar,
+    running,
+)
 
 pytestmark = PLUGIN_MARKS
 
@@ -45,44 +44,22 @@ def sim() -> Iterator[KubeSim]:
 
 @pytest.fixture
 def sidecar(sim: KubeSim) -> Iterator[EmbeddedSidecar]:
-    props = simulator_properties(
-        sim.url,
-        APP,
-        **{
-            "spark.executor.instances": "0",
-            "spark.kubernetes.allocation.batch.delay": "200ms",
-            # The sidecar's allocation settings are its own (Spark's configured the allocator
-            # the plugin replaces): pending pods older than this go when a target drops.
-            "spark.dynamicAllocation.executorIdleTimeout": "1s",
-            "spark.executor.memory": "2g",  # the sidecar's own default, which Spark's overrides
-        },
-    )
-    with EmbeddedSidecar(props) as running:
-        yield running
-
-
-def plugin_conf(jar: Path, address: str, app_id: str = APP) -> dict[str, str]:
-    """The jar, the allocator class, the sidecar's address, and the application id (the sidecar
-    labels its pods with it, and Spark finds its executors by it)."""
-    return {
-        "spark.app.id": app_id,
-        "spark.kubernetes.allocation.pods.allocator": PLUGIN_CLASS,
-        "spark.execpods.sidecar.address": address,
-        "spark.jars": str(jar),
+    conf = {
+        # The sidecar's allocation settings are its own (Spark's configured the allocator the
+        # plugin replaces): pending pods older than this go when a target drops.
+        "spark.dynamicAllocation.executorIdleTimeout": "1s",
+        "spark.executor.memory": "2g",  # the sidecar's own default, which Spark's overrides
     }
-
-
-def running(phases: dict[str, str]) -> int:
-    return sum(p == "Running" for p in phases.values())
+    with plugin_sidecar(sim, APP, **conf) as started:
+        yield started
 
 
 def test_spark_allocates_through_the_sidecar(
     sim: KubeSim, sidecar: EmbeddedSidecar, plugin_jar: Path
 ) -> None:
     backend = sidecar.runtime.backend
-    conf = {**plugin_conf(plugin_jar, sidecar.address), "spark.executor.memory": "512m"}
-    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
-    watch.start()
+    conf = {**plugin_conf(plugin_jar, sidecar.address, APP), "spark.executor.memory": "512m"}
+    watch = executor_watch(sim, APP)
     driver = SparkDriver(f"k8s://{sim.url}", executors=CAPACITY, conf=conf)
     try:
         driver.start()
@@ -136,7 +113,7 @@ def test_spark_fails_to_start_with_a_sidecar_of_another_application(
     """Spark's application id is not the sidecar's: the sidecar would label its pods so that
     Spark never saw them. The sidecar refuses the first target instead, and Spark's start fails
     saying which id to give the sidecar."""
-    conf = plugin_conf(plugin_jar, sidecar.address, app_id="spark-x")
+    conf = plugin_conf(plugin_jar, sidecar.address, "spark-x")
     driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=conf)
     with pytest.raises(RuntimeError):
         driver.start(timeout=120)
@@ -155,7 +132,7 @@ def test_spark_fails_to_start_without_its_sidecar(sim: KubeSim, plugin_jar: Path
     with socket.socket() as probe:  # a loopback port that was free a moment ago
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
-    conf = {**plugin_conf(plugin_jar, address), "spark.execpods.sidecar.deadlineMs": "2000"}
+    conf = {**plugin_conf(plugin_jar, address, APP), "spark.execpods.sidecar.deadlineMs": "2000"}
     driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=conf)
     with pytest.raises(RuntimeError):
         driver.start(timeout=120)

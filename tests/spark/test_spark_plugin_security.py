@@ -17,13 +17,18 @@ from pathlib import Path
 
 import pytest
 import trustme
-from execpods.devtools.simulated import simulator_properties
-from execpods.devtools.spark import ExecutorWatch, SparkDriver
+from execpods.devtools.spark import SparkDriver
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
 from tests.sidecar.test_security import TOKEN, Pki
-from tests.spark.test_spark_plugin import PLUGIN_MARKS, plugin_conf, running
+from tests.spark.support import (
+    PLUGIN_MARKS,
+    executor_watch,
+    plugin_conf,
+    plugin_sidecar,
+    running,
+)
 
 pytestmark = PLUGIN_MARKS
 
@@ -39,16 +44,7 @@ def sim() -> Iterator[KubeSim]:
 
 
 def _sidecar(sim: KubeSim, **conf: str) -> EmbeddedSidecar:
-    props = simulator_properties(
-        sim.url,
-        APP,
-        **{
-            "spark.executor.instances": "0",
-            "spark.kubernetes.allocation.batch.delay": "200ms",
-            **conf,
-        },
-    )
-    return EmbeddedSidecar(props)
+    return plugin_sidecar(sim, APP, **conf)
 
 
 def _client_files(pki: Pki, name: str) -> tuple[Path, Path]:
@@ -72,8 +68,7 @@ def _client_files(pki: Pki, name: str) -> tuple[Path, Path]:
 
 
 def _reaches_target_and_cleans_up(sim: KubeSim, conf: dict[str, str]) -> None:
-    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
-    watch.start()
+    watch = executor_watch(sim, APP)
     driver = SparkDriver(f"k8s://{sim.url}", executors=EXECUTORS, conf=conf)
     try:
         driver.start()
@@ -87,6 +82,25 @@ def _reaches_target_and_cleans_up(sim: KubeSim, conf: dict[str, str]) -> None:
     assert sim.objects("configmaps") == []
 
 
+def _refused_start(
+    sim: KubeSim, jar: Path, sidecar_conf: dict[str, str], spark_conf: dict[str, str]
+) -> tuple[str, list[str]]:
+    """Start Spark against a sidecar that refuses it: the start fails within the deadline and no
+    pod is left. Returns what the driver said, whole and its last lines (for messages)."""
+    with _sidecar(sim, **sidecar_conf) as sidecar:
+        spark = {
+            **plugin_conf(jar, sidecar.address, APP),
+            **spark_conf,
+            "spark.execpods.sidecar.deadlineMs": "5000",
+        }
+        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
+        with pytest.raises(RuntimeError):
+            driver.start(timeout=120)
+        driver.stop()
+    assert sim.pods() == []
+    return "\n".join(driver.stderr_tail), driver.stderr_tail[-20:]
+
+
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls-token", "mtls-token"])
 def test_spark_allocates_through_a_sidecar_on_tls_with_a_token(
     sim: KubeSim, plugin_jar: Path, pki: Pki, token_file: Path, mutual: bool
@@ -96,7 +110,7 @@ def test_spark_allocates_through_a_sidecar_on_tls_with_a_token(
         conf["execpods.sidecar.tls.allowedClients"] = "spark-driver"
     with _sidecar(sim, **conf) as sidecar:
         spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
+            **plugin_conf(plugin_jar, sidecar.address, APP),
             "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
             "spark.execpods.sidecar.auth.tokenFile": str(token_file),
         }
@@ -118,10 +132,9 @@ def test_the_plugin_reads_a_rotated_ca_and_reaches_a_sidecar_with_a_new_certific
     first = _sidecar(sim, **pki.tls_conf())
     first.start()
     port = first.address.rsplit(":", 1)[1]
-    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
-    watch.start()
+    watch = executor_watch(sim, APP)
     spark = {
-        **plugin_conf(plugin_jar, first.address),
+        **plugin_conf(plugin_jar, first.address, APP),
         "spark.execpods.sidecar.tls.caFile": str(ca_file),
         "spark.execpods.sidecar.tls.reloadSeconds": "1",
     }
@@ -155,22 +168,14 @@ def test_a_wrong_token_fails_spark_at_start_naming_the_property(
     wrong = tmp_path / "wrong-token"
     wrong.write_text("not-the-sidecar-token-0000\n", encoding="utf-8")
     conf = {**pki.tls_conf(), "execpods.sidecar.auth.tokenFile": str(token_file)}
-    with _sidecar(sim, **conf) as sidecar:
-        spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
-            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
-            "spark.execpods.sidecar.auth.tokenFile": str(wrong),
-            "spark.execpods.sidecar.deadlineMs": "5000",
-        }
-        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
-        with pytest.raises(RuntimeError):
-            driver.start(timeout=120)
-        driver.stop()
-    said = "\n".join(driver.stderr_tail)
-    assert "refused the call as unauthenticated" in said, driver.stderr_tail[-20:]
+    spark = {
+        "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+        "spark.execpods.sidecar.auth.tokenFile": str(wrong),
+    }
+    said, tail = _refused_start(sim, plugin_jar, conf, spark)
+    assert "refused the call as unauthenticated" in said, tail
     assert f"spark.execpods.sidecar.auth.tokenFile={wrong} is not the sidecar's" in said
     assert TOKEN not in said
-    assert sim.pods() == []
 
 
 def test_a_sidecar_certificate_the_ca_did_not_sign_fails_spark_naming_the_ca_property(
@@ -178,38 +183,18 @@ def test_a_sidecar_certificate_the_ca_did_not_sign_fails_spark_naming_the_ca_pro
 ) -> None:
     stranger = tmp_path / "stranger-ca.pem"
     stranger.write_bytes(trustme.CA().cert_pem.bytes())
-    with _sidecar(sim, **pki.tls_conf()) as sidecar:
-        spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
-            "spark.execpods.sidecar.tls.caFile": str(stranger),
-            "spark.execpods.sidecar.deadlineMs": "5000",
-        }
-        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
-        with pytest.raises(RuntimeError):
-            driver.start(timeout=120)
-        driver.stop()
-    said = "\n".join(driver.stderr_tail)
-    assert "the TLS handshake failed" in said, driver.stderr_tail[-20:]
+    spark = {"spark.execpods.sidecar.tls.caFile": str(stranger)}
+    said, tail = _refused_start(sim, plugin_jar, pki.tls_conf(), spark)
+    assert "the TLS handshake failed" in said, tail
     assert "spark.execpods.sidecar.tls.caFile" in said
-    assert sim.pods() == []
 
 
 def test_plaintext_to_a_tls_sidecar_fails_spark_naming_the_tls_property(
     sim: KubeSim, plugin_jar: Path, pki: Pki
 ) -> None:
-    with _sidecar(sim, **pki.tls_conf()) as sidecar:
-        spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
-            "spark.execpods.sidecar.deadlineMs": "5000",
-        }
-        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
-        with pytest.raises(RuntimeError):
-            driver.start(timeout=120)
-        driver.stop()
-    said = "\n".join(driver.stderr_tail)
-    assert "is not reachable over plaintext" in said, driver.stderr_tail[-20:]
+    said, tail = _refused_start(sim, plugin_jar, pki.tls_conf(), {})
+    assert "is not reachable over plaintext" in said, tail
     assert "spark.execpods.sidecar.tls.enabled=true" in said
-    assert sim.pods() == []
 
 
 def test_a_client_certificate_not_allowed_fails_spark_naming_the_property(
@@ -218,24 +203,16 @@ def test_a_client_certificate_not_allowed_fails_spark_naming_the_property(
     """Mutual TLS where the sidecar allows another client: PERMISSION_DENIED, told apart from
     an unreachable sidecar or a refused token, naming the certificate property."""
     conf = {**pki.tls_conf(mutual=True), "execpods.sidecar.tls.allowedClients": "someone-else"}
-    with _sidecar(sim, **conf) as sidecar:
-        cert, key = _client_files(pki, "spark-driver")
-        spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
-            "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
-            "spark.execpods.sidecar.tls.certFile": str(cert),
-            "spark.execpods.sidecar.tls.keyFile": str(key),
-            "spark.execpods.sidecar.deadlineMs": "5000",
-        }
-        driver = SparkDriver(f"k8s://{sim.url}", executors=1, conf=spark)
-        with pytest.raises(RuntimeError):
-            driver.start(timeout=120)
-        driver.stop()
-    said = "\n".join(driver.stderr_tail)
-    assert "refused this driver's client certificate" in said, driver.stderr_tail[-20:]
+    cert, key = _client_files(pki, "spark-driver")
+    spark = {
+        "spark.execpods.sidecar.tls.caFile": str(pki.ca_file),
+        "spark.execpods.sidecar.tls.certFile": str(cert),
+        "spark.execpods.sidecar.tls.keyFile": str(key),
+    }
+    said, tail = _refused_start(sim, plugin_jar, conf, spark)
+    assert "refused this driver's client certificate" in said, tail
     assert "spark.execpods.sidecar.tls.certFile" in said
     assert "spark-driver" in said  # the sidecar names the certificate it refused
-    assert sim.pods() == []
 
 
 def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
@@ -247,7 +224,7 @@ def test_the_sidecars_failure_limit_ends_spark_with_its_reason(
     sim.reject_creates(403, count=1000, message="denied by the test's admission webhook")
     with _sidecar(sim) as sidecar:
         spark = {
-            **plugin_conf(plugin_jar, sidecar.address),
+            **plugin_conf(plugin_jar, sidecar.address, APP),
             "spark.executor.maxNumFailures": "2",
             "spark.kubernetes.allocation.batch.size": "1",
         }
