@@ -9,24 +9,25 @@ owned by its executor's pod, so none is left once the application's executors ar
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from execpods.devtools.simulated import simulator_properties
-from execpods.devtools.spark import PLUGIN_CLASS, ExecutorWatch, SparkDriver, spark_available
+from execpods.devtools.spark import SparkDriver
 from execpods.k8s import sanitize_prefix
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
-    pytest.mark.skipif(shutil.which("javac") is None, reason="javac is not installed"),
-]
+from tests.spark.support import (
+    PLUGIN_MARKS,
+    executor_watch,
+    plugin_conf,
+    plugin_sidecar,
+    running,
+)
+
+pytestmark = PLUGIN_MARKS
 
 APP = "spark-claims-test"
 EXECUTORS = 2
@@ -42,39 +43,26 @@ def sim() -> Iterator[KubeSim]:
 
 @pytest.fixture
 def sidecar(sim: KubeSim) -> Iterator[EmbeddedSidecar]:
-    props = simulator_properties(
-        sim.url,
-        APP,
-        **{
-            "spark.executor.instances": "0",
-            "spark.kubernetes.allocation.batch.delay": "200ms",
-        },
-    )
-    with EmbeddedSidecar(props) as running:
-        yield running
+    with plugin_sidecar(sim, APP) as started:
+        yield started
 
 
 def test_spark_with_an_on_demand_claim_per_executor(
     sim: KubeSim, sidecar: EmbeddedSidecar, plugin_jar: Path
 ) -> None:
     conf = {
-        "spark.app.id": APP,
-        "spark.kubernetes.allocation.pods.allocator": PLUGIN_CLASS,
-        "spark.execpods.sidecar.address": sidecar.address,
-        "spark.jars": str(plugin_jar),
+        **plugin_conf(plugin_jar, sidecar.address, APP),
         "spark.executor.memory": "512m",
         f"{VOLUME}.mount.path": "/data",
         f"{VOLUME}.options.claimName": "OnDemand",
         f"{VOLUME}.options.storageClass": "standard",
         f"{VOLUME}.options.sizeLimit": "1Gi",
     }
-    watch = ExecutorWatch(sim.url, selector=f"spark-app-selector={APP},spark-role=executor")
-    watch.start()
+    watch = executor_watch(sim, APP)
     driver = SparkDriver(f"k8s://{sim.url}", executors=EXECUTORS, conf=conf)
     try:
         driver.start()
-        running = lambda ph: sum(p == "Running" for p in ph.values()) == EXECUTORS  # noqa: E731
-        assert watch.wait_for(running, 90), watch.phases
+        assert watch.wait_for(lambda ph: running(ph) == EXECUTORS, 90), watch.phases
         claims = {c["metadata"]["name"]: c for c in sim.objects("persistentvolumeclaims")}
         assert len(claims) == EXECUTORS, sorted(claims)
         for pod in sim.pods():
