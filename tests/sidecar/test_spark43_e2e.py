@@ -76,7 +76,7 @@ def test_killed_executors_are_labelled_and_costed_then_stop_within_their_grace(
 def test_dynamic_allocation_starts_at_sparks_floor(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
-    make_sidecar(
+    sidecar = make_sidecar(
         "floor",
         conf={
             "spark.dynamicAllocation.enabled": "true",
@@ -86,7 +86,8 @@ def test_dynamic_allocation_starts_at_sparks_floor(
         },
     )
     wait_for(lambda: len(running_ids(sim, "floor")) == 3, what="the floor, three executors")
-    time.sleep(0.5)  # a few more allocation rounds (150 ms) must not go past it
+    # The floor is the target itself, so no later round can go past it (no sleep needed).
+    assert sidecar.runtime.backend.targets() == {0: 3}
     assert len(app_pods(sim, "floor")) == 3
 
 
