@@ -28,6 +28,7 @@ from execpods.core.compose import (
 )
 from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     ExecpodsError,
@@ -37,6 +38,7 @@ from execpods.core.errors import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    QuotaExceeded,
     SettingsError,
 )
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
@@ -48,7 +50,9 @@ from execpods.core.pods import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    PodCondition,
     PodManifest,
+    PodWarning,
 )
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -84,6 +88,7 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AdmissionPolicyRefused",
     "AllocationCounts",
     "AllocatorNotice",
     "ApiThrottled",
@@ -116,6 +121,7 @@ __all__ = [
     "ObservedPod",
     "PodAdmissionRejected",
     "PodClassifier",
+    "PodCondition",
     "PodConflict",
     "PodForbidden",
     "PodInvalid",
@@ -124,8 +130,10 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
+    "PodWarning",
     "Position",
     "ProfileConflict",
+    "QuotaExceeded",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",
