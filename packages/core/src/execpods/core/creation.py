@@ -120,6 +120,18 @@ class NoticeKind(enum.Enum):
     """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
     NODE_BLOCKED = "node_blocked"
     NODE_UNBLOCKED = "node_unblocked"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    """The namespace's quota refused creates: the profile's effective target is capped."""
+    QUOTA_CAP_LIFTED = "quota_cap_lifted"
+    ADMISSION_POLICY_REFUSED = "admission_policy_refused"
+    """A LimitRange or a quota's constraint refused creates: not counted, backed off."""
+    PENDING_TIMEOUT = "pending_timeout"
+    """Executors pending longer than execpods.executor.pendingTimeout: kept, replaced, or the
+    effective target lowered."""
+    CRASH_LOOP_PAUSED = "crash_loop_paused"
+    CRASH_LOOP_RESUMED = "crash_loop_resumed"
+    FAILURE_RULE = "failure_rule"
+    """A failure rule decided a failed executor's failure (FailApplication or Ignore)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
