@@ -131,7 +131,13 @@ NO_REASON = [
     pending(),  # just created
     pending(conditions=(SCHEDULED,), containers=(waiting(EXEC, "ContainerCreating"),)),
     pending(conditions=(PodCondition(type="PodScheduled", status="False", reason="Other"),)),
-    # a mount warning no longer holds a pod whose containers were made
+    # a mount warning no longer holds a pod whose volumes were mounted (its sandbox is ready)
+    pending(
+        conditions=(SCHEDULED, PodCondition(type="PodReadyToStartContainers", status="True")),
+        containers=(waiting(EXEC, "ContainerCreating"),),
+        warning=MOUNT,
+    ),
+    # nor one whose containers were made
     pending(containers=(ContainerStatus(name=EXEC, state=ContainerRunning()),), warning=MOUNT),
     # not pending: a running or failed executor waits for nothing, whatever its conditions say
     pending(phase="Running", conditions=(UNSCHEDULABLE,)),

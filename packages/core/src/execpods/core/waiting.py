@@ -101,8 +101,12 @@ def _container_trouble(statuses: Iterable[ContainerStatus]) -> WaitingFor | None
 
 
 def _creating(pod: ExecutorPod) -> bool:
-    """Whether the containers are still to be made (all waiting ContainerCreating, or none
-    reported yet): what a pod whose volume cannot be mounted shows."""
+    """Whether the pod's volumes may still be mounting: its sandbox is not ready
+    (PodReadyToStartContainers, which the kubelet sets once the volumes are mounted, is not True)
+    and its containers are all still to be made (waiting ContainerCreating, or none reported)."""
+    ready = pod.condition("PodReadyToStartContainers")
+    if ready is not None and ready.status == "True":
+        return False
     for status in pod.container_statuses:
         state = status.state
         if not (
