@@ -19,10 +19,10 @@ from typing import Any
 
 import grpc
 from execpods.core import Subscription
-from execpods.sidecar.apimetrics import ApiMetrics
-from execpods.sidecar.grpcmetrics import GrpcServerMetrics
-from execpods.sidecar.health import ClusterHealth, HealthStatus
-from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
+from execpods.sidecar.telemetry.apimetrics import ApiMetrics
+from execpods.sidecar.telemetry.grpcmetrics import GrpcServerMetrics
+from execpods.sidecar.telemetry.health import ClusterHealth, HealthStatus
+from execpods.sidecar.telemetry.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
 from grpc_health.v1 import health_pb2_grpc
 

@@ -39,7 +39,7 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import ApiCall
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
