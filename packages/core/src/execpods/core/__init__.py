@@ -76,6 +76,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
+from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -134,6 +135,8 @@ __all__ = [
     "Position",
     "ProfileConflict",
     "QuotaExceeded",
+    "ProgressChange",
+    "ProgressMonitor",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",
@@ -146,6 +149,7 @@ __all__ = [
     "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsWriter",
+    "Stall",
     "SourcesFactory",
     "StoreFactory",
     "StreamHandle",

@@ -132,6 +132,10 @@ class NoticeKind(enum.Enum):
     CRASH_LOOP_RESUMED = "crash_loop_resumed"
     FAILURE_RULE = "failure_rule"
     """A failure rule decided a failed executor's failure (FailApplication or Ignore)."""
+    ALLOCATION_STALLED = "allocation_stalled"
+    """Allocation cannot make progress (`progress.py`); `reason` says why, until RESUMED."""
+    ALLOCATION_RESUMED = "allocation_resumed"
+    """The stall of the same `reason` is over."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +148,8 @@ class AllocatorNotice:
     count: int = 1
     retry_in: float = 0.0
     """Seconds until the allocator tries again (0 when it does not wait)."""
+    reason: str = ""
+    """A CamelCase reason, as Kubernetes' (stalls: `progress.py`); empty when the kind says it."""
 
 
 NoticeListener = Callable[[AllocatorNotice], None]

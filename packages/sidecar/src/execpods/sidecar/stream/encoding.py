@@ -53,6 +53,8 @@ _NOTICE_KINDS = {
     NoticeKind.CRASH_LOOP_PAUSED: pb.AllocatorNotice.KIND_CRASH_LOOP_PAUSED,
     NoticeKind.CRASH_LOOP_RESUMED: pb.AllocatorNotice.KIND_CRASH_LOOP_RESUMED,
     NoticeKind.FAILURE_RULE: pb.AllocatorNotice.KIND_FAILURE_RULE,
+    NoticeKind.ALLOCATION_STALLED: pb.AllocatorNotice.KIND_ALLOCATION_STALLED,
+    NoticeKind.ALLOCATION_RESUMED: pb.AllocatorNotice.KIND_ALLOCATION_RESUMED,
 }
 
 _PENDING_REASONS = {
@@ -354,4 +356,5 @@ def encode_notice(notice: AllocatorNotice) -> pb.AllocatorNotice:
         resource_profile_id=notice.resource_profile_id,
         count=notice.count,
         retry_in_ms=round(notice.retry_in * 1000),
+        reason=notice.reason,
     )
