@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocation import (
     ExecutorCounts,
     Limits,
@@ -124,6 +125,7 @@ class ExecutorPodsAllocator:
         claims: ExecutorClaims | None = None,
         round_hooks: Sequence[RoundHook] = (),
         id_ledger: ExecutorIdLedger | None = None,
+        api_rate_ceiling: float = API_RATE_CEILING,
     ) -> None:
         self._settings = settings
         self._claims = claims
@@ -167,6 +169,7 @@ class ExecutorPodsAllocator:
             runner=runner,
             rng=rng,
             failure_tracker=failure_tracker,
+            api_rate_ceiling=api_rate_ceiling,
         )
 
     # Configuration and queries (any thread).
