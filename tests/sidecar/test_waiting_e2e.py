@@ -19,6 +19,7 @@ from execpods.sidecar.embedded import EmbeddedSidecar
 from kubernetes import client
 
 from tests.sidecar.conftest import SidecarOnFactory, running_ids, wait_for
+from tests.sidecar.test_observability import METRICS_CONF, scrape_until, value
 
 QUOTA = "spark-quota"
 
@@ -72,7 +73,7 @@ def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_nod
     with KubeSim(cluster=cluster) as sim:
         updates: list[StreamUpdate] = []
         with (
-            _sidecar_on(sim, make_sidecar_on, "unsched", {}) as sidecar,
+            _sidecar_on(sim, make_sidecar_on, "unsched", METRICS_CONF) as sidecar,
             AllocatorClient(sidecar.address) as driver,
             driver.stream_snapshots() as stream,
         ):
@@ -93,9 +94,23 @@ def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_nod
             for reason, message in stuck.values():
                 assert reason == "unschedulable"
                 assert message.startswith("Unschedulable: 0/1 nodes are available")
+            # and the metrics count them by reason, every reason shown
+            address = sidecar.server.ops.metrics_address
+            counted = scrape_until(
+                address,
+                lambda s: value(s, "execpods_executors_waiting", reason="Unschedulable") == 2,
+                "two Unschedulable in the metrics",
+            )
+            assert value(counted, "execpods_executors_waiting", reason="ImagePull") == 0
+            assert ("execpods_executors_waiting", (("reason", "FailedMount"),)) in counted
             # "within a poll": the reason came with the pod event, before any full list
             seen_at = time.monotonic()
             sim.add_node()
             wait_for(lambda: len(running_ids(sim, "unsched")) == 4, what="all four running")
             wait_for(lambda: not waiting(), what="the reasons cleared")
+            scrape_until(
+                address,
+                lambda s: value(s, "execpods_executors_waiting", reason="Unschedulable") == 0,
+                "the metric cleared",
+            )
             assert time.monotonic() - seen_at < 30.0

@@ -39,6 +39,7 @@ from execpods.core.settingkit import (
     parse_str,
     setting,
 )
+from execpods.core.waiting import PendingReason, waiting_for
 from execpods.k8s import ApiCall
 from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -89,6 +90,9 @@ class MetricsSettings(SettingsBase):
     )
 
 
+_WAITING_REASONS = tuple(reason.value for reason in PendingReason)
+
+
 class _ExecutorsCollector(Collector):
     """`execpods_executors{state, resource_profile}` from the latest snapshot, at scrape time."""
 
@@ -105,10 +109,15 @@ class _ExecutorsCollector(Collector):
             labels=("state", "resource_profile"),
         )
         counts: dict[tuple[str, str], int] = {}
+        waiting = dict.fromkeys(_WAITING_REASONS, 0)
         for _, state in self._snapshot().items():
             profile = state.pod.labels.get(self._profile_label, "0")
             key = (state.state.value, profile)
             counts[key] = counts.get(key, 0) + 1
+            if state.state is ExecutorState.PENDING:
+                why = waiting_for(state)
+                if why is not None:
+                    waiting[why.reason.value] += 1
         for pod_state in ExecutorState:  # every state, so a dashboard sees zeros too
             counts.setdefault((pod_state.value, "0"), 0)
         for (state_name, profile), count in sorted(counts.items()):
@@ -122,6 +131,16 @@ class _ExecutorsCollector(Collector):
         for profile_id, total in sorted(self._targets().items()):
             target.add_metric((str(profile_id),), total)
         yield target
+        by_reason = GaugeMetricFamily(
+            "execpods_executors_waiting",
+            "Pending executors by why they wait (Unschedulable, ImagePull, ContainerConfig, "
+            "CrashLoop, FailedMount, SchedulingGated), and executors the namespace's quota keeps "
+            "from being created (Quota); every reason, zeros included.",
+            labels=("reason",),
+        )
+        for reason, count in waiting.items():
+            by_reason.add_metric((reason,), count)
+        yield by_reason
         yield GaugeMetricFamily(
             "execpods_executor_failures_counted",
             "Executor failures counted now toward spark.executor.maxNumFailures (those within "
