@@ -211,6 +211,7 @@ def compose_backend(
         clock=clock,
         observer=removals,
         failure_tracker=failures,
+        notify=allocator.notify,
     )
     if registration is not None:
         registration.attach(driver=driver, expect_removal=lifecycle.expect_removal)
