@@ -11,7 +11,13 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
+from execpods.core import (
+    CoreSettings,
+    ExecutorIdLedger,
+    ExecutorPodsBackend,
+    ManualClock,
+    ResourceProfiles,
+)
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
@@ -33,6 +39,8 @@ class AllocatorRig:
     clock: ManualClock
     settings: CoreSettings
     driver: RecordingDriver
+    backend: ExecutorPodsBackend
+    """The facade over the same parts (its notices are the allocator's)."""
 
 
 @dataclass
@@ -69,7 +77,9 @@ def make_allocator_rig(
         id_ledger=id_ledger,
     )
     composed.allocator.start(TEST_APP_ID, driver)
-    return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)
+    return AllocatorRig(
+        composed.allocator, composed.store, pods, clock, settings, driver, composed.backend
+    )
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:
