@@ -18,6 +18,7 @@ from execpods.core import (
     ManualClock,
     ResourceProfiles,
 )
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
@@ -61,6 +62,7 @@ def make_allocator_rig(
     runner: CreateRunner | None = None,
     pods: InMemoryPodOperations | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
     pods = pods if pods is not None else InMemoryPodOperations()
@@ -75,6 +77,7 @@ def make_allocator_rig(
         runner=runner,
         rng=random.Random(7),
         id_ledger=id_ledger,
+        api_rate_ceiling=api_rate_ceiling,
     )
     composed.allocator.start(TEST_APP_ID, driver)
     return AllocatorRig(

@@ -31,6 +31,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Protocol
 
 from execpods.core import badnodes, claims, decommission, oom_recovery, registration
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.badnodes import NodeBlocklistSettings
@@ -60,6 +61,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.progress import ProgressMonitor
 from execpods.core.registration import RegistrationSettings
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
@@ -131,6 +133,9 @@ class Ports:
     """The declared resource profiles (shared with the pod builder)."""
     close: Callable[[], None] | None = None
     """Runs last on stop (the API client)."""
+    api_rate_ceiling: float = API_RATE_CEILING
+    """The most API calls a second the client's rate policy may ever allow (the adapter's
+    settings): it sizes a round."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +226,7 @@ def compose_backend(
         clock=clock,
     )
     notices, reasons, close = NoticeHub(), RemovalReasons(), ports.close
+    progress = ProgressMonitor(clock=clock)
     parts = FeatureParts(
         app_id=app_id,
         settings=settings,
@@ -229,6 +235,7 @@ def compose_backend(
         pod_operations=ports.pod_operations,
         driver=ports.driver,
         expect_removal=reasons.expect,
+        progress=progress,
         claims=ports.claims,
     )
     plugged = _features(features if features is not None else FeatureSettings(), parts)
@@ -259,6 +266,8 @@ def compose_backend(
         runner=runner,
         rng=run.rng,
         id_ledger=ports.id_ledger,
+        progress=progress,
+        api_rate_ceiling=ports.api_rate_ceiling,
     )
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
@@ -285,6 +294,7 @@ def compose_backend(
         sources=ports.sources(snapshots),
         close=close,
         clock=clock,
+        progress=progress,
     )
 
 

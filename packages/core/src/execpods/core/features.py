@@ -61,6 +61,7 @@ from execpods.core.ports import (
     PodOperations,
     PodSelector,
 )
+from execpods.core.progress import ProgressMonitor
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 
@@ -130,6 +131,9 @@ class FeatureParts:
     """The backend's pod operations (the sidecar's are counted in its metrics)."""
     driver: DriverView
     expect_removal: ExpectRemoval
+    progress: ProgressMonitor
+    """The backend's one account of whether allocation can progress: a feature that finds it
+    cannot says so here (`stall`/`resume`), and the driver and health hear it."""
     claims: ClaimOperations | None = None
     """The adapter's claim calls (None: the composer gave none, so no claims are made)."""
 

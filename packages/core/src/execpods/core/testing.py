@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import ManualClock
@@ -483,6 +484,7 @@ def compose_deterministic(
     id_ledger: ExecutorIdLedger | None = None,
     features: FeatureSettings | None = None,
     claims: ClaimOperations | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
     `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler:
@@ -510,6 +512,7 @@ def compose_deterministic(
             id_ledger=id_ledger,
             profiles=profiles,
             claims=claims,
+            api_rate_ceiling=api_rate_ceiling,
         ),
         features=features,
         machinery=Machinery(

@@ -118,6 +118,7 @@ def assemble(
             claims=claims,
             profiles=profiles,
             close=close_client,
+            api_rate_ceiling=settings.api_rate.peak_qps,
         ),
         features=settings.features,
         machinery=Machinery(
@@ -170,7 +171,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
-        limiter = rate_limiter_for(settings.core)
+        limiter = rate_limiter_for(settings.api_rate)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,

@@ -26,7 +26,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import KubernetesSettings
+from execpods.k8s import ApiRateSettings, KubernetesSettings
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.config.properties import (
     OTHER_SPARK_KEYS,
@@ -122,6 +122,7 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
     *FeatureSettings.slices(),
     KubernetesSettings,
+    ApiRateSettings,
     SidecarSettings,
     SecuritySettings,
     HealthSettings,
@@ -254,6 +255,7 @@ class Settings:
     core: CoreSettings
     kubernetes: KubernetesSettings
     sidecar: SidecarSettings
+    api_rate: ApiRateSettings = field(default_factory=ApiRateSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
@@ -276,6 +278,7 @@ class Settings:
         return cls(
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),
+            api_rate=ApiRateSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
