@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from execpods.core.creation import AllocatorNotice, NoticeKind
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.pods import ContainerTerminated
 from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID
 from execpods.core.settingkit import (

@@ -39,7 +39,6 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
-from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import PodOperationError
 from execpods.core.failurerules import (
     DISRUPTIONS_IGNORED,
@@ -50,6 +49,7 @@ from execpods.core.failurerules import (
 )
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.idruns import IdRuns
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     Clock,
@@ -195,6 +195,24 @@ def missing_executor_reason(
     )
 
 
+class RemovalReasons:
+    """Reasons to report for executors whose pods someone deletes for a reason of their own (a
+    feature: the registration timeout), instead of what the pod says; any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+
+    def expect(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._lock:
+            self._reasons[executor_id] = reason
+
+    def take(self, executor_id: int) -> ExecutorExited | None:
+        with self._lock:
+            return self._reasons.pop(executor_id, None)
+
+
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
@@ -223,6 +241,7 @@ class ExecutorPodsLifecycleManager:
         failure_tracker: ExecutorFailureTracker | None = None,
         failure_rules: FailureRules | None = None,
         notify: Callable[[AllocatorNotice], None] | None = None,
+        reasons: RemovalReasons | None = None,
     ) -> None:
         self._settings = settings
         self._rules = (
@@ -259,7 +278,7 @@ class ExecutorPodsLifecycleManager:
         list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
         self._killed_lock = threading.Lock()
-        self._reasons: dict[int, ExecutorExited] = {}
+        self._reasons = reasons if reasons is not None else RemovalReasons()
         """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
@@ -273,11 +292,6 @@ class ExecutorPodsLifecycleManager:
         """The driver asked for these executors to go: their ends are reported as its doing."""
         with self._killed_lock:
             self._killed.update(executor_ids)
-
-    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
-        """The executor's pod is being deleted for `reason`: its end is reported with it."""
-        with self._killed_lock:
-            self._reasons[executor_id] = reason
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
@@ -357,9 +371,7 @@ class ExecutorPodsLifecycleManager:
         ruled = None
         if observed.state is ExecutorState.FAILED and not killed:
             ruled = self._judge(executor_id, observed)
-        with self._killed_lock:
-            reason = self._reasons.pop(executor_id, None)
-        reason = reason or exit_reason(
+        reason = self._reasons.take(executor_id) or exit_reason(
             observed, executor_id, killed_by_driver=killed, disruption=disruption
         )
         if ruled is not None and ruled.rule is not None and ruled.rule is not DISRUPTIONS_IGNORED:

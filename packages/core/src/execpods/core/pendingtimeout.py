@@ -27,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC
 
-from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.labels import ExecutorLabels
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.profiles import profile_id_of
 from execpods.core.settingkit import SettingsBase, duration_setting, non_negative, setting
 from execpods.core.snapshot import ExecutorPodsSnapshot

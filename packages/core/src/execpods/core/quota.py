@@ -29,8 +29,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import QuotaExceeded
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.settingkit import SettingsBase, duration_setting, positive
 
 __all__ = ["QuotaCap", "QuotaGate", "QuotaSettings", "describe_refusal"]
