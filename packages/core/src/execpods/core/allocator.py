@@ -37,7 +37,7 @@ from execpods.core.creation import CreateRunner
 from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
-from execpods.core.features import FeatureSet, RoundFacts
+from execpods.core.features import FeatureSet, RoundFacts, RoundOutcome
 from execpods.core.ids import ExecutorIds
 from execpods.core.labels import ExecutorLabels
 from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
@@ -265,7 +265,8 @@ class ExecutorPodsAllocator:
         )
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
-        self._scale_up(states)
+        created = self._scale_up(states)
+        self._features.finished(RoundOutcome(states=tuple(states), created=created))
         pending_unknown = sum(len(s.pending_unknown) for s in states)
         with self._lock:
             self._outstanding = pending_unknown + len(self._unseen)
@@ -449,9 +450,11 @@ class ExecutorPodsAllocator:
 
     # Scale-up.
 
-    def _scale_up(self, states: list[ProfileState]) -> None:
+    def _scale_up(self, states: list[ProfileState]) -> dict[int, int]:
+        """Request what each profile misses; returns the creates sent, by profile."""
+        created: dict[int, int] = {}
         if self._failures is not None and self._failures.application_failure is not None:
-            return  # too many executors failed (spark.executor.maxNumFailures): stopped for good
+            return created  # too many failed (spark.executor.maxNumFailures): stopped for good
         settings = self._settings
         held = {s.profile_id for s in states if self._creator.held(s.profile_id)}
         if settings.wait_for_pending_pods:
@@ -489,10 +492,10 @@ class ExecutorPodsAllocator:
                 self._reservation_reported = False
             if allowed <= 0:
                 continue
-            allowed = self._features.cap(profile_id, allowed)  # e.g. waiting to reuse claims
+            state = all_states[profile_id]
+            allowed = self._features.cap(state, allowed)  # claims to reuse, quota, crash loops
             if allowed <= 0:
                 continue
-            state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "
                 "(target %d, %d running, %d not running).",
@@ -511,12 +514,14 @@ class ExecutorPodsAllocator:
             for r in requested:
                 self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
             self._lost.add(r.executor_id for r in requested if r.answer_lost)
+            created[profile_id] = len(requested)
         if not held_for_ledger:
             self._progress.resume(ID_LEDGER_UNWRITABLE)
         # Told after the round issued the ids it still could: the numbers are then final.
         if short and self._ids.left == 0:
             profile_id = min(short)
             self._report_maximum(profile_id, short[profile_id])
+        return created
 
     def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
         error = self._ids.last_error

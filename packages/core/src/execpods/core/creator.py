@@ -25,7 +25,7 @@ from execpods.core.creation import (
     SerialRunner,
     classify_create_error,
 )
-from execpods.core.errors import ApiThrottled, PodOperationError
+from execpods.core.errors import ApiThrottled, PodAdmissionRejected, PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.features import Feature, FeatureSet, NewExecutor
 from execpods.core.ids import ExecutorIds, IdsUnavailable
@@ -245,11 +245,28 @@ class PodCreator:
     ) -> None:
         first = group[0].error
         detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
+        if result is CreateResult.CAPACITY and isinstance(first, PodAdmissionRejected):
+            # The namespace is full: no executor failed. The quota feature holds the profile
+            # and names the quota (`quota.py`).
+            self.counts["refused"] += len(group)
+            self._features.refused(profile_id, first, len(group))
+            return
         if result is CreateResult.REFUSED:
             self.counts["refused"] += len(group)
             wait = self._backoff.refused(profile_id, now)
             kind = NoticeKind.CREATE_REFUSED
-            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
+            what = f"refused (admission or an invalid pod); retrying in {wait:.1f} s"
+        elif result is CreateResult.POLICY:
+            self.counts["refused"] += len(group)
+            wait = self._backoff.refused(profile_id, now)
+            kind = NoticeKind.ADMISSION_POLICY_REFUSED
+            policy = getattr(first, "policy", "admission policy")
+            what = (
+                f"refused by the namespace's {policy} (not counted as executor failures: fix the "
+                f"executors' requests and limits); retrying in {wait:.1f} s"
+            )
+            if isinstance(first, PodAdmissionRejected):
+                self._features.refused(profile_id, first, len(group))
         elif result is CreateResult.THROTTLED:
             self.counts["throttled"] += len(group)
             wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
@@ -260,9 +277,9 @@ class PodCreator:
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"
-        if self._failures is not None and result is not CreateResult.THROTTLED:
+        if self._failures is not None and result in (CreateResult.REFUSED, CreateResult.FAILED):
             # Refused or failed creates are executors that will not serve the application;
-            # throttling only paces us, and is not counted.
+            # throttling only paces us, and namespace policy is no executor's failure.
             self._failures.register_failures(len(group))
         ids = ",".join(str(o.executor_id) for o in group)
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "

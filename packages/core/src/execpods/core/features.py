@@ -16,12 +16,15 @@ The hooks, in the order of an allocation round (and the thread each runs on):
 
 - `observe(facts)`: each allocation round, once the outstanding requests are up to date and
   before any decision (the allocator's thread);
-- `cap(profile, wanted)`: for each profile about to create, at most how many; called in
-  composition order, each feature on what the one before allowed (the allocator's thread);
+- `cap(state, wanted)`: for each profile about to create (its `ProfileState`: target, running,
+  pending, requested), at most how many; called in composition order, each feature on what the
+  one before allowed (the allocator's thread);
 - `shape(executor)`: just before one pod is built, what the core decides about it
   (`PodDecisions`, which the adapter's builder writes) (a create worker: concurrently);
 - `created(executor, pod, decisions)`: the API accepted the pod; raising fails the create, after
   the feature undid what it made (a create worker);
+- `refused(profile, error, count)`: the namespace refused a step's creates as capacity or policy
+  (a ResourceQuota, a LimitRange): not executor failures (the allocator's thread);
 - `finished(outcome)`: the round's decisions are made (the allocator's thread);
 - `killing(selector)`: the driver's KillExecutors, before those pods are deleted (the request
   worker);
@@ -49,6 +52,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from execpods.core.allocation import ProfileState
+from execpods.core.errors import PodAdmissionRejected
 from execpods.core.notices import NoticeHub
 from execpods.core.ports import (
     NO_DECISIONS,
@@ -145,8 +149,10 @@ class Feature(Protocol):
         """An allocation round starts from `facts`."""
         return
 
-    def cap(self, profile_id: int, wanted: int) -> int:
-        """At most how many of `wanted` new executors of `profile_id` this round may create."""
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        """At most how many of `wanted` new executors of `state.profile_id` this round may
+        create; `state` is the profile as the round classified it (its target, its executors
+        running, pending and requested: what a cap on the executors alive counts)."""
         return wanted
 
     def shape(self, executor: NewExecutor) -> PodDecisions:
@@ -157,6 +163,13 @@ class Feature(Protocol):
     def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
         """The API accepted the pod `pod_name` of `executor`, built with `decisions`. Raising
         fails the create; the feature undoes what it made first."""
+        return
+
+    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
+        """The namespace refused `count` creates of the profile as capacity or policy
+        (`QuotaExceeded`, `AdmissionPolicyRefused`): no executor failed, none is counted; the
+        feature that owns the capacity holds the profile and tells the driver (the allocator's
+        thread, after the step)."""
         return
 
     def finished(self, outcome: RoundOutcome) -> None:
@@ -199,18 +212,18 @@ class FeatureSet:
     def observe(self, facts: RoundFacts) -> None:
         self._each("observe", lambda f: f.observe(facts))
 
-    def cap(self, profile_id: int, wanted: int) -> int:
+    def cap(self, state: ProfileState, wanted: int) -> int:
         allowed = wanted
         for feature in self._features:
             if allowed <= 0:
                 return 0
             try:
-                allowed = min(allowed, feature.cap(profile_id, allowed))
+                allowed = min(allowed, feature.cap(state, allowed))
             except Exception:
                 logger.exception(
                     "Feature %s failed to cap resource profile %d: held back this round",
                     type(feature).__name__,
-                    profile_id,
+                    state.profile_id,
                 )
                 return 0
         return max(0, allowed)
@@ -224,6 +237,9 @@ class FeatureSet:
     def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
         for feature in self._features:
             feature.created(executor, pod_name, decisions)
+
+    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
+        self._each("refused", lambda f: f.refused(profile_id, error, count))
 
     def finished(self, outcome: RoundOutcome) -> None:
         self._each("finished", lambda f: f.finished(outcome))
