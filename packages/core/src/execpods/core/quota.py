@@ -25,15 +25,22 @@ Pure and clock-free: the allocator passes `now` (monotonic seconds) and the coun
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from execpods.core.errors import QuotaExceeded
-from execpods.core.notices import AllocatorNotice, NoticeKind
+from execpods.core.allocation import ProfileState
+from execpods.core.errors import PodAdmissionRejected, QuotaExceeded
+from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundOutcome
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.ports import Clock, PodDecisions
 from execpods.core.settingkit import SettingsBase, duration_setting, positive
 
-__all__ = ["QuotaCap", "QuotaGate", "QuotaSettings", "describe_refusal"]
+__all__ = ["QuotaCap", "QuotaFeature", "QuotaGate", "QuotaSettings", "describe_refusal", "plug"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,3 +223,104 @@ class QuotaGate:
         """Executors the quota keeps from being created, over every profile (the metrics'
         `quota` waiting reason)."""
         return sum(max(targets.get(p, 0) - cap.admitted, 0) for p, cap in self._caps.items())
+
+
+def plug(settings: QuotaSettings, parts: FeatureParts) -> QuotaFeature:
+    """Always on: a namespace without a quota never refuses for one, and costs nothing."""
+    return QuotaFeature(settings, notices=parts.notices, clock=parts.clock)
+
+
+class QuotaFeature(Feature):
+    """The quota gate in the allocation: caps each profile's creates while the namespace is full,
+    holds a refused profile, and tells the driver (`QUOTA_EXCEEDED`, `QUOTA_CAP_LIFTED`)."""
+
+    def __init__(
+        self,
+        settings: QuotaSettings,
+        *,
+        notices: NoticeHub,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.gate = QuotaGate(settings, rng=rng)
+        self._notices = notices
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._live: dict[int, int] = {}
+        """Each profile's executors alive as of its cap this round, plus the creates accepted
+        since (the creates run on worker threads)."""
+        self._accepted: dict[int, int] = {}
+        self._refused: set[int] = set()
+        self._targets: dict[int, int] = {}
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        profile_id = state.profile_id
+        with self._lock:
+            self._live[profile_id] = state.pod_count
+            self._accepted[profile_id] = 0
+            self._targets[profile_id] = state.target
+            return self.gate.allowed(
+                profile_id, live=state.pod_count, wanted=wanted, now=self._clock.monotonic()
+            )
+
+    def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
+        profile_id = executor.resource_profile_id
+        with self._lock:
+            self._live[profile_id] = self._live.get(profile_id, 0) + 1
+            self._accepted[profile_id] = self._accepted.get(profile_id, 0) + 1
+
+    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
+        if not isinstance(error, QuotaExceeded):
+            return
+        with self._lock:
+            self._refused.add(profile_id)
+            live = self._live.get(profile_id, 0)
+            notice = self.gate.refused(
+                profile_id,
+                error,
+                count=count,
+                live=live,
+                target=self._targets.get(profile_id, live),
+                now=self._clock.monotonic(),
+            )
+        logger.warning(notice.message)
+        self._notices.notify(notice)
+
+    def finished(self, outcome: RoundOutcome) -> None:
+        """Creates the API admitted raise the cap (a probe went through); a new target within
+        the cap lifts it."""
+        told: list[AllocatorNotice] = []
+        now = self._clock.monotonic()
+        with self._lock:
+            for state in outcome.states:
+                profile_id = state.profile_id
+                accepted = self._accepted.pop(profile_id, 0)
+                if accepted and profile_id not in self._refused:
+                    notice = self.gate.created(
+                        profile_id,
+                        count=accepted,
+                        live=self._live.get(profile_id, state.pod_count),
+                        target=state.target,
+                        now=now,
+                    )
+                    if notice is not None:
+                        told.append(notice)
+                if self._targets.get(profile_id) != state.target:
+                    self._targets[profile_id] = state.target
+                    lifted = self.gate.target_changed(profile_id, state.target)
+                    if lifted is not None:
+                        told.append(lifted)
+            self._refused.clear()
+        for notice in told:
+            logger.info(notice.message)
+            self._notices.notify(notice)
+
+    def kept_out(self) -> int:
+        """Executors the quota keeps from being created now, over every profile."""
+        with self._lock:
+            return self.gate.kept_out(dict(self._targets))
+
+    def effective_targets(self) -> dict[int, int]:
+        """Every capped profile's effective target."""
+        with self._lock:
+            return {p: min(self._targets.get(p, cap), cap) for p, cap in self.gate.capped().items()}
