@@ -6,64 +6,14 @@ Executors no node fits carry the scheduler's words to the stream with the pod ev
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
-import grpc
 from execpods.client import AllocatorClient, ExecutorState, StreamUpdate
 from execpods.kubesim import ClusterConfig, KubeSim
-from execpods.sidecar.embedded import EmbeddedSidecar
-from kubernetes import client
 
+from tests.sidecar.capacity_support import collect, sidecar_on
 from tests.sidecar.conftest import SidecarOnFactory, running_ids, wait_for
 from tests.sidecar.test_observability import METRICS_CONF, scrape_until, value
-
-QUOTA = "spark-quota"
-
-
-def _collect(stream: Iterator[StreamUpdate], into: list[StreamUpdate]) -> threading.Thread:
-    def run() -> None:
-        try:
-            for update in stream:
-                into.append(update)
-        except grpc.RpcError:
-            pass  # the stream ends when the client closes
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def _notices(updates: list[StreamUpdate], kind: str) -> list[str]:
-    return [n.message for u in list(updates) for n in u.notices if n.kind == kind]
-
-
-def _refused_creates(sim: KubeSim) -> list[float]:
-    """When each pod create the quota refused was answered (simulator clock)."""
-    return [
-        r.at
-        for r in sim.requests()
-        if r.verb == "create" and r.path.endswith("/pods") and r.status == 403
-    ]
-
-
-def _core(sim: KubeSim) -> Any:
-    return client.CoreV1Api(client.ApiClient(client.Configuration(host=sim.url)))
-
-
-@contextlib.contextmanager
-def _sidecar_on(
-    sim: KubeSim, make_sidecar_on: SidecarOnFactory, app_id: str, conf: dict[str, str]
-) -> Iterator[EmbeddedSidecar]:
-    """A sidecar stopped while its simulator still serves (its stop deletes the pods)."""
-    sidecar = make_sidecar_on(sim, app_id, conf=conf)
-    try:
-        yield sidecar
-    finally:
-        sidecar.stop()
 
 
 def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_node_fits(
@@ -73,11 +23,11 @@ def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_nod
     with KubeSim(cluster=cluster) as sim:
         updates: list[StreamUpdate] = []
         with (
-            _sidecar_on(sim, make_sidecar_on, "unsched", METRICS_CONF) as sidecar,
+            sidecar_on(sim, make_sidecar_on, "unsched", METRICS_CONF) as sidecar,
             AllocatorClient(sidecar.address) as driver,
             driver.stream_snapshots() as stream,
         ):
-            _collect(iter(stream), updates)
+            collect(iter(stream), updates)
             driver.request_total(4)
 
             def waiting() -> dict[int, tuple[str, str]]:

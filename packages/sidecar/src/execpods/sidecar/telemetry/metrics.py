@@ -100,6 +100,8 @@ class _ExecutorsCollector(Collector):
         self._snapshot = metrics.snapshot
         self._profile_label = metrics.labels.resource_profile_id
         self._targets = metrics.targets
+        self._effective = metrics.effective_targets
+        self._kept_out = metrics.kept_out
         self._failures = metrics.failures
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -138,9 +140,19 @@ class _ExecutorsCollector(Collector):
             "from being created (Quota); every reason, zeros included.",
             labels=("reason",),
         )
+        waiting[PendingReason.QUOTA.value] = self._kept_out()
         for reason, count in waiting.items():
             by_reason.add_metric((reason,), count)
         yield by_reason
+        effective = GaugeMetricFamily(
+            "execpods_effective_target_executors",
+            "The target allocation pursues, by resource profile: the driver's, capped at what "
+            "the namespace's ResourceQuota admits and lowered by the pending timeout.",
+            labels=("resource_profile",),
+        )
+        for profile_id, total in sorted(self._effective().items()):
+            effective.add_metric((str(profile_id),), total)
+        yield effective
         yield GaugeMetricFamily(
             "execpods_executor_failures_counted",
             "Executor failures counted now toward spark.executor.maxNumFailures (those within "
@@ -158,6 +170,8 @@ class SidecarMetrics(TelemetryListener):
         snapshot: Callable[[], ExecutorPodsSnapshot],
         labels: ExecutorLabels,
         targets: Callable[[], Mapping[int, int]],
+        effective_targets: Callable[[], Mapping[int, int]] | None = None,
+        kept_out: Callable[[], int] = lambda: 0,
         failures: Callable[[], int] = lambda: 0,
         failure_limit: int = 0,
         app_id: str = "",
@@ -165,6 +179,8 @@ class SidecarMetrics(TelemetryListener):
         self.snapshot = snapshot
         self.labels = labels
         self.targets = targets
+        self.effective_targets = effective_targets if effective_targets is not None else targets
+        self.kept_out = kept_out
         self.failures = failures
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
