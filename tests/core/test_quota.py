@@ -9,6 +9,7 @@ import random
 from dataclasses import replace
 
 from execpods.core import (
+    AdmissionPolicyRefused,
     AllocatorNotice,
     CoreSettings,
     ManualClock,
@@ -109,3 +110,33 @@ def test_a_quota_below_the_target_caps_it_and_fails_nothing() -> None:
     assert backend.kept_out_by_quota() == 0
     assert failures == []
     assert backend.failed_executors == 0
+
+
+def test_a_limit_range_refusal_is_no_failure_and_is_backed_off() -> None:
+    """Namespace policy (a LimitRange's bound): told with the API's words, backed off, never
+    counted toward spark.executor.maxNumFailures (it will not mend on its own, but no executor
+    failed either)."""
+    clock = ManualClock()
+    pods = InMemoryPodOperations()
+    composed = compose_deterministic(
+        settings=CoreSettings.from_properties({"spark.executor.maxNumFailures": "1"}),
+        pod_operations=pods,
+        clock=clock,
+        rng=random.Random(7),
+    )
+    told: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(told.append)
+    composed.backend.start(initial_executors=0)
+    words = 'pods "p" is forbidden: maximum cpu usage per Container is 2, but limit is 4'
+    for _ in range(20):
+        pods.fail_next_create(AdmissionPolicyRefused(words, policy="LimitRange"))
+    composed.allocator.set_totals({0: 5})
+    for _ in range(30):
+        clock.advance(1.0)
+        composed.store.notify_subscribers()
+    refusals = [n for n in told if n.kind is NoticeKind.ADMISSION_POLICY_REFUSED]
+    assert refusals
+    assert "refused by the namespace's LimitRange" in refusals[0].message
+    assert words in refusals[0].message
+    assert composed.backend.failed_executors == 0
+    assert len(refusals) <= 6, "backed off, not retried every round"
