@@ -19,6 +19,9 @@ from execpods.core.backend import (
 )
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import (
+    FeatureSettings,
+    Machinery,
+    Ports,
     RoundHook,
     SourcesFactory,
     StoreFactory,
@@ -26,7 +29,6 @@ from execpods.core.compose import (
     no_sources,
     scheduled_store,
 )
-from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import (
     ApiThrottled,
     ApiUnavailable,
@@ -40,6 +42,7 @@ from execpods.core.errors import (
     SettingsError,
 )
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
@@ -54,12 +57,16 @@ from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     UNKNOWN_EXIT_CODE,
     Cancellable,
+    Claim,
+    ClaimOperations,
     DriverView,
     ExecutorExited,
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    NeededClaim,
+    PodDecisions,
     PodOperations,
     PodSelector,
     RoundObserver,
@@ -90,6 +97,8 @@ __all__ = [
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
+    "Claim",
+    "ClaimOperations",
     "Clock",
     "ContainerRunning",
     "ContainerState",
@@ -109,15 +118,19 @@ __all__ = [
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
     "ExecutorState",
+    "FeatureSettings",
     "InvalidPosition",
     "LifecycleObserver",
+    "Machinery",
     "ManualClock",
+    "NeededClaim",
     "NoticeKind",
     "NumberedRemoval",
     "ObservedPod",
     "PodAdmissionRejected",
     "PodClassifier",
     "PodConflict",
+    "PodDecisions",
     "PodForbidden",
     "PodInvalid",
     "PodManifest",
@@ -125,6 +138,7 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
+    "Ports",
     "Position",
     "ProfileConflict",
     "ProgressChange",
