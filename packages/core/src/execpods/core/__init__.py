@@ -30,6 +30,7 @@ from execpods.core.compose import (
     scheduled_store,
 )
 from execpods.core.errors import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     ExecpodsError,
@@ -39,6 +40,7 @@ from execpods.core.errors import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    QuotaExceeded,
     SettingsError,
 )
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
@@ -51,7 +53,9 @@ from execpods.core.pods import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    PodCondition,
     PodManifest,
+    PodWarning,
 )
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -92,6 +96,7 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AdmissionPolicyRefused",
     "AllocationCounts",
     "AllocatorNotice",
     "ApiThrottled",
@@ -129,6 +134,7 @@ __all__ = [
     "ObservedPod",
     "PodAdmissionRejected",
     "PodClassifier",
+    "PodCondition",
     "PodConflict",
     "PodDecisions",
     "PodForbidden",
@@ -139,8 +145,10 @@ __all__ = [
     "PodOperations",
     "PodSelector",
     "Ports",
+    "PodWarning",
     "Position",
     "ProfileConflict",
+    "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
     "ResourceProfile",

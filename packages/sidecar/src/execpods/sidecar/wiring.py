@@ -40,6 +40,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     KubernetesSettings,
+    PodWarnings,
     PollSource,
     RateLimiter,
     WatchSource,
@@ -211,13 +212,17 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         api_client.close()
         raise
 
+    warnings = PodWarnings()  # FailedMount, read by each poll, attached by both sources
+
     def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
         return [
-            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, core_settings=core),
+            WatchSource(
+                store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
+            ),
+            PollSource(store, operations, core_settings=core, warnings=warnings),
         ]
 
     claims = builder_claims(  # the executors' OnDemand claims (none unless configured)
