@@ -314,3 +314,10 @@ def test_each_alert_fires_on_what_it_says_and_not_on_its_opposite(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_the_operations_doc_lists_exactly_the_rules_alerts() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text.split("## Alerts worth having", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(Execpods\w+)` \|", section, re.MULTILINE))
+    assert listed == {r["alert"] for g in _rules() for r in g["rules"]}
