@@ -65,6 +65,11 @@ _LIST_MAP_KEYS: dict[str, tuple[str, ...]] = {
     "hostAliases": ("ip",),
 }
 _SET_LISTS = frozenset({"finalizers"})
+#: Maps owned whole (`+mapType=atomic`/`+structType=atomic` in the API types): label selectors
+#: and a Service's or pod's selector maps.
+_ATOMIC_MAPS = frozenset(
+    {"selector", "podSelector", "namespaceSelector", "labelSelector", "nodeSelector"}
+)
 #: What no manager owns: the server's own metadata and the status (applied through the main
 #: resource, status is ignored, as for every kind with a status subresource).
 _UNOWNED = frozenset(
@@ -109,8 +114,13 @@ def field_manager(query: Mapping[str, str], user_agent: str, *, apply: bool) -> 
             raise ApiError.bad_request("fieldManager: Too long: may not be more than 128 bytes")
         return given
     if apply:
-        raise ApiError.bad_request(
-            "PATCH /apply requires fieldManager to be set: fieldManager is required for apply patch"
+        required = "Required value: is required for apply patch"
+        raise ApiError(
+            422,
+            "Invalid",
+            f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {required}',
+            causes=[{"reason": "FieldValueRequired", "message": required, "field": "fieldManager"}],
+            kind="PatchOptions",
         )
     return (user_agent.split("/", 1)[0] or "unknown")[:128]
 
@@ -140,7 +150,7 @@ def _is_list_map(field: str, value: list[Any]) -> bool:
 
 
 def _leaves(value: Any, path: FieldPath, field: str, out: set[FieldPath]) -> None:
-    if isinstance(value, dict) and value:
+    if isinstance(value, dict) and value and field not in _ATOMIC_MAPS:
         for k, v in value.items():
             _leaves(v, (*path, f"f:{k}"), k, out)
     elif isinstance(value, list) and value and field in _SET_LISTS:
@@ -233,7 +243,7 @@ def _remove(obj: Any, path: FieldPath) -> None:
 def _merge(live: Any, config: Any, field: str = "") -> Any:
     """The applied configuration merged into the live value: maps by key, keyed lists by item,
     set lists by value, anything else replaced."""
-    if isinstance(config, dict) and isinstance(live, dict):
+    if isinstance(config, dict) and isinstance(live, dict) and field not in _ATOMIC_MAPS:
         out = dict(live)
         for k, v in config.items():
             out[k] = _merge(live.get(k), v, k) if k in live else copy.deepcopy(v)
@@ -332,9 +342,25 @@ def _store_managed(
         obj["metadata"].pop("managedFields", None)
 
 
+def _maps(value: Any, path: FieldPath, field: str, out: set[FieldPath]) -> None:
+    """The "." entry of every granular map: an update that creates a map owns the map itself."""
+    if isinstance(value, dict) and value and field not in _ATOMIC_MAPS:
+        if path and path != ("f:metadata",):
+            out.add((*path, "."))
+        for k, v in value.items():
+            if f"f:{k}" not in _UNOWNED and not (
+                path == ("f:metadata",) and f"f:{k}" in _UNOWNED_META
+            ):
+                _maps(v, (*path, f"f:{k}"), k, out)
+
+
 def changed_fields(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> set[FieldPath]:
-    """The fields of `new` that `old` lacks or holds with another value."""
+    """The fields of `new` that `old` lacks or holds with another value, and the maps it
+    creates (their "." entry, as kube-apiserver records an update's new maps)."""
     fields = owned_fields(new)
+    maps: set[FieldPath] = set()
+    _maps(dict(new), (), "", maps)
+    fields |= {m for m in maps if m[-1] == "." and not _get(old or {}, m[:-1])[0]}
     if old is None:
         return fields
     return {p for p in fields if _get(old, p) != _get(new, p)}
@@ -410,13 +436,13 @@ def apply_config(
 
 
 def _shown_manager(live: Obj, name: str, operation: str) -> str:
-    """A manager as the API server names it in a conflict: an updater with its API version and
-    the time of its write (`"kubectl-create" using v1 at 2026-...Z`), an applier by name."""
+    """A manager as kube-apiserver names it in a conflict: an updater with its API version
+    (`"kubectl-create" using v1`), an applier by name alone."""
     if operation != "Update":
         return json.dumps(name)
     for entry in (live.get("metadata") or {}).get("managedFields") or []:
         if entry.get("manager") == name and entry.get("operation") == operation:
-            return f"{json.dumps(name)} using {entry.get('apiVersion')} at {entry.get('time')}"
+            return f"{json.dumps(name)} using {entry.get('apiVersion')}"
     return json.dumps(name)
 
 

@@ -361,10 +361,8 @@ class ObjectApi:
         """Server-side apply (`apply.py`): (the object, whether this apply created it)."""
         kind, api_version = config.get("kind"), config.get("apiVersion")
         if kind != self.kind.kind or api_version != self.kind.api_version:
-            raise ApiError.bad_request(
-                f"the apply configuration's kind ({kind}) and apiVersion ({api_version}) must be "
-                f"{self.kind.kind} {self.kind.api_version}"
-            )
+            group, _, version = str(api_version or "").rpartition("/")
+            raise ApiError.bad_request(f"invalid object type: {group}/{version}, Kind={kind}")
         meta = config.get("metadata")
         if not isinstance(meta, dict) or meta.get("name", name) != name:
             raise ApiError.bad_request(
