@@ -53,6 +53,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.progress import ProgressMonitor
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
@@ -147,6 +148,7 @@ def compose_backend(
     in time are deleted and reported with its reason.
     """
     clock = clock if clock is not None else SystemClock()
+    progress = ProgressMonitor(clock=clock)
     make_store = store if store is not None else scheduled_store()
     snapshots = make_store(
         labels=settings.labels,
@@ -193,6 +195,7 @@ def compose_backend(
         id_ledger=id_ledger,
         claims=claims,
         round_hooks=[h for h in (claims, blocklist) if h is not None],
+        progress=progress,
     )
     recovery.set_notify(allocator.notify)
     if blocklist is not None:
@@ -225,6 +228,7 @@ def compose_backend(
         sources=sources(snapshots),
         close=close,
         clock=clock,
+        progress=progress,
     )
 
 
