@@ -17,10 +17,13 @@ import orjson
 import pytest
 from execpods.core import PodSelector, SettingsError
 from execpods.k8s import ApiGateway, KubernetesPodOperations, connect_cluster
+from execpods.k8s.cluster import TOKEN_FILE_PERIOD, _read_token_file
 from execpods.k8s.kubeconfig import kubeconfig_list, merge_kubeconfigs
 from execpods.kubesim import KubeSim
+from kubernetes.client import Configuration
 
 from tests.k8s.conftest import executor_pod
+from tests.k8s.test_cluster import no_kubeconfig, service_account  # noqa: F401 (a fixture)
 from tests.kubesim.test_kubectl import kubectl_path
 
 FIRST = """\
@@ -169,3 +172,37 @@ def test_an_explicit_list_and_broken_files(tmp_path: Path) -> None:
     empty.write_text("", encoding="utf-8")  # sets nothing, as for client-go
     _, access = connect_cluster(kubeconfig=f"{empty}{os.pathsep}{second}")
     assert access.server == "http://other.invalid:3"
+
+
+def test_a_token_file_is_trimmed_and_read_again_every_minute(tmp_path: Path) -> None:
+    """As client-go's CachedFileTokenSource: a rotated token (a projected service account
+    token, a renewed Secret) is picked up within a minute, without a restart."""
+    token_file = tmp_path / "token"
+    token_file.write_text("one\n", encoding="utf-8")
+    now = [0.0]
+    configuration: Any = Configuration()
+    _read_token_file(configuration, token_file, clock=lambda: now[0])
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer one"
+    token_file.write_text("two\n", encoding="utf-8")
+    now[0] = TOKEN_FILE_PERIOD - 1
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer one"
+    now[0] = TOKEN_FILE_PERIOD + 1
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer two"
+    token_file.unlink()  # a file gone for a moment: the last token is kept
+    now[0] = 3 * TOKEN_FILE_PERIOD
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer two"
+
+
+@pytest.mark.usefixtures("no_kubeconfig")
+def test_each_access_says_where_its_credential_came_from(tmp_path: Path) -> None:
+    directory = service_account(tmp_path / "sa")
+    environ = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
+    client, access = connect_cluster(service_account_dir=directory, environ=environ)
+    client.close()
+    assert access.server == "https://127.0.0.1:6443"
+    assert access.credential == f"the in-cluster service account's token file {directory}/token"
+    assert "KUBERNETES_SERVICE_HOST" in access.via
+    client, access = connect_cluster(api_url="http://127.0.0.1:1")
+    client.close()
+    assert access.credential.startswith("no credential (--api-url sends none")
+    assert access.via == "--api-url (execpods.kubernetes.apiUrl)"

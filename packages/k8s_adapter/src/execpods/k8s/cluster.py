@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ import kubernetes.client
 import kubernetes.config
 from execpods.core import SettingsError
 from execpods.k8s.clienttypes import KubernetesApiClient
-from execpods.k8s.kubeconfig import describe_user, kubeconfig_list, merge_kubeconfigs
+from execpods.k8s.kubeconfig import describe_user, kubeconfig_list, merge_kubeconfigs, user_of
 from execpods.k8s.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)
@@ -111,27 +113,36 @@ def connect(
     return client
 
 
-def _trim_tokens(configuration: Any) -> None:
-    """Trim the bearer token as client-go trims a token file's content: the official client keeps
-    the file's final newline, which no HTTP header may carry. Its refresh hook sets the token
-    again before each request, so the hook is wrapped too."""
+TOKEN_FILE_PERIOD = 60.0
+"""How often a token file is read again (client-go's `CachedFileTokenSource` period): projected
+service account tokens rotate, and a renewed token must be picked up without a restart."""
 
-    def trim(config: Any) -> None:
-        keys = getattr(config, "api_key", None)
-        if isinstance(keys, dict):
-            for name, value in keys.items():
-                if isinstance(value, str):
-                    keys[name] = value.strip()
 
-    hook = getattr(configuration, "refresh_api_key_hook", None)
-    if hook is not None:
+def _read_token_file(
+    configuration: Any, path: Path, *, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Send the content of `path` as the bearer token, trimmed, read again every minute.
 
-        def refreshed(config: Any) -> None:
-            hook(config)
-            trim(config)
+    As client-go does for a kubeconfig's `tokenFile`. The official client reads the file once,
+    keeps its final newline (which no HTTP header may carry: `echo token > file` writes one)
+    and sets that value again before every request."""
+    last_read = -math.inf
 
-        configuration.refresh_api_key_hook = refreshed
-    trim(configuration)
+    def refresh(config: Any) -> None:
+        nonlocal last_read
+        now = clock()
+        if now - last_read < TOKEN_FILE_PERIOD:
+            return
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError as error:
+            logger.warning("Could not read the token file %s again (%s).", path, error)
+            return
+        last_read = now
+        config.api_key["BearerToken"] = f"Bearer {token}"
+
+    configuration.refresh_api_key_hook = refresh
+    refresh(configuration)
 
 
 def _from_kubeconfigs(
@@ -149,7 +160,11 @@ def _from_kubeconfigs(
     except k8s_config.ConfigException as error:
         key = "spark.kubernetes.context" if context else "execpods.kubernetes.kubeconfig"
         raise SettingsError(f"{key}: kubeconfig {shown!r}: {error}") from None
-    _trim_tokens(configuration)
+    user = user_of(merged, context)
+    token_file = user.get("tokenFile")
+    plugin = user.get("exec") or user.get("auth-provider")
+    if isinstance(token_file, str) and token_file and not user.get("token") and not plugin:
+        _read_token_file(configuration, Path(token_file))
     credential, _ = describe_user(merged, context)
     chosen = context or merged.config.get("current-context") or ""
     where = "--kubeconfig (execpods.kubernetes.kubeconfig)" if explicit else "$KUBECONFIG"

@@ -360,6 +360,7 @@ class ApiGateway:
         started = time.perf_counter()
         outcome = SUCCESS
         code = 200
+        detail = ""
         retry_after: float | None = None
         try:
             with _typed_errors(what):
@@ -371,6 +372,7 @@ class ApiGateway:
         except PodOperationError as error:
             outcome = type(error).__name__
             code = error.status or 0
+            detail = str(error)
             if isinstance(error, ApiThrottled):
                 retry_after = error.retry_after
             if gate is not None:
@@ -379,6 +381,7 @@ class ApiGateway:
         except Exception as error:
             outcome = type(error).__name__
             code = -1  # not an answer: a bug or an interrupt, nothing to learn from
+            detail = str(error)
             raise
         finally:
             seconds = time.perf_counter() - started
@@ -394,6 +397,7 @@ class ApiGateway:
                         waited=waited,
                         method=HTTP_METHODS.get(verb, "GET"),
                         host=self.host,
+                        detail=detail,
                     )
                 )
         if gate is not None:

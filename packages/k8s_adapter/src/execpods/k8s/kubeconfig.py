@@ -24,7 +24,13 @@ from typing import Any
 import yaml
 from execpods.core import SettingsError
 
-__all__ = ["MergedKubeconfig", "describe_user", "kubeconfig_list", "merge_kubeconfigs"]
+__all__ = [
+    "MergedKubeconfig",
+    "describe_user",
+    "kubeconfig_list",
+    "merge_kubeconfigs",
+    "user_of",
+]
 
 SECTIONS = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
 """Each named section of a kubeconfig and the key that holds an entry's body."""
@@ -154,6 +160,14 @@ def _credential(user: Mapping[str, Any]) -> str:
     if user.get("username"):
         return f"basic auth as {user['username']!r}"
     return "no credential"
+
+
+def user_of(merged: MergedKubeconfig, context: str | None) -> dict[str, Any]:
+    """The user entry's body of a context (the current one when None); {} when none."""
+    config = merged.config
+    chosen = context or config.get("current-context") or ""
+    body = _named(config, "contexts", chosen) or {}
+    return _named(config, "users", str(body.get("user") or "")) or {}
 
 
 def describe_user(merged: MergedKubeconfig, context: str | None) -> tuple[str, str]:

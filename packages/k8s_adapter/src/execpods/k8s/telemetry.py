@@ -43,6 +43,8 @@ class ApiCall:
     """The HTTP method (`http_method(verb)` when not given)."""
     host: str = ""
     """The API server's `host:port`, as client-go's `host` label."""
+    detail: str = ""
+    """What went wrong, for a call that failed (the typed error's message)."""
 
     @property
     def http_method(self) -> str:
