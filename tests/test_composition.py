@@ -148,7 +148,7 @@ def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
     assert {"compose_backend", "TotalsRequest", "StreamHandle", "StoreFactory"} <= exported
     # The ports grew by what the core decides and the adapter writes (`PodDecisions`, the claim
     # port and its values) and by the composition's three values (`Ports`, `Machinery`,
-    # `FeatureSettings`); `test_layering.py` proves shipped packages use nothing else. Issue
-    # 30 adds four values that cross the ports: the pod's conditions and warning (the adapter
-    # builds them) and the two capacity refusals (the adapter raises them).
+    # `FeatureSettings`); issue 30 adds four values that cross the ports: the pod's conditions and
+    # warning (the adapter builds them) and the two capacity refusals (the adapter raises them);
+    # `test_layering.py` proves shipped packages use nothing else.
     assert len(exported) <= 84

@@ -129,6 +129,7 @@ def test_scopes_and_quotas_in_other_namespaces(sim: KubeSim, core: CoreApi) -> N
     core.create_namespaced_pod(NS, sized_pod("sized"))  # not best effort: not this quota's
     best_effort = sized_pod("bare", cpu=None, memory=None)
     assert "exceeded quota: best-effort" in refusal(core, best_effort)["message"]
+    core.create_namespace({"metadata": {"name": "other"}})
     core.create_namespaced_resource_quota("other", quota_body("none", {"pods": "0"}))
     core.create_namespaced_pod(NS, sized_pod("sized-2"))
 

@@ -42,6 +42,14 @@ class ResourceVersionTooLarge(ResourceExpired):
     status = 504
 
 
+class ApiUnauthorized(PodOperationError):
+    """401 Unauthorized: the API server did not accept the credential (none was sent, it expired,
+    it belongs to another cluster). Nothing will succeed until the credential is fixed; the
+    sidecar fails its start on it and reports NOT_SERVING while it lasts."""
+
+    status = 401
+
+
 TOO_LARGE_CAUSE = "ResourceVersionTooLarge"
 
 
@@ -157,6 +165,8 @@ def error_from_status(
         return PodConflict(text)
     if code == 410:
         return ResourceExpired(text)
+    if code == 401:
+        return ApiUnauthorized(text)
     if code == 403:
         refusal = admission_refusal(message, text)
         if refusal is not None:

@@ -473,6 +473,23 @@ class PodApi:
         self.faults.check_delete(name, pod["metadata"].get("labels") or {})
         return as_pod(self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre))
 
+    def bind(self, namespace: str, name: str, body: JsonValue) -> JsonObject:
+        """The binding subresource: another scheduler (a pod's `spec.schedulerName` other than
+        kubesim's `default-scheduler`) assigns the pod to a node. A node kubesim does not run
+        leaves the pod to that node's own kubelet."""
+        target = body.get("target") if isinstance(body, dict) else None
+        node = target.get("name") if isinstance(target, dict) else None
+        if not isinstance(node, str) or not node:
+            raise ApiError.bad_request("a Binding needs target.name (the node)")
+        self.cluster.bind(namespace, name, node)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
     def evict(self, namespace: str, name: str, body: JsonValue) -> JsonObject:
         """The eviction subresource (policy/v1 Eviction; no PodDisruptionBudgets are kept, so
         every eviction is allowed): a graceful delete marked `DisruptionTarget`."""

@@ -36,6 +36,7 @@ from execpods.core.readiness import wait_for_driver_ready
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ApiUnauthorized,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
@@ -44,15 +45,20 @@ from execpods.k8s import (
     PollSource,
     RateLimiter,
     WatchSource,
-    api_client_from,
     builder_claims,
+    cluster_from,
     rate_limiter_for,
     resolve_namespace,
 )
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.guard.permissions import (
+    CredentialsRefused,
+    check_pod_permissions,
+    cluster_probe,
+)
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.telemetry.contact import ApiContact, CredentialsWatch, refused_credential
 from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
@@ -76,6 +82,9 @@ class Runtime:
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
+    contact: ApiContact | None = None
+    """Whether the API server ever answered (None without an API): stopping need not retry
+    deletes against a server that never did."""
 
     @property
     def app_id(self) -> str:
@@ -166,10 +175,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "spark.kubernetes.container.image): executor pods need an image, or a pod template "
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
-    api_client = api_client_from(k8s)
+    api_client, access = cluster_from(k8s)
     # One flow per driver to the API server's fair queuing when no credentials tell them apart.
     api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     telemetry = Telemetry()
+    contact = ApiContact(access)  # hears the first calls (the permission check's) too
+    telemetry.add(contact)
     try:
         namespace = resolve_namespace(k8s)
         limiter = rate_limiter_for(settings.api_rate)
@@ -186,7 +197,10 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ).label_selector()
         if settings.security.check_permissions:
             check_pod_permissions(
-                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+                gateway,
+                selector=selector,
+                config_maps=k8s.driver_pod_name is None,
+                access=access,
             )
         operations = KubernetesPodOperations(
             gateway,
@@ -208,6 +222,9 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             driver_pod_name=k8s.driver_pod_name,
             owner=builder.owner,
         )
+    except ApiUnauthorized as error:  # a start-up call other than the permission check's
+        api_client.close()
+        raise CredentialsRefused(refused_credential(access, str(error))) from None
     except BaseException:
         api_client.close()
         raise
@@ -241,8 +258,11 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         telemetry=telemetry,
         id_ledger=id_ledger,
     )
+    # A 401 from any call: NOT_SERVING and a notice on every stream until the API accepts it.
+    telemetry.add(CredentialsWatch(runtime.backend.progress, access))
     return dataclasses.replace(
         runtime,
+        contact=contact,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
