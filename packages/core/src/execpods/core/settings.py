@@ -29,6 +29,7 @@ from execpods.core.settingkit import (
     parse_optional_str,
     parse_str,
     positive,
+    rate,
     setting,
     unknown_keys,
 )
@@ -160,7 +161,7 @@ class CoreSettings(SettingsBase):
         "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s): the "
         "static policy's rate, and where the adaptive policy starts.",
         parse=parse_int,
-        rule=positive,
+        rule=rate,
     )
     api_burst: int = setting(
         "execpods.kubernetes.api.burst",
@@ -168,7 +169,7 @@ class CoreSettings(SettingsBase):
         "Calls the static rate limit lets through at once after an idle spell (the token "
         "bucket's size).",
         parse=parse_int,
-        rule=positive,
+        rule=rate,
     )
     api_rate_policy: str = setting(
         "execpods.kubernetes.api.ratePolicy",
@@ -185,7 +186,7 @@ class CoreSettings(SettingsBase):
         "The adaptive rate's floor (calls/s): client-go's default QPS, what every controller "
         "gets; however loaded the server, the sidecar keeps this much to make progress.",
         parse=parse_float,
-        rule=positive,
+        rule=rate,
     )
     api_max_qps: float = setting(
         "execpods.kubernetes.api.maxQps",
@@ -193,7 +194,7 @@ class CoreSettings(SettingsBase):
         "The adaptive rate's ceiling (calls/s): one driver never claims more of an API server, "
         "whose etcd writes a few thousand objects a second for the whole cluster.",
         parse=parse_float,
-        rule=positive,
+        rule=rate,
     )
     api_polling_interval: float = duration_setting(
         "spark.kubernetes.executor.apiPollingInterval",

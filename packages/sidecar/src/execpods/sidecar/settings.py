@@ -29,7 +29,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import KubernetesSettings
+from execpods.k8s import KubernetesSettings, app_id_prefix_problem
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.health import HealthSettings
 from execpods.sidecar.metrics import MetricsSettings
@@ -263,6 +263,13 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
+        app_id = self.sidecar.app_id
+        problem = app_id_prefix_problem(app_id) if app_id else None
+        if problem is not None and self.kubernetes.pod_name_prefix is None:
+            raise SettingsError(
+                f"spark.app.id={app_id!r} {problem}: set "
+                "spark.kubernetes.executor.podNamePrefix to a prefix for the executor pods"
+            )
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:

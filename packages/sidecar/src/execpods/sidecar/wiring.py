@@ -20,6 +20,7 @@ from execpods.core import (
     ExecutorPodsBackend,
     PodOperations,
     PodSelector,
+    ResourceProfile,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -79,6 +80,9 @@ class Runtime:
     """The registration timeout a driver may set (UpdateDriverExecutors)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
+    profile_check: Callable[[ResourceProfile], None] | None = None
+    """Builds a declared profile's pod once and refuses what the Kubernetes client would
+    (`ExecutorPodTemplateBuilder.check`); None over the in-memory registry."""
 
     @property
     def app_id(self) -> str:
@@ -135,6 +139,7 @@ def assemble(
         blocklist=blocklist,
         registration=registration,
     )
+    view.highest_id = backend.highest_executor_id  # what a driver says of other ids is not kept
     return Runtime(
         settings=settings,
         backend=backend,
@@ -207,6 +212,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             profiles=profiles,
             container_name=settings.core.executor_container_name,
         )
+        builder.check(None, app_id=settings.sidecar.app_id)  # the settings' own pod, once
         id_ledger = ClusterIdLedger(
             gateway,
             app_id=settings.sidecar.app_id,
@@ -262,6 +268,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
+        profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
 
 
