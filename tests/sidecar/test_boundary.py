@@ -25,7 +25,7 @@ from execpods.core.scheduling import ThreadScheduler
 from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import main
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.wiring import connect
 
 from tests.sidecar.conftest import SidecarFactory, creates, running_ids, wait_for

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from execpods.client import AllocatorClient
 from execpods.core import SettingsError
-from execpods.sidecar.security import RefusalLog, Refused, read_token
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.config.settings import Settings
+from execpods.sidecar.guard.security import RefusalLog, Refused, read_token
 
 from tests.sidecar.conftest import SidecarFactory
 

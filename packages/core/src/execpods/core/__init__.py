@@ -72,7 +72,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.progress import ProgressMonitor
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -127,7 +127,6 @@ __all__ = [
     "PodSelector",
     "Position",
     "ProfileConflict",
-    "ProgressChange",
     "ProgressMonitor",
     "ResourceProfile",
     "ResourceProfiles",
@@ -141,7 +140,6 @@ __all__ = [
     "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsWriter",
-    "Stall",
     "SourcesFactory",
     "StoreFactory",
     "StreamHandle",

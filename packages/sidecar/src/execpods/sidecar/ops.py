@@ -19,12 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from execpods.core import ProgressChange, Subscription
-from execpods.core.progress import watch_threads
-from execpods.sidecar.apimetrics import ApiMetrics
-from execpods.sidecar.grpcmetrics import GrpcServerMetrics
-from execpods.sidecar.health import ClusterHealth, HealthStatus
-from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
+from execpods.core import Subscription
+from execpods.core.progress import ProgressChange, watch_threads
+from execpods.sidecar.telemetry.apimetrics import ApiMetrics
+from execpods.sidecar.telemetry.grpcmetrics import GrpcServerMetrics
+from execpods.sidecar.telemetry.health import ClusterHealth, HealthStatus
+from execpods.sidecar.telemetry.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
 from grpc_health.v1 import health_pb2_grpc
 

@@ -26,7 +26,7 @@ from typing import Any
 from execpods.core.settingkit import SettingsBase, duration_setting, parse_str, setting
 from execpods.k8s import ApiCall
 from execpods.sidecar.addresses import listen_address_problem
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from grpc_health.v1 import health_pb2
 
 logger = logging.getLogger(__name__)

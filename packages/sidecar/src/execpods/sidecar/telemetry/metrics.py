@@ -29,8 +29,8 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
-    ProgressChange,
 )
+from execpods.core.progress import ProgressChange
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -40,7 +40,7 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import ApiCall
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
