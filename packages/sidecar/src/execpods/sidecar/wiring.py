@@ -229,10 +229,16 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
-        return [
-            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, core_settings=core),
-        ]
+        watch = WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock)
+        # A full list older than what the watch saw: the server went back in time; re-list.
+        poll = PollSource(
+            store,
+            operations,
+            core_settings=core,
+            newest_version=lambda: watch.resource_version,
+            on_went_back=watch.relist,
+        )
+        return [watch, poll]
 
     core = settings.core
     claims_api = builder_claims(
