@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from execpods.client import AllocatorClient, StreamUpdate
 from execpods.kubesim import KubeSim
 
@@ -52,11 +53,19 @@ def test_an_executor_killed_in_a_watch_gap_is_reported_with_the_next_full_list(
     assert time.monotonic() - killed_at < 10.0
 
 
+@pytest.mark.parametrize("watch", ["true", "false"], ids=["watch", "lists-only"])
 def test_a_server_restored_from_a_backup_is_followed_at_once(
-    sim: KubeSim, make_sidecar: SidecarFactory
+    sim: KubeSim, make_sidecar: SidecarFactory, watch: str
 ) -> None:
+    """With the watch on, its resumption from a version the restored server has not reached is
+    answered 504 Too large and it re-lists (as before); with lists only (the watch off, or
+    silent), every list was ignored on `128638e` until the new versions passed the old."""
     sidecar = make_sidecar(
-        "restored", conf={"spark.kubernetes.executor.apiPollingInterval": "300ms"}
+        "restored",
+        conf={
+            "spark.kubernetes.executor.apiPollingInterval": "300ms",
+            "spark.kubernetes.executor.enableApiWatcher": watch,
+        },
     )
     backend = sidecar.runtime.backend
     with AllocatorClient(sidecar.address) as client:
@@ -74,6 +83,8 @@ def test_a_server_restored_from_a_backup_is_followed_at_once(
             what="the view without 3 and 4",
         )
         assert time.monotonic() - restored_at < 10.0
+        if watch == "false":
+            assert sidecar.runtime.backend.current_snapshot.is_full
         # The target holds again with fresh ids: none of the lost pods' ids is issued again.
         wait_for(lambda: len(running_ids(sim, "restored")) == 4, what="four running again")
         assert not {3, 4} & running_ids(sim, "restored")
