@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -242,16 +243,18 @@ class PendingTimeoutFeature(Feature):
         self._expect = expect_removal
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {}
+        self._facts: RoundFacts | None = None
 
     def observe(self, facts: RoundFacts) -> None:
-        snapshot = facts.snapshot
-        live: dict[int, int] = {}
-        for observed in snapshot.executor_pods.values():
-            if observed.state in (ExecutorState.PENDING, ExecutorState.RUNNING):
-                profile_id = profile_id_of(observed.pod, self._labels)
-                live[profile_id] = live.get(profile_id, 0) + 1
+        self._facts = facts  # reviewed once the round has counted each profile's executors
+
+    def _review(self, states: Sequence[ProfileState]) -> None:
+        facts = self._facts
+        if facts is None or facts.snapshot.count(ExecutorState.PENDING) == 0:
+            return  # nothing pending: nothing to time out (and no pod to look at)
+        live = {state.profile_id: state.pod_count for state in states}
         with self._lock:
-            decision = self.timeout.review(snapshot, now=facts.now, live=live)
+            decision = self.timeout.review(facts.snapshot, now=facts.now, live=live)
         if decision.delete:
             self._delete(decision.delete)
         for notice in decision.notices:
@@ -295,13 +298,16 @@ class PendingTimeoutFeature(Feature):
         return max(0, min(wanted, effective - state.pod_count))
 
     def finished(self, outcome: RoundOutcome) -> None:
-        """A new target from the driver lifts the profile's lowering."""
+        """Review the pending executors with the round's counts (`lowerTarget` lowers a profile
+        to its executors alive, requested ones included, minus those timed out); a new target
+        from the driver lifts the profile's lowering."""
         with self._lock:
             for state in outcome.states:
                 known = self._targets.get(state.profile_id)
                 self._targets[state.profile_id] = state.target
                 if known is not None and known != state.target:
                     self.timeout.target_changed(state.profile_id)
+        self._review(outcome.states)
 
     def effective_targets(self) -> dict[int, int]:
         """Every lowered profile's effective target."""
