@@ -304,6 +304,8 @@ class CrashLoopFeature(Feature):
         now = self._clock.monotonic()
         failed: list[tuple[int, ObservedPod, str]] = []
         for snapshot in facts.batch or (facts.snapshot,):
+            if snapshot.count(ExecutorState.FAILED) == 0:
+                continue  # no failed executor in it (a count the snapshot keeps)
             pods = snapshot.executor_pods
             ids = pods.keys() if snapshot.changed_ids is None else snapshot.changed_ids
             for executor_id in ids:
