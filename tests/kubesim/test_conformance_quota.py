@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -79,6 +80,21 @@ def quota_ready(core: CoreApi, namespace: str, body: dict[str, Any]) -> None:
 
 def _usage_known(quota: Any) -> bool:
     return quota.status is not None and bool(quota.status.used)
+
+
+@pytest.fixture(autouse=True)
+def no_quotas(core: CoreApi) -> Iterator[None]:
+    """No quota before or after a test (a real server is shared by the session, and its
+    namespaces are emptied of pods between tests, not of quotas)."""
+
+    def clear() -> None:
+        for namespace in (NS, "other"):
+            with contextlib.suppress(ApiException):
+                core.delete_collection_namespaced_resource_quota(namespace)
+
+    clear()
+    yield
+    clear()
 
 
 def test_a_pod_quota_admits_its_worth_and_refuses_the_next_in_the_api_servers_words(
@@ -151,7 +167,8 @@ def test_a_failed_pod_stops_counting_but_its_object_count_stays(
     quota_ready(core, NS, quota_body("q", {"pods": "5", "count/pods": "5"}))
     core.create_namespaced_pod(NS, sized_pod("exec-1"))
     sim.run_until_idle()
-    sim.fail_pod("exec-1", exit_code=1)
+    # As its kubelet writes it (the status subresource): the pod failed.
+    core.patch_namespaced_pod_status("exec-1", NS, {"status": {"phase": "Failed"}})
     sim.run_until_idle()
     assert used(core, "q", expect={"pods": "0", "count/pods": "1"}) == {
         "pods": "0",
