@@ -41,7 +41,8 @@ from execpods.core.errors import (
     PodOperationError,
     SettingsError,
 )
-from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.idlists import INT64_MAX, summarize_ids
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels, parse_executor_id
 from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
@@ -79,7 +80,8 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.progress import ProgressChange, ProgressMonitor, Stall, watch_threads
+from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -89,6 +91,7 @@ from execpods.core.totals import TotalsRequest
 
 __all__ = [
     "DEFAULT_RESOURCE_PROFILE_ID",
+    "INT64_MAX",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
@@ -165,5 +168,9 @@ __all__ = [
     "TotalsRequest",
     "compose_backend",
     "no_sources",
+    "parse_executor_id",
     "scheduled_store",
+    "summarize_ids",
+    "wait_for_driver_ready",
+    "watch_threads",
 ]

@@ -93,7 +93,6 @@ class PodCreator:
         )
         self.starts = StartTracker()
         self._lock = threading.Lock()
-        self.counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
 
     # What the allocator's decision needs.
 
@@ -112,7 +111,6 @@ class PodCreator:
         batch delay started (its failure is the lifecycle manager's), it did not fail to start."""
         failures = self.starts.observe_all(snapshots)
         if failures:
-            self.counts["starts"] += failures
             logger.warning("%d executors failed to start; creating more slowly.", failures)
             for batch in self._batches.values():
                 batch.trouble()
@@ -220,7 +218,6 @@ class PodCreator:
         """Book a step's outcomes; report failures; returns whether every create went through."""
         created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
         self.starts.created(created)
-        self.counts["created"] += len(created)
         if created:
             self._backoff.succeeded(profile_id)
         failed = [
@@ -246,17 +243,14 @@ class PodCreator:
         first = group[0].error
         detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
         if result is CreateResult.REFUSED:
-            self.counts["refused"] += len(group)
             wait = self._backoff.refused(profile_id, now)
             kind = NoticeKind.CREATE_REFUSED
             what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
         elif result is CreateResult.THROTTLED:
-            self.counts["throttled"] += len(group)
             wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
             kind = NoticeKind.CREATE_THROTTLED
             what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
         else:
-            self.counts["failed"] += len(group)
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"

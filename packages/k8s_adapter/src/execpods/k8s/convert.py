@@ -25,8 +25,8 @@ from execpods.core import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    parse_executor_id,
 )
-from execpods.core.labels import parse_executor_id
 
 logger = logging.getLogger(__name__)
 

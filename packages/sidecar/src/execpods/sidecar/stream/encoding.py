@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from execpods.core import (
+    INT64_MAX,
     AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
@@ -31,7 +32,6 @@ from execpods.core import (
     NoticeKind,
     ObservedPod,
 )
-from execpods.core.idlists import INT64_MAX
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
