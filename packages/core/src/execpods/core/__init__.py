@@ -80,7 +80,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall, watch_threads
+from execpods.core.progress import ProgressChange, ProgressMonitor, watch_threads
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
@@ -158,7 +158,6 @@ __all__ = [
     "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsWriter",
-    "Stall",
     "SourcesFactory",
     "StoreFactory",
     "StreamHandle",
