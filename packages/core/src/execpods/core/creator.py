@@ -152,7 +152,7 @@ class PodCreator:
                 for o in outcomes
                 if o.result in (CreateResult.CREATED, CreateResult.UNKNOWN)
             )
-            if not self._settle(profile_id, outcomes):
+            if not self._settle(app_id, profile_id, outcomes):
                 batch.trouble()
                 break
             batch.clean_step(step)
@@ -214,7 +214,7 @@ class PodCreator:
             return _Outcome(used[-1], CreateResult.FAILED, error)
         return _Outcome(executor_id, CreateResult.CREATED)
 
-    def _settle(self, profile_id: int, outcomes: list[_Outcome]) -> bool:
+    def _settle(self, app_id: str, profile_id: int, outcomes: list[_Outcome]) -> bool:
         """Book a step's outcomes; report failures; returns whether every create went through."""
         created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
         self.starts.created(created)
@@ -223,7 +223,9 @@ class PodCreator:
         failed = [
             o
             for o in outcomes
-            if o.result is not CreateResult.CREATED and o.result is not CreateResult.NOT_SENT
+            if o.result is not CreateResult.CREATED
+            and o.result is not CreateResult.NOT_SENT
+            and not self._taken(app_id, profile_id, o)
         ]
         if not failed:
             return len(created) == len(outcomes)  # a create held back unsent is no clean step
@@ -236,6 +238,18 @@ class PodCreator:
         for result, group in by_kind.items():
             self._report(profile_id, result, group, now)
         return False
+
+    def _taken(self, app_id: str, profile_id: int, outcome: _Outcome) -> bool:
+        """Whether a feature takes this refusal as the cluster's capacity (a quota): then it is
+        neither a failure nor a reason to back off, and the feature tells the driver."""
+        if outcome.result is not CreateResult.REFUSED or not isinstance(
+            outcome.error, PodOperationError
+        ):
+            return False
+        executor = NewExecutor(
+            app_id=app_id, executor_id=outcome.executor_id, resource_profile_id=profile_id
+        )
+        return self._features.refused(executor, outcome.error)
 
     def _report(
         self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float

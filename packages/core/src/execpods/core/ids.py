@@ -29,6 +29,7 @@ import heapq
 import logging
 import threading
 
+from execpods.core.allocation import ProfileState
 from execpods.core.errors import PodOperationError
 from execpods.core.features import Feature, FeatureParts, RoundOutcome
 from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
@@ -229,7 +230,8 @@ class IdBudget(Feature):
         self._progress.resume(ID_LEDGER_UNREADABLE)
         return mark
 
-    def cap(self, profile_id: int, wanted: int) -> int:
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        profile_id = state.profile_id
         allowed = self.ids.reserve(wanted)
         if allowed < wanted:
             if self.ids.left < wanted:

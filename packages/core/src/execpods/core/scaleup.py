@@ -73,7 +73,7 @@ class ScaleUp:
         by_profile = {s.profile_id: s for s in states}
         created: dict[int, int] = {}
         for profile_id, count in counts.items():
-            allowed = self._features.cap(profile_id, count)  # the id ledger first
+            allowed = self._features.cap(by_profile[profile_id], count)  # the id ledger first
             if allowed <= 0:
                 continue
             state = by_profile[profile_id]
