@@ -30,6 +30,7 @@ from execpods.core.compose import (
     scheduled_store,
 )
 from execpods.core.errors import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     ExecpodsError,
@@ -39,6 +40,7 @@ from execpods.core.errors import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    QuotaExceeded,
     SettingsError,
 )
 from execpods.core.idlists import INT64_MAX, summarize_ids
@@ -52,7 +54,9 @@ from execpods.core.pods import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    PodCondition,
     PodManifest,
+    PodWarning,
 )
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
@@ -80,7 +84,12 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, watch_threads
+from execpods.core.progress import (
+    CREDENTIALS_REFUSED,
+    ProgressChange,
+    ProgressMonitor,
+    watch_threads,
+)
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
@@ -88,13 +97,16 @@ from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState, ObservedPod, PodClassifier
 from execpods.core.totals import TotalsRequest
+from execpods.core.waiting import PendingReason, waiting_for
 
 __all__ = [
+    "CREDENTIALS_REFUSED",
     "DEFAULT_RESOURCE_PROFILE_ID",
     "INT64_MAX",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AdmissionPolicyRefused",
     "AllocationCounts",
     "AllocatorNotice",
     "ApiThrottled",
@@ -132,7 +144,9 @@ __all__ = [
     "ObservedPod",
     "PodAdmissionRejected",
     "PodClassifier",
+    "PodCondition",
     "PodConflict",
+    "PendingReason",
     "PodDecisions",
     "PodForbidden",
     "PodInvalid",
@@ -142,8 +156,10 @@ __all__ = [
     "PodOperations",
     "PodSelector",
     "Ports",
+    "PodWarning",
     "Position",
     "ProfileConflict",
+    "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
     "ResourceProfile",
@@ -171,5 +187,6 @@ __all__ = [
     "scheduled_store",
     "summarize_ids",
     "wait_for_driver_ready",
+    "waiting_for",
     "watch_threads",
 ]

@@ -214,17 +214,24 @@ class ExecutorPodsBackend:
             source.start(self.app_id)
         logger.info("Started allocating executors for application %s.", self.app_id)
 
-    def stop(self, *, wait: Callable[[float], None] = time.sleep) -> ShutdownReport:
+    def stop(
+        self,
+        *,
+        wait: Callable[[float], None] = time.sleep,
+        hopeless: Callable[[], str | None] = lambda: None,
+    ) -> ShutdownReport:
         """Stop in Spark's order; returns what happened to the executor pods.
 
         Deleting them is retried with back-off for `execpods.shutdown.deleteGrace` while the API
-        fails (`wait` sleeps between attempts); a backend that was never started deletes nothing.
+        fails (`wait` sleeps between attempts), unless `hopeless` gives a reason not to after a
+        failed attempt (the sidecar's: the API server never answered, so no retry can reach it
+        and no pod of this run exists); a backend that was never started deletes nothing.
         """
         report = ShutdownReport(complete=True)
 
         def delete() -> None:
             nonlocal report
-            report = self._delete_all_executors(wait)
+            report = self._delete_all_executors(wait, hopeless)
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("stop the snapshots store", self._store.stop)
@@ -243,7 +250,9 @@ class ExecutorPodsBackend:
         logger.info("Stopped allocating executors for application %s.", self.app_id)
         return report
 
-    def _delete_all_executors(self, wait: Callable[[float], None]) -> ShutdownReport:
+    def _delete_all_executors(
+        self, wait: Callable[[float], None], hopeless: Callable[[], str | None]
+    ) -> ShutdownReport:
         selector = PodSelector.executors_of(self.settings.labels, self.app_id)
         deadline = self._clock.monotonic() + self.settings.delete_grace
         delay = _FIRST_RETRY_S
@@ -257,6 +266,11 @@ class ExecutorPodsBackend:
             else:
                 logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
                 return ShutdownReport(complete=True, deleted=deleted, attempts=attempts)
+            reason = hopeless()
+            if reason is not None:
+                report = ShutdownReport(complete=False, attempts=attempts, error=reason, left=None)
+                logger.error("Stopping without retrying: %s.", report.describe(self.app_id))
+                return report
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 break

@@ -36,22 +36,29 @@ from execpods.core import (
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ApiUnauthorized,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     KubernetesSettings,
+    PodWarnings,
     PollSource,
     RateLimiter,
     WatchSource,
-    api_client_from,
     builder_claims,
+    cluster_from,
     rate_limiter_for,
     resolve_namespace,
 )
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.guard.permissions import (
+    CredentialsRefused,
+    check_pod_permissions,
+    cluster_probe,
+)
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.telemetry.contact import ApiContact, CredentialsWatch, refused_credential
 from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
@@ -73,6 +80,9 @@ class Runtime:
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
+    contact: ApiContact | None = None
+    """Whether the API server ever answered (None without an API): stopping need not retry
+    deletes against a server that never did."""
 
     @property
     def app_id(self) -> str:
@@ -162,10 +172,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "spark.kubernetes.container.image): executor pods need an image, or a pod template "
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
-    api_client = api_client_from(k8s)
+    api_client, access = cluster_from(k8s)
     # One flow per driver to the API server's fair queuing when no credentials tell them apart.
     api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     telemetry = Telemetry()
+    contact = ApiContact(access)  # hears the first calls (the permission check's) too
+    telemetry.add(contact)
     try:
         namespace = resolve_namespace(k8s)
         limiter = rate_limiter_for(settings.api_rate)
@@ -182,7 +194,10 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ).label_selector()
         if settings.security.check_permissions:
             check_pod_permissions(
-                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+                gateway,
+                selector=selector,
+                config_maps=k8s.driver_pod_name is None,
+                access=access,
             )
         operations = KubernetesPodOperations(
             gateway,
@@ -204,17 +219,24 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             driver_pod_name=k8s.driver_pod_name,
             owner=builder.owner,
         )
+    except ApiUnauthorized as error:  # a start-up call other than the permission check's
+        api_client.close()
+        raise CredentialsRefused(refused_credential(access, str(error))) from None
     except BaseException:
         api_client.close()
         raise
+
+    warnings = PodWarnings()  # FailedMount, read by each poll, attached by both sources
 
     def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
         return [
-            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, core_settings=core),
+            WatchSource(
+                store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
+            ),
+            PollSource(store, operations, core_settings=core, warnings=warnings),
         ]
 
     claims = builder_claims(  # the executors' OnDemand claims (none unless configured)
@@ -233,8 +255,11 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         telemetry=telemetry,
         id_ledger=id_ledger,
     )
+    # A 401 from any call: NOT_SERVING and a notice on every stream until the API accepts it.
+    telemetry.add(CredentialsWatch(runtime.backend.progress, access))
     return dataclasses.replace(
         runtime,
+        contact=contact,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
