@@ -29,8 +29,8 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
+    ProgressChange,
 )
-from execpods.core.progress import ProgressChange
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
