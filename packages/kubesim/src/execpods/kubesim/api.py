@@ -89,6 +89,8 @@ class KubeSim:
             )
             for k in (*KINDS, *APPLY_KINDS)
         }
+        events = self.object_apis["events"]
+        self.cluster.store_port.events = events.create
         self.cluster.mounts = VolumeMounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
