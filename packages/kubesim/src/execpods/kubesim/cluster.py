@@ -23,7 +23,7 @@ from execpods.kubesim.nodes import (
 )
 from execpods.kubesim.pods import TERMINAL_PHASES, rfc3339
 from execpods.kubesim.podstatus import condition
-from execpods.kubesim.store import Obj, PodStore
+from execpods.kubesim.store import Event, Obj, PodStore
 
 __all__ = ["ANNOTATION_PREFIX", "Cluster", "ClusterConfig", "NodeInfo", "StorePort"]
 
@@ -72,7 +72,16 @@ class StorePort:
         return self.write_status(namespace, name, uid, bind)
 
     def remove(self, namespace: str, name: str, uid: str) -> None:
-        self.store.remove(namespace, name, uid)
+        """A delete with grace period 0: the pending deletion is shortened to now first (a
+        MODIFIED, as kube-apiserver writes it), then the object goes (DELETED)."""
+        pod = self.store.find(namespace, name)
+        if pod is None or pod["metadata"].get("uid") != uid:
+            return
+        now = rfc3339(self.clock.now())
+        self.write_status(namespace, name, uid, lambda p: _deleting_now(p, now))
+        left = self.store.find(namespace, name)
+        if left is not None and not left["metadata"].get("finalizers"):
+            self.store.remove(namespace, name, uid)
 
     def record_event(
         self, pod: Obj, *, type_: str, reason: str, message: str, component: str
@@ -116,6 +125,16 @@ class Cluster(NodeSimulation):
         self.mounts: VolumeMounts | None = None
         self.start_checks.append(self._mounts_ready)
         store.add_listener(self.on_event)
+        store.add_listener(self._finish_delete)
+
+    def _finish_delete(self, event: Event) -> None:
+        """The API server's part: an object being deleted with grace period 0 goes as soon as
+        its last finalizer does."""
+        meta = event.new["metadata"]
+        if event.type != "MODIFIED" or not meta.get("deletionTimestamp"):
+            return
+        if not meta.get("finalizers") and meta.get("deletionGracePeriodSeconds") == 0:
+            self.store.remove(meta["namespace"], meta["name"], meta["uid"])
 
     def _mounts_ready(self, pod: Obj) -> float | None:
         if self.mounts is None or (problem := self.mounts.problem(pod)) is None:
@@ -150,14 +169,15 @@ class Cluster(NodeSimulation):
             or not pod["spec"].get("nodeName")
             or pod.get("status", {}).get("phase") in TERMINAL_PHASES
         )
+        now = self.clock.now()
         if immediate and not meta.get("finalizers"):
+            # kube-apiserver marks the object (deletionTimestamp now, grace 0: a MODIFIED)
+            # before it removes it (DELETED), for every pod delete.
+            marked = self.store.update(namespace, name, lambda p: _deleting_now(p, rfc3339(now)))
             removed = self.store.remove(namespace, name, uid)
-            if removed is None:
-                raise ApiError.not_found(name)
-            return removed
+            return removed if removed is not None else marked
         if immediate:
             grace = 0
-        now = self.clock.now()
 
         def mark(p: Obj) -> Obj | None:
             m = p["metadata"]
@@ -170,3 +190,13 @@ class Cluster(NodeSimulation):
 
         # The kubelet sees the marked pod through the store's event (NodeSimulation.on_event).
         return self.store.update(namespace, name, mark)
+
+
+def _deleting_now(pod: Obj, now: str) -> Obj | None:
+    """Shorten a pod's deletion to now (grace period 0); None if it already is."""
+    meta = pod["metadata"]
+    if meta.get("deletionGracePeriodSeconds") == 0 and meta.get("deletionTimestamp"):
+        return None
+    meta["deletionTimestamp"] = now
+    meta["deletionGracePeriodSeconds"] = 0
+    return pod

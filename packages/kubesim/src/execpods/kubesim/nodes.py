@@ -275,14 +275,12 @@ class NodeSimulation:
             terminal = pod.get("status", {}).get("phase") in TERMINAL_PHASES
             if terminal:
                 self._release(key)
-            done = (
-                terminal
-                or not pod["spec"].get("nodeName")
-                or meta.get("deletionGracePeriodSeconds") == 0
-            )
-            if meta.get("deletionTimestamp") and not meta.get("finalizers") and done:
-                self.port.remove(key[0], key[1], uid)
-            elif not terminal:
+                # The kubelet's last word on a finished pod being deleted: its delete with
+                # grace 0 (finalizers, if any, then hold the object until they are removed).
+                deleting = meta.get("deletionTimestamp") and pod["spec"].get("nodeName")
+                if deleting and meta.get("deletionGracePeriodSeconds") != 0:
+                    self.port.remove(key[0], key[1], uid)
+            else:
                 self._on_deleting(key, uid, pod)
 
     def _on_deleting(self, key: Key, uid: str, pod: Obj) -> None:

@@ -39,6 +39,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from execpods.devtools.realserver import gobuild
 
@@ -362,8 +363,15 @@ class RealServer:
 
     # -- small helpers over plain HTTP ------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: object = None) -> tuple[int, object]:
-        """One request as the admin: (status code, decoded JSON body)."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """One request as the admin: (status code, decoded JSON body or None)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -373,15 +381,16 @@ class RealServer:
                 "Authorization": f"Bearer {self.token}",
                 "Content-Type": "application/json",
                 "Accept": "application/json",
+                **(headers or {}),
             },
         )
         try:
             with urllib.request.urlopen(request, timeout=30, context=self.ssl_context()) as r:
-                return r.status, json.loads(r.read() or b"null")
+                return r.status, _json(r.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+            return exc.code, _json(exc.read())
 
-    def get(self, path: str) -> object | None:
+    def get(self, path: str) -> Any:
         code, body = self.request("GET", path)
         return body if code == 200 else None
 
@@ -399,6 +408,13 @@ def _post_json(url: str, body: object) -> dict[str, dict[str, str]]:
     with urllib.request.urlopen(request, timeout=30) as response:
         result: dict[str, dict[str, str]] = json.loads(response.read())
         return result
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return raw.decode(errors="replace")
 
 
 def _tail(proc: _Process, lines: int = 40) -> str:
