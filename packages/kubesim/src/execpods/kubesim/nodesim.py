@@ -65,14 +65,19 @@ class _Http:
             )
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: object = None, *, content_type: str = ""
+    ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._headers)
+        if content_type:
+            headers["Content-Type"] = content_type
         for attempt in (0, 1):
             conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
             if conn is None:
                 conn = self._local.conn = self.connect()
             try:
-                conn.request(method, path, body=data, headers=self._headers)
+                conn.request(method, path, body=data, headers=headers)
                 response = conn.getresponse()
                 raw = response.read()
             except (OSError, http.client.HTTPException):
@@ -133,10 +138,15 @@ class HttpPort:
         return None
 
     def _remember(self, pod: Obj) -> None:
+        """Keep a write's result, so the nodes' next step reads it even before the watch
+        brings it; never for a pod the watch has already seen go (that would resurrect it),
+        nor over a newer version."""
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         known = self._cache.get(key)
-        if known is None or int(known["metadata"]["resourceVersion"]) <= int(
-            pod["metadata"]["resourceVersion"]
+        if (
+            known is not None
+            and known["metadata"].get("uid") == pod["metadata"].get("uid")
+            and int(known["metadata"]["resourceVersion"]) <= int(pod["metadata"]["resourceVersion"])
         ):
             self._cache[key] = pod
 
@@ -154,6 +164,13 @@ class HttpPort:
             _log.info("binding %s/%s to %s refused (%s): %s", namespace, name, node, code,
                       (answer or {}).get("message"))  # fmt: skip
             return None
+        with self._lock:  # the kubelet must see the binding before the watch brings it
+            known = self._cache.get((namespace, name))
+            if known is not None and known["metadata"].get("uid") == uid:
+                self._cache[(namespace, name)] = {
+                    **known,
+                    "spec": {**known["spec"], "nodeName": node},
+                }
         return {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
 
     def remove(self, namespace: str, name: str, uid: str) -> None:
@@ -207,6 +224,7 @@ class NodeSimulator:
         namespaces: tuple[str, ...] = (),
         config: ClusterConfig | None = None,
         clock: Clock | None = None,
+        keep_nodes: bool = False,
     ) -> None:
         context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
         self._http = _Http(url, token, context)
@@ -216,6 +234,8 @@ class NodeSimulator:
             node_prefix=f"{namespaces[0]}-node-" if namespaces else "sim-node-"
         )
         self.clock = clock or RealClock()
+        #: Leave the Node objects when stopping (a harness that brings the same nodes back).
+        self.keep_nodes = keep_nodes
         self._busy = 0
         self._cache: dict[_Key, Obj] = {}
         self._lock = threading.Lock()
@@ -257,33 +277,31 @@ class NodeSimulator:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.clock.stop()
-        for node in self.simulation.node_names():
-            self._http.request("DELETE", f"/api/v1/nodes/{node}")
+        if not self.keep_nodes:
+            for node in self.simulation.node_names():
+                self._http.request("DELETE", f"/api/v1/nodes/{node}")
 
     # -- nodes ----------------------------------------------------------------------------------
 
     def _register(self, node: str, ready: bool) -> None:
-        """Create (or update) the Node object, with its capacity and Ready condition."""
+        """Create the Node object if missing, then write its capacity and Ready condition."""
         c = self.config
         capacity = {
             "pods": str(c.pods_per_node),
             "cpu": c.node_cpu or "1000",
             "memory": c.node_memory or "4Ti",
         }
-        code, _ = self._http.request("GET", f"/api/v1/nodes/{node}")
-        if code == 404:
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node, "labels": node_labels(node)},
-            }
-            self._http.request("POST", "/api/v1/nodes", body)
-        code, current = self._http.request("GET", f"/api/v1/nodes/{node}")
-        if code != 200:
-            _log.warning("node %s could not be registered (%s)", node, code)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node, "labels": node_labels(node)},
+        }
+        code, answer = self._http.request("POST", "/api/v1/nodes", body)
+        if code not in (201, 409):
+            _log.warning("node %s could not be registered (%s): %s", node, code, answer)
             return
         now = rfc3339(self.clock.now())
-        current["status"] = {
+        status = {
             "capacity": capacity,
             "allocatable": capacity,
             "conditions": [
@@ -310,7 +328,12 @@ class NodeSimulator:
                 "bootID": "",
             },
         }
-        self._http.request("PUT", f"/api/v1/nodes/{node}/status", current)
+        self._http.request(
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
 
     # -- the pods' list and watch ---------------------------------------------------------------
 
