@@ -155,12 +155,6 @@ def _failed_mounts(core: CoreApi, pod: str) -> list[Any]:
     return [e for e in events if e.involved_object.name == pod and e.reason == "FailedMount"]
 
 
-@pytest.mark.kubesim_only(
-    reason=(
-        "the node simulator over HTTP does not yet wait for a pod's Secret/ConfigMap volumes "
-        "(kubesim's mounts check reads its own stores)"
-    )
-)
 @pytest.mark.parametrize(
     ("volume", "kind", "create"),
     [
@@ -203,12 +197,6 @@ def test_an_optional_missing_volume_object_does_not_hold_the_pod(
     assert _failed_mounts(core, "free") == []
 
 
-@pytest.mark.kubesim_only(
-    reason=(
-        "the node simulator over HTTP does not yet wait for a pod's Secret/ConfigMap volumes "
-        "(kubesim's mounts check reads its own stores)"
-    )
-)
 def test_kubectl_describe_shows_the_failed_mount(sim: KubeSim, core: CoreApi) -> None:
     """`kubectl describe pod` selects the pod's events by `involvedObject.*` fields."""
     from tests.kubesim.test_kubectl import kubectl_path

@@ -12,11 +12,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from execpods.devtools.realserver.harness import ensure_namespace
-from execpods.devtools.realserver.server import RealServer
+from execpods.devtools.realserver.server import USER, RealServer
 from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.nodes import NodeSimulation
@@ -96,9 +98,14 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         namespaces=(namespace,),
         config=_named(cfg, namespace),
     )
+    _grant_sidecar_role(server, namespace)
     props = simulator_properties("", "app", **{"spark.kubernetes.namespace": namespace})
     del props["execpods.kubernetes.apiUrl"]
-    props["execpods.kubernetes.kubeconfig"] = str(server.kubeconfig_path)
+    # The sidecar as a workload, not an admin: the project's own Role (deploy/rbac.yaml),
+    # checked at start-up by the sidecar, enforced by the real RBAC authorizer, and queued by
+    # API Priority and Fairness (the admin's system:masters is exempt from it).
+    props["execpods.kubernetes.kubeconfig"] = str(server.user_kubeconfig())
+    props["execpods.sidecar.checkPermissions"] = "true"
     with nodes:
         yield Target(
             kind="real", namespace=namespace, nodes=nodes.simulation, core=_core(api),
@@ -106,6 +113,31 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         )  # fmt: skip
     server.request("DELETE", f"/api/v1/namespaces/{namespace}")
     api.close()
+
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+
+
+def _grant_sidecar_role(server: RealServer, namespace: str) -> None:
+    """deploy/rbac.yaml's Role in ``namespace``, bound to the server's non-admin user."""
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d and d["kind"] == "Role")
+    role["metadata"]["namespace"] = namespace
+    base = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    code, answer = server.request("POST", f"{base}/roles", role)
+    assert code == 201, answer
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "execpods-sidecar", "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+    }
+    code, answer = server.request("POST", f"{base}/rolebindings", binding)
+    assert code == 201, answer
 
 
 def _named(cfg: ClusterConfig, namespace: str) -> ClusterConfig:

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from execpods.client import AllocatorClient
+from execpods.k8s.ledger import DATA_KEY, ledger_config_map_name
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
@@ -88,6 +89,31 @@ def test_a_restart_reuses_no_executor_id(target: Target, make_sidecar: SidecarFa
         driver.request_total(3)
         wait_for(lambda: len(target.running_ids("ids")) == 3, what="three running again")
     assert min(target.running_ids("ids")) > 3
+
+
+def test_the_ledger_keeps_a_concurrent_writers_mark(
+    target: Target, make_sidecar: SidecarFactory
+) -> None:
+    """Someone raises the ledger's mark while the sidecar runs: the sidecar's next write,
+    based on a stale resourceVersion, gets the server's 409, re-reads, and never lowers the
+    mark; a restarted sidecar issues ids above it."""
+    first = make_sidecar("led")
+    name = ledger_config_map_name("led")
+    with AllocatorClient(first.address) as driver:
+        driver.request_total(2)
+        wait_for(lambda: target.running_ids("led") == {1, 2}, what="two running")
+        target.core.patch_namespaced_config_map(name, target.namespace, {"data": {DATA_KEY: "10"}})
+        driver.request_total(4)
+        wait_for(lambda: len(target.running_ids("led")) == 4, what="four running")
+    mark = target.core.read_namespaced_config_map(name, target.namespace).data[DATA_KEY]
+    assert int(mark) >= 10, f"the ledger's mark went down to {mark}"
+    first.stop()
+    wait_for(lambda: not target.app_pods("led"), what="every executor pod gone")
+    second = make_sidecar("led")
+    with AllocatorClient(second.address) as driver:
+        driver.request_total(2)
+        wait_for(lambda: len(target.running_ids("led")) == 2, what="two running again")
+    assert min(target.running_ids("led")) > 10
 
 
 HOST_NETWORK = {

@@ -28,7 +28,7 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
-from execpods.kubesim.mounts import VolumeMounts
+from execpods.kubesim.mounts import served_mounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.resources import PodApi
@@ -91,7 +91,7 @@ class KubeSim:
         }
         events = self.object_apis["events"]
         self.cluster.store_port.events = events.create
-        self.cluster.mounts = VolumeMounts(
+        self.cluster.mounts = served_mounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
         self.namespaces = NamespaceApi(self.clock)

@@ -137,9 +137,7 @@ class Cluster(NodeSimulation):
             self.store.remove(meta["namespace"], meta["name"], meta["uid"])
 
     def _mounts_ready(self, pod: Obj) -> float | None:
-        if self.mounts is None or (problem := self.mounts.problem(pod)) is None:
-            return None
-        return self.mounts.failed(pod, problem)
+        return None if self.mounts is None else self.mounts.start_check(pod)
 
     def delete(
         self,

@@ -33,6 +33,7 @@ from typing import Any
 
 from execpods.kubesim.affinity import fits_node, node_labels
 from execpods.kubesim.clock import Clock, RealClock, VirtualClock
+from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.nodes import ClusterConfig, NodeSimulation
 from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.store import Event, Obj
@@ -106,6 +107,9 @@ class HttpPort:
         self._http = http
         self._cache = cache
         self._lock = lock
+        #: Events already recorded: (pod uid, reason, message) -> (name, count). A repeat is
+        #: counted up on the same Event, as client-go's event correlator does for the kubelet.
+        self._events: dict[tuple[str, str, str], tuple[str, int]] = {}
 
     def find(self, namespace: str, name: str) -> Obj | None:
         with self._lock:
@@ -182,6 +186,22 @@ class HttpPort:
     ) -> None:
         meta = pod["metadata"]
         now = rfc3339(time.time())
+        namespace = meta["namespace"]
+        key = (str(meta.get("uid", "")), reason, message)
+        with self._lock:
+            seen = self._events.get(key)
+        if seen is not None:
+            name, count = seen
+            code, _ = self._http.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/events/{name}",
+                {"count": count + 1, "lastTimestamp": now},
+                content_type="application/merge-patch+json",
+            )
+            if code == 200:
+                with self._lock:
+                    self._events[key] = (name, count + 1)
+                return
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -201,11 +221,12 @@ class HttpPort:
             "lastTimestamp": now,
             "count": 1,
         }
-        code, answer = self._http.request(
-            "POST", f"/api/v1/namespaces/{meta['namespace']}/events", body
-        )
+        code, answer = self._http.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
         if code != 201:
             _log.info("event %s refused (%s): %s", reason, code, (answer or {}).get("message"))
+            return
+        with self._lock:
+            self._events[key] = (answer["metadata"]["name"], 1)
 
 
 class NodeSimulator:
@@ -243,6 +264,9 @@ class NodeSimulator:
         self.simulation = NodeSimulation(self.port, self.clock, self.config)
         self.simulation.node_filters.append(fits_node)
         self.simulation.on_node_change = self._register
+        # The kubelet waits for the Secrets and ConfigMaps a pod mounts, as in kubesim.
+        self.mounts = VolumeMounts(exists=self._object_exists, record=self._failed_mount)
+        self.simulation.start_checks.append(self.mounts.start_check)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch_conn: http.client.HTTPConnection | None = None
@@ -280,6 +304,15 @@ class NodeSimulator:
         if not self.keep_nodes:
             for node in self.simulation.node_names():
                 self._http.request("DELETE", f"/api/v1/nodes/{node}")
+
+    def _object_exists(self, kind: str, namespace: str, name: str) -> bool:
+        code, _ = self._http.request("GET", f"/api/v1/namespaces/{namespace}/{kind}s/{name}")
+        return code == 200
+
+    def _failed_mount(self, pod: Obj, message: str) -> None:
+        self.port.record_event(
+            pod, type_="Warning", reason="FailedMount", message=message, component="kubelet"
+        )
 
     # -- nodes ----------------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from execpods.devtools.realserver import gobuild
 
-__all__ = ["RealServer", "ServerOptions", "StartError"]
+__all__ = ["USER", "RealServer", "ServerOptions", "StartError"]
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +56,9 @@ ADMISSION_PLUGINS = (
     "Priority",
 )
 """Named on the command line (they are defaults of kube-apiserver too): the issue's list."""
+
+USER = "execpods-sidecar"
+"""The static-token user that is no cluster admin (:meth:`RealServer.user_kubeconfig`)."""
 
 CONTROLLERS = (
     "serviceaccount",
@@ -143,6 +146,10 @@ class RealServer:
     folder: Path | None = None
     url: str = ""
     token: str = ""
+    #: A user with no rights until a (Cluster)RoleBinding grants some: unlike the admin (in
+    #: system:masters, which API Priority and Fairness exempts), its requests are queued and
+    #: throttled as a workload's are.
+    user_token: str = ""
     etcd_url: str = ""
     _processes: list[_Process] = field(default_factory=list)
 
@@ -180,7 +187,10 @@ class RealServer:
         self.folder = Path(tempfile.mkdtemp(prefix="execpods-realserver-"))
         _make_pki(self.folder)
         self.token = secrets.token_hex(16)
-        (self.folder / "tokens.csv").write_text(f"{self.token},admin,admin-uid,system:masters\n")
+        self.user_token = secrets.token_hex(16)
+        (self.folder / "tokens.csv").write_text(
+            f"{self.token},admin,admin-uid,system:masters\n{self.user_token},{USER},{USER}-uid\n"
+        )
         started = time.monotonic()
         try:
             for attempt in range(3):
@@ -345,7 +355,13 @@ class RealServer:
             time.sleep(0.2)
         raise StartError(f"{proc.name} made no default ServiceAccount:\n{_tail(proc)}")
 
-    def _write_kubeconfig(self) -> None:
+    def user_kubeconfig(self) -> Path:
+        """A kubeconfig for :data:`USER` (grant it rights with a RoleBinding first)."""
+        path = self.kubeconfig_path.with_name("kubeconfig-user")
+        self._write_kubeconfig(path, self.user_token)
+        return path
+
+    def _write_kubeconfig(self, path: Path | None = None, token: str | None = None) -> None:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -355,11 +371,11 @@ class RealServer:
                     "cluster": {"server": self.url, "certificate-authority": str(self.ca_path)},
                 }
             ],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "users": [{"name": "admin", "user": {"token": token or self.token}}],
             "contexts": [{"name": "real", "context": {"cluster": "real", "user": "admin"}}],
             "current-context": "real",
         }
-        self.kubeconfig_path.write_text(json.dumps(config, indent=2) + "\n")
+        (path or self.kubeconfig_path).write_text(json.dumps(config, indent=2) + "\n")
 
     # -- small helpers over plain HTTP ------------------------------------------------------------
 
