@@ -258,6 +258,7 @@ class NodeSimulator:
         #: Leave the Node objects when stopping (a harness that brings the same nodes back).
         self.keep_nodes = keep_nodes
         self._busy = 0
+        self._handled: dict[_Key, int] = {}
         self._cache: dict[_Key, Obj] = {}
         self._lock = threading.Lock()
         self.port = HttpPort(self._http, self._cache, self._lock)
@@ -477,6 +478,14 @@ class NodeSimulator:
             self._busy += 1
         try:
             self.simulation.on_event(event)
+            meta = event.new["metadata"]
+            key = (meta["namespace"], meta["name"])
+            with self._lock:  # what the nodes have handled, for sync (not what was written)
+                if event.type == "DELETED":
+                    self._handled.pop(key, None)
+                else:
+                    rv = int(meta.get("resourceVersion") or 0)
+                    self._handled[key] = max(rv, self._handled.get(key, 0))
         except Exception:
             _log.exception("node simulation failed on %s %s", event.type,
                            event.new["metadata"].get("name"))  # fmt: skip
@@ -498,20 +507,23 @@ class NodeSimulator:
     # -- moving a virtual clock ----------------------------------------------------------------
 
     def sync(self, timeout: float = 15.0) -> None:
-        """Wait until the watch has delivered (and the nodes have handled) every change the
-        server holds for these namespaces: the cache equals a fresh list, and no event is
-        being handled. A barrier between a test's writes and the nodes' next step."""
+        """Wait until the nodes have handled every change the server holds for these
+        namespaces: each pod of a fresh list was delivered by the watch at that version (or
+        later) and acted on, no pod gone from the list is still known, and no event is being
+        handled. A barrier between a test's writes and the nodes' next step."""
         deadline = time.monotonic() + timeout
         while True:
             with self._seen:
                 self._seen.wait_for(lambda: self._busy == 0, max(0.0, deadline - time.monotonic()))
             _, current = self._list()
             with self._lock:
-                cached = {k: p["metadata"]["resourceVersion"] for k, p in self._cache.items()}
+                handled = dict(self._handled)
             with self._seen:
                 idle = self._busy == 0
-            caught_up = set(cached) <= set(current) and all(
-                k in cached and int(cached[k]) >= int(p["metadata"]["resourceVersion"])
+            # Compared with the events the nodes handled, not with the cache: a status write
+            # puts its result in the cache before its event arrives and is acted on.
+            caught_up = set(handled) <= set(current) and all(
+                handled.get(k, -1) >= int(p["metadata"]["resourceVersion"])
                 for k, p in current.items()
             )
             if idle and caught_up:
