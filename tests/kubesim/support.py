@@ -72,6 +72,15 @@ def connection(sim: KubeSim) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(sim.host, sim.port, timeout=10)
 
 
+def made(core: CoreApi, namespace: str) -> None:
+    """Create the namespace unless it exists (on the real server the session keeps it)."""
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 def names(pods: Any) -> list[str]:
     return sorted(p.metadata.name for p in pods.items)
 

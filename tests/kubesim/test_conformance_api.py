@@ -14,7 +14,7 @@ from tests.kubesim.conftest import (
     CoreApi,
     pod_body,
 )
-from tests.kubesim.support import names, raw, running_pod, status_of
+from tests.kubesim.support import made, names, raw, running_pod, status_of
 
 # -- create / get / list / errors ----------------------------------------------------------------
 
@@ -104,6 +104,7 @@ def test_field_selectors(sim: KubeSim, core: CoreApi) -> None:
         core.create_namespaced_pod(NS, pod_body(f"p{i}"))
     sim.run_until_idle()
     core.create_namespaced_pod(NS, pod_body("late"))
+    made(core, "other")
     core.create_namespaced_pod("other", pod_body("elsewhere"))
     assert names(core.list_namespaced_pod(NS, field_selector="metadata.name=p1")) == ["p1"]
     assert names(core.list_namespaced_pod(NS, field_selector="status.phase=Pending")) == ["late"]

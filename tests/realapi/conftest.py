@@ -76,7 +76,7 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     marker = request.node.get_closest_marker("cluster")
     cfg: ClusterConfig = marker.args[0] if marker else FAST
     if request.param == "kubesim":
-        with KubeSim(cluster=cfg) as sim:
+        with KubeSim(cluster=cfg, namespaces=[namespace]) as sim:
             api: Any = client.ApiClient(client.Configuration(host=sim.url))
             props = simulator_properties(
                 sim.url, "app", **{"spark.kubernetes.namespace": namespace}

@@ -136,6 +136,17 @@ class Cluster(NodeSimulation):
         if not meta.get("finalizers") and meta.get("deletionGracePeriodSeconds") == 0:
             self.store.remove(meta["namespace"], meta["name"], meta["uid"])
 
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        """A Binding (POST pods/NAME/binding): set the node of an unscheduled pod, as another
+        scheduler does. 409 when it already has one, as the API server answers. The kubelet
+        starts it on the MODIFIED event, as on a real cluster."""
+        pod = self.store.get(namespace, name)
+        bound = pod["spec"].get("nodeName")
+        if bound:
+            raise ApiError.conflict(name, f'pod {name} is already assigned to node "{bound}"')
+        now = rfc3339(self.clock.now())
+        self.store_port.bind(namespace, name, pod["metadata"]["uid"], node, now)
+
     def _mounts_ready(self, pod: Obj) -> float | None:
         return None if self.mounts is None else self.mounts.start_check(pod)
 

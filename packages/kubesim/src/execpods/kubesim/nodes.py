@@ -266,6 +266,8 @@ class NodeSimulation:
             if node:
                 if pod.get("status", {}).get("phase") not in TERMINAL_PHASES:
                     self._bind(key, uid, node, pod)
+            elif pod["spec"].get("schedulerName", SCHEDULER) != SCHEDULER:
+                pass  # another scheduler's pod: it binds it, as kube-scheduler leaves it
             else:
                 self.clock.call_later(self.config.schedule_delay, lambda: self._schedule(key, uid))
             self._on_deleting(key, uid, pod)
@@ -281,6 +283,9 @@ class NodeSimulation:
                 if deleting and meta.get("deletionGracePeriodSeconds") != 0:
                     self.port.remove(key[0], key[1], uid)
             else:
+                node = pod["spec"].get("nodeName")
+                if node and key not in self._node_of:
+                    self._bind(key, uid, node, pod)  # bound by another scheduler: start it
                 self._on_deleting(key, uid, pod)
 
     def _on_deleting(self, key: Key, uid: str, pod: Obj) -> None:
