@@ -166,8 +166,6 @@ def test_a_host_network_template_is_refused_by_the_sidecar_then_by_pod_security(
 
 
 def _quota(target: Target, pods: int) -> None:
-    if not target.real:
-        pytest.skip("kubesim's ResourceQuota admission comes with issue 30 (capacity)")
     quota = {"metadata": {"name": "executors"}, "spec": {"hard": {"count/pods": str(pods)}}}
     target.core.create_namespaced_resource_quota(target.namespace, quota)
     wait_for(lambda: target.core.read_namespaced_resource_quota("executors", target.namespace)
