@@ -21,13 +21,13 @@ from execpods.devtools.realserver.server import RealServer, ServerOptions
 
 
 def _build(names: list[str]) -> int:
-    for name in names or list(gobuild.REAL_SERVER):
+    for name in names or list(gobuild.CHECK_BUILDS):
         if name not in gobuild.PROGRAMS:
             sys.exit(f"unknown program {name!r}; one of {sorted(gobuild.PROGRAMS)}")
         path = gobuild.binary(name)
         record = gobuild.record(name)
         figures = (
-            f"first build {record.seconds:.0f} s with {record.go_version}, "
+            f"built in {record.seconds:.0f} s by {record.go_version}, "
             f"{record.size_bytes / 2**20:.1f} MiB"
             if record
             else "no build record"

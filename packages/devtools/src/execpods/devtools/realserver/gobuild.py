@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "CHECK_BUILDS",
     "PROGRAMS",
+    "REAL_SERVER",
     "BuildRecord",
     "GoProgram",
     "binary",
@@ -112,6 +114,11 @@ PROGRAMS: dict[str, GoProgram] = {
 
 REAL_SERVER = ("etcd", "kube-apiserver", "kube-controller-manager")
 """The programs the real API server tier runs."""
+
+CHECK_BUILDS = (*REAL_SERVER, "helm")
+"""What ``python3 tools/dev.py check`` builds (or reuses) before the tests: the real server, and
+helm for the chart's tests (tests/deploy). A program added to :data:`PROGRAMS` that the check
+needs is added here too."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
