@@ -92,6 +92,7 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    argv: list[str]
 
 
 def _free_port() -> int:
@@ -248,7 +249,7 @@ class RealServer:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads start before exec)
             )
-        proc = _Process(name=name, popen=popen, log=log)
+        proc = _Process(name=name, popen=popen, log=log, argv=argv)
         self._processes.append(proc)
         return proc
 
@@ -376,6 +377,25 @@ class RealServer:
             "current-context": "real",
         }
         (path or self.kubeconfig_path).write_text(json.dumps(config, indent=2) + "\n")
+
+    def restart_apiserver(self, *, compact: bool = False) -> None:
+        """Stop kube-apiserver, optionally compact etcd at its current revision meanwhile, and
+        start it again on the same port and store: its watch cache starts afresh from etcd, so a
+        client resuming a watch from an older resourceVersion gets 410 Gone and must re-list (what
+        an API server upgrade or a crash does to a controller)."""
+        proc = next(p for p in self._processes if p.name == "kube-apiserver")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+        try:
+            proc.popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait()
+        self._processes.remove(proc)
+        if compact:
+            self.etcd_compact()
+        restarted = self._spawn(proc.name, proc.argv)
+        self._wait(restarted, f"{self.url}/readyz", tls=True)
 
     # -- small helpers over plain HTTP ------------------------------------------------------------
 
