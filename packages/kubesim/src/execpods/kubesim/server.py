@@ -31,7 +31,7 @@ from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
 from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.params import parse_bool
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -77,7 +77,7 @@ def _verb(method: str, path: str, query: dict[str, str]) -> str:
         len(parts) == 6 and parts[3] == "namespaces"
     )
     if method == "GET":
-        if "/watch/" in path or query.get("watch", "") in TRUE:
+        if "/watch/" in path or parse_bool(query.get("watch"), "watch"):
             return "watch"
         return "list" if collection else "get"
     if method == "DELETE":
