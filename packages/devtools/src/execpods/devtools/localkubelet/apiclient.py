@@ -71,9 +71,11 @@ class Api:
         return items
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
+        """A JSON merge patch of `pods/status`: the lists it sends replace the server's whole
+        (containerStatuses are atomic for a strategic merge too, on kube-apiserver)."""
         self.request(
             "PATCH",
             f"/api/v1/namespaces/{namespace}/pods/{name}/status",
             {"status": status},
-            content_type="application/strategic-merge-patch+json",
+            content_type="application/merge-patch+json",
         )

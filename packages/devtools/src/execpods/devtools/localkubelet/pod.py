@@ -131,7 +131,7 @@ class PodRunner:
                 "ready": False,
                 "started": False,
                 "restartCount": 0,
-                "state": {"terminated": terminated, "waiting": None, "running": None},
+                "state": {"terminated": terminated},
             }
         waiting = {"reason": "PodInitializing"}
         return {
