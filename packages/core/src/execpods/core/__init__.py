@@ -72,7 +72,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.progress import ProgressChange, ProgressMonitor
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -141,7 +141,6 @@ __all__ = [
     "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsWriter",
-    "Stall",
     "SourcesFactory",
     "StoreFactory",
     "StreamHandle",
