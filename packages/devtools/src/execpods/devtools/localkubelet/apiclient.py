@@ -36,7 +36,8 @@ class Api:
             k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         self.url: str = configuration.host
         self.ca_file: str | None = configuration.ssl_ca_cert
-        self._auth = configuration.get_api_key_with_prefix("authorization") or ""
+        bearer = configuration.auth_settings().get("BearerToken")  # from a token or a plugin
+        self._auth: str = bearer["value"] if bearer else ""
         self._pool = urllib3.PoolManager(
             maxsize=8,
             ca_certs=configuration.ssl_ca_cert,
