@@ -190,7 +190,7 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
     pod["metadata"] |= {"name": "driver", "annotations": {"kubesim.execpods.io/exit-after": "0.3"}}
     pod["spec"]["restartPolicy"] = "Never"
     pod["spec"]["containers"][0]["image"] = "apache/spark:4.3.0"
-    with KubeSim(cluster=FAST_CLUSTER) as sim:
+    with KubeSim(cluster=FAST_CLUSTER, namespaces=["spark"]) as sim:
         # The token Secret the pod mounts (kubesim keeps a pod whose volume is missing Pending).
         secret = {"metadata": {"name": "execpods-sidecar-token"}, "data": {"token": "dG9rZW4="}}
         sim.object_apis["secrets"].create("spark", secret)
@@ -217,7 +217,7 @@ def test_the_base_role_covers_the_sidecar_under_enforced_rbac(tmp_path: Path) ->
     from tests.sidecar.test_rbac import DRIVER, properties
 
     manifests = [d for d in yaml.safe_load_all((ROOT / "deploy/base/rbac.yaml").read_text()) if d]
-    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests).start()
+    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests, namespaces=["spark"]).start()
     try:
         sim.create_pod(copy.deepcopy(DRIVER), namespace="spark")
         token = sim.token_for("spark-driver", "spark")

@@ -48,6 +48,7 @@ def test_namespaces_are_created_listed_patched_and_deleted(sim: KubeSim) -> None
 
 def test_service_accounts_roles_and_bindings_are_served_under_their_groups(sim: KubeSim) -> None:
     core, rbac, api = _clients(sim)
+    sim.create_namespace("spark")
     core.create_namespaced_service_account(
         "spark", k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="driver"))
     )

@@ -17,6 +17,7 @@ from execpods.kubesim.applykinds import (
     NAMESPACE_RESOURCE,
     NamespaceApi,
     group_discovery,
+    namespace_not_found,
 )
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.objects import ObjectApi
@@ -31,6 +32,7 @@ _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+_GROUP_IN_NAMESPACE = re.compile(r"^/apis/[^/]+/[^/]+/namespaces/([^/]+)(/.*)?$")
 _GROUP_OBJECT = re.compile(
     r"^/apis/([a-z0-9.-]+)/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
 )
@@ -62,14 +64,29 @@ def json_body(body: bytes) -> Any:
         raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
 
-def check_namespace(method: str, path: str) -> None:
-    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
-    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
-    m = _IN_NAMESPACE.match(path)
-    if m is None or valid_namespace_name(m.group(1)):
+def check_namespace(
+    method: str, path: str, namespaces: NamespaceApi | None = None, content_type: str = ""
+) -> None:
+    """The namespace a request names must be able to exist, and exist for a create in it.
+
+    A name that is not a DNS-1123 label cannot exist: reading it, or writing into it, gets the
+    404 a cluster answers. With `namespaces`, a create inside a namespace that was never created
+    (a POST, or a server-side apply) gets the NamespaceLifecycle admission plugin's 404,
+    `namespaces "x" not found`; reads and deletes go on (a list in it is empty).
+    """
+    m = _IN_NAMESPACE.match(path) or _GROUP_IN_NAMESPACE.match(path)
+    if m is None:
         return
-    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
-        raise ApiError.not_found(m.group(1), "namespaces")
+    namespace, inside = m.group(1), m.group(2)
+    if not valid_namespace_name(namespace):
+        if inside is None or method in ("POST", "PUT", "PATCH"):
+            raise ApiError.not_found(namespace, "namespaces")
+        return
+    creates = method == "POST" or (
+        method == "PATCH" and content_type.lower().startswith(APPLY_PATCH)
+    )
+    if namespaces is not None and inside and creates and not namespaces.exists(namespace):
+        raise namespace_not_found(namespace)
 
 
 def discovery(

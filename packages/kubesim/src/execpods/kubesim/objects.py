@@ -87,6 +87,13 @@ KINDS: tuple[Kind, ...] = (
         returns_deleted_object=True,
     ),
     Kind(plural="secrets", kind="Secret", singular="secret"),
+    # Enforced on pod creates by the ResourceQuota admission (quota.py).
+    Kind(
+        plural="resourcequotas",
+        kind="ResourceQuota",
+        singular="resourcequota",
+        short_names=("quota",),
+    ),
     # The kubelet's FailedMount warnings (mounts.py); clients may write events too.
     Kind(plural="events", kind="Event", singular="event", short_names=("ev",)),
     # Spark 4.3's cluster-mode submission applies one (NetworkPolicyFeatureStep: executors take

@@ -29,6 +29,7 @@ from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
+from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.params import TRUE, parse_bool
 from execpods.kubesim.watchserve import WatchSource, serve_watch
@@ -305,7 +306,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
-        kindroutes.check_namespace(method, path)
+        check_media_types(
+            content_type=self.header("Content-Type"), accept=self.header("Accept"), body=body
+        )
+        kindroutes.check_namespace(method, path, ctx.namespaces, self.header("Content-Type"))
         found = kindroutes.discovery(method, path, ctx.objects, self.server.server_address)
         if found is not None:
             return self.reply(200, found)
