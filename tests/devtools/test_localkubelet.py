@@ -204,7 +204,7 @@ def test_command_and_args_follow_the_kubelets_rules() -> None:
 def test_a_deleted_pod_is_stopped_within_its_grace_period_and_removed() -> None:
     """A graceful delete reaches the local kubelet: SIGTERM to the containers, the pod's final
     status, then the delete with grace 0 that removes it (as a kubelet does)."""
-    sleeper = {
+    sleeper: dict[str, Any] = {
         "metadata": {"name": "sleeper"},
         "spec": {
             "schedulerName": SCHEDULER_NAME,

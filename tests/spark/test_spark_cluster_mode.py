@@ -83,9 +83,10 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same rehearsal against kube-apiserver (the real-server tier), with its RBAC,
-    admission and service-account tokens: the overlay applied by kubectl, Spark's objects applied
-    server-side, the driver pod run by the local kubelet under the base Role's permissions, the
-    executors on the tier's simulated nodes."""
+    admission and service-account tokens: the overlay applied by kubectl, spark-submit run as the
+    overlay's spark-submitter (its Role is enough), Spark's objects applied server-side, the
+    driver pod run by the local kubelet under the base Role's permissions, the executors on the
+    tier's simulated nodes."""
     server_module = pytest.importorskip("execpods.devtools.realserver.server")
     nodesim = pytest.importorskip("execpods.kubesim.nodesim")
     from execpods.devtools.localkubelet import LocalKubelet, missing_tools
@@ -112,6 +113,15 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
             env=env, capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         assert applied.returncode == 0, applied.stderr
+        # spark-submit runs as the overlay's spark-submitter: its Role is what it needs.
+        token = subprocess.run(
+            [kubectl_path(), "create", "token", "spark-submitter", "-n", "spark"],
+            env=env, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        config = json.loads(Path(kubeconfig).read_text())
+        config["users"][0]["user"] = {"token": token}
+        submitter = tmp_path / "submitter.kubeconfig"
+        submitter.write_text(json.dumps(config))
         simulator = nodesim.NodeSimulator(
             url=server.url, token=server.token, ca_file=str(server.ca_path), namespaces=("spark",)
         )
@@ -121,7 +131,8 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
                  "--deploy-mode", "cluster", *SUBMIT_CONF,
                  "--conf", f"spark.kubernetes.file.upload.path=file://{tmp_path}",
                  str(ROOT / "tests" / "spark" / "job_wait_for_executors.py")],
-                env={**env, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"},
+                env={**env, "KUBECONFIG": str(submitter),
+                     "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"},
                 capture_output=True, text=True, check=False, timeout=300, cwd=ROOT,
             )  # fmt: skip
         assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
