@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -197,6 +198,14 @@ def test_command_and_args_follow_the_kubelets_rules() -> None:
     assert argv({"command": ["sh"], "args": ["-c", "$$(X)"]}) == ["sh", "-c", "$(X)"]
     assert expand("$(MISSING)", {}) == "$(MISSING)"
     assert ImageCatalogue().resolve("busybox:1") is None
+    # A Spark image built from integrations/spark/Containerfile has the plugin in its jars.
+    jar = Path("/built/execpods-spark.jar")
+    with_plugin = ImageCatalogue(plugin_jar=jar).resolve(
+        "registry.example.com/execpods/spark:4.3.0"
+    )
+    assert with_plugin is not None
+    assert with_plugin.links.get("/opt/spark/jars/execpods-spark.jar") == jar
+    assert "/opt/spark/jars/execpods-spark.jar" not in image.links
     assert ImageCatalogue().resolve("my.registry:5000/execpods/sidecar:0.2.0") is not None
 
 
