@@ -43,6 +43,8 @@ class Responder(Protocol):
 
     def header(self, name: str, default: str = "") -> str: ...
 
+    def authorize(self, method: str, path: str) -> None: ...
+
     def reply(self, code: int, obj: Any) -> int: ...
 
     def watched(
@@ -127,6 +129,10 @@ def serve(
     route = _object_route(path, objects)
     if route is not None:
         api, namespace, name, watch_path = route
+        applying = h.header("Content-Type").split(";", 1)[0].strip().lower() == APPLY_PATCH
+        creating = namespace and name and api.store.find(namespace, name) is None
+        if method == "PATCH" and applying and creating:
+            h.authorize("POST", path)  # an apply that creates needs create as well as patch
         return _objects(
             h, method, query, body, api=api, namespace=namespace, name=name, watch_path=watch_path
         )
