@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocation import (
     ExecutorCounts,
     Limits,
@@ -126,6 +127,7 @@ class ExecutorPodsAllocator:
         round_hooks: Sequence[RoundHook] = (),
         id_ledger: ExecutorIdLedger | None = None,
         progress: ProgressMonitor | None = None,
+        api_rate_ceiling: float = API_RATE_CEILING,
     ) -> None:
         self._settings = settings
         self._progress = progress if progress is not None else ProgressMonitor(clock=clock)
@@ -171,6 +173,7 @@ class ExecutorPodsAllocator:
             runner=runner,
             rng=rng,
             failure_tracker=failure_tracker,
+            api_rate_ceiling=api_rate_ceiling,
         )
 
     # Configuration and queries (any thread).

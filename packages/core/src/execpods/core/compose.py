@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.badnodes import AvoidingPodBuilder, NodeBlocklist
@@ -128,6 +129,7 @@ def compose_backend(
     claims: ExecutorClaims | None = None,
     blocklist: NodeBlocklist | None = None,
     registration: RegistrationTimeout | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -145,7 +147,8 @@ def compose_backend(
     deletes the application's claims. With `blocklist`, new executor pods keep off the nodes it
     blocks (it counts failures per node each allocation round, and its notices go to the
     allocator's listeners). With `registration`, Running executors the driver does not know
-    in time are deleted and reported with its reason.
+    in time are deleted and reported with its reason. `api_rate_ceiling` is the most API calls
+    a second the client's rate policy may allow (the adapter's settings), which sizes a round.
     """
     clock = clock if clock is not None else SystemClock()
     progress = ProgressMonitor(clock=clock)
@@ -196,6 +199,7 @@ def compose_backend(
         claims=claims,
         round_hooks=[h for h in (claims, blocklist) if h is not None],
         progress=progress,
+        api_rate_ceiling=api_rate_ceiling,
     )
     recovery.set_notify(allocator.notify)
     if blocklist is not None:

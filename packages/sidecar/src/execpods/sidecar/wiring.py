@@ -143,6 +143,7 @@ def assemble(
         claims=claims,
         blocklist=blocklist,
         registration=registration,
+        api_rate_ceiling=settings.api_rate.peak_qps,
     )
     return Runtime(
         settings=settings,
@@ -189,7 +190,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     telemetry.add(contact)
     try:
         namespace = resolve_namespace(k8s)
-        limiter = rate_limiter_for(settings.core)
+        limiter = rate_limiter_for(settings.api_rate)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,

@@ -25,6 +25,7 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
     parts: list[SettingsBase] = [
         settings.core,
         settings.kubernetes,
+        settings.api_rate,
         settings.sidecar,
         settings.security,
         settings.health,

@@ -29,7 +29,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import KubernetesSettings
+from execpods.k8s import ApiRateSettings, KubernetesSettings
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.config.properties import (
     OTHER_SPARK_KEYS,
@@ -127,6 +127,7 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     NodeBlocklistSettings,
     RegistrationSettings,
     KubernetesSettings,
+    ApiRateSettings,
     SidecarSettings,
     SecuritySettings,
     HealthSettings,
@@ -259,6 +260,7 @@ class Settings:
     core: CoreSettings
     kubernetes: KubernetesSettings
     sidecar: SidecarSettings
+    api_rate: ApiRateSettings = field(default_factory=ApiRateSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
@@ -282,6 +284,7 @@ class Settings:
         return cls(
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),
+            api_rate=ApiRateSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
