@@ -25,11 +25,12 @@ from typing import TypeVar
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.clock import SystemClock
-from execpods.core.creation import AllocatorNotice, NoticeKind, NoticeListener
 from execpods.core.errors import PodOperationError
+from execpods.core.features import FeatureSet
 from execpods.core.idlists import summarize_ids
 from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind, NoticeListener
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
@@ -43,6 +44,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import (
     FailureListener,
     InvalidPosition,
@@ -157,6 +159,8 @@ class ExecutorPodsBackend:
         pod_operations: PodOperations,
         driver: DriverView,
         removals: RemovalChannel,
+        notices: NoticeHub,
+        features: FeatureSet,
         request_scheduler: Scheduler,
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
@@ -174,6 +178,8 @@ class ExecutorPodsBackend:
         self._sources = tuple(sources)
         self._close = close
         self._removals = removals
+        self._notices = notices
+        self._registration = next((f for f in features if isinstance(f, RegistrationTimeout)), None)
         self._live: set[object] = set()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.progress = progress if progress is not None else ProgressMonitor(clock=self._clock)
@@ -187,6 +193,7 @@ class ExecutorPodsBackend:
             pod_operations=pod_operations,
             scheduler=request_scheduler,
             on_killed=lifecycle.executors_killed,
+            before_delete=features.killing,
         )
 
     # Start and stop.
@@ -335,11 +342,19 @@ class ExecutorPodsBackend:
         return self._allocator.targets()
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
-        """Hear every later allocator notice (refused or throttled creates, the id cap)."""
-        return self._allocator.add_notice_listener(listener)
+        """Hear every later allocator notice (refused or throttled creates, the id cap, the
+        features' notices)."""
+        return self._notices.add_listener(listener)
+
+    def set_registration_timeout(self, seconds: float) -> None:
+        """The driver's registration timeout (`UpdateDriverExecutors`; 0 turns it off):
+        `ValueError` when negative, and nothing changes."""
+        if self._registration is None:
+            raise RuntimeError("this backend was composed without a registration timeout")
+        self._registration.set_timeout(seconds)
 
     def _progress_changed(self, change: ProgressChange) -> None:
-        self._allocator.notify(stall_notice(change.stall, stalled=change.stalled))
+        self._notices.notify(stall_notice(change.stall, stalled=change.stalled))
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
@@ -419,7 +434,7 @@ class ExecutorPodsBackend:
         try:
             if on_notice is not None:
                 with self.progress.held() as stalls:  # opened while stalled: it hears why
-                    handle._cancels.append(self._allocator.add_notice_listener(on_notice))
+                    handle._cancels.append(self._notices.add_listener(on_notice))
                     for stall in stalls:
                         on_notice(stall_notice(stall, stalled=True))
             handle._cancels.append(self._store.add_subscriber(interval, on_snapshots).cancel)

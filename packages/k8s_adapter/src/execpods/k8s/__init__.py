@@ -54,6 +54,7 @@ from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.ratesettings import ApiRateSettings
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
+from execpods.k8s.warnings import PodWarnings
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "KubernetesSettings",
     "MalformedPod",
     "PodPage",
+    "PodWarnings",
     "PollSource",
     "ResourceExpired",
     "Waiter",

@@ -255,6 +255,16 @@ class ApiGateway:
             timeout=(self.connect_timeout, read_timeout),
         )
 
+    def list_events(self, field_selector: str) -> object:
+        """The namespace's events that `field_selector` selects, as the list's JSON (the pods'
+        warnings, `warnings.py`)."""
+        return self._json(
+            f"list events {field_selector!r}",
+            partial(
+                self._core.list_namespaced_event, self.namespace, field_selector=field_selector
+            ),
+        )
+
     # --- executors' OnDemand claims (see claims.py) ------------------------------------------
 
     def create_claim(self, name: str, manifest: Mapping[str, object]) -> object:

@@ -31,6 +31,7 @@ from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
 from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.pods import rfc3339
+from execpods.kubesim.quota import ResourceQuotas
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
 from execpods.kubesim.store import Obj, PodStore, copy_obj
@@ -108,6 +109,9 @@ class KubeSim:
         self.claim_binding = ClaimBinding(
             claims=self.object_apis["persistentvolumeclaims"], pods=self.store, cluster=self.cluster
         )
+        #: ResourceQuota objects' usage, and their admission on every pod create (`quota.py`).
+        self.quotas = ResourceQuotas(quotas=self.object_apis["resourcequotas"], pods=self.store)
+        self.api.admission = self.quotas.admission
         self.cluster.node_filters.append(fits_node)
         self._websocket_watch = websocket_watch
         if rbac is not None:

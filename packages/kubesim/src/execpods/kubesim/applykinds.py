@@ -20,6 +20,7 @@ import threading
 import uuid
 from typing import Any
 
+from execpods.kubesim.apply import APPLY_PATCH
 from execpods.kubesim.bodies import StatusCause
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
@@ -30,7 +31,6 @@ from execpods.kubesim.store import Obj
 
 __all__ = [
     "APPLY_KINDS",
-    "APPLY_PATCH",
     "RBAC_GROUP",
     "NamespaceApi",
     "group_discovery",
@@ -38,9 +38,6 @@ __all__ = [
 ]
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
-APPLY_PATCH = "application/apply-patch"
-"""Server-side apply's patch types (`+yaml`, `+cbor`): an apply creates what does not exist."""
-_GROUP_VERSION = f"{RBAC_GROUP}/v1"
 
 APPLY_KINDS: tuple[Kind, ...] = (
     Kind(
@@ -64,24 +61,26 @@ NAMESPACE_RESOURCE: Obj = {
 
 
 def group_discovery(path: str, kinds: list[Kind]) -> Obj | None:
-    """/apis, /apis/rbac.authorization.k8s.io and its /v1 resource list (None: not one)."""
-    version = {"groupVersion": _GROUP_VERSION, "version": "v1"}
-    group = {
-        "name": RBAC_GROUP,
-        "versions": [version],
-        "preferredVersion": version,
-    }
+    """/apis, and each served group's document and /v1 resource list (RBAC, networking), or
+    None: not one of those."""
+    groups = sorted({k.group for k in kinds if k.group})
+
+    def group(name: str) -> Obj:
+        version = {"groupVersion": f"{name}/v1", "version": "v1"}
+        return {"name": name, "versions": [version], "preferredVersion": version}
+
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
-    if path == f"/apis/{RBAC_GROUP}":
-        return {"kind": "APIGroup", "apiVersion": "v1", **group}
-    if path == f"/apis/{_GROUP_VERSION}":
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": _GROUP_VERSION,
-            "resources": [k.discovery() for k in kinds if k.group == RBAC_GROUP],
-        }
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(g) for g in groups]}
+    for name in groups:
+        if path == f"/apis/{name}":
+            return {"kind": "APIGroup", "apiVersion": "v1", **group(name)}
+        if path == f"/apis/{name}/v1":
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{name}/v1",
+                "resources": [k.discovery() for k in kinds if k.group == name],
+            }
     return None
 
 

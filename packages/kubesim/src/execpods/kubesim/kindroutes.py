@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.apply import APPLY_PATCH, field_manager, parse_apply_body
 from execpods.kubesim.applykinds import (
-    APPLY_PATCH,
     NAMESPACE_RESOURCE,
-    RBAC_GROUP,
     NamespaceApi,
     group_discovery,
     namespace_not_found,
@@ -23,6 +22,7 @@ from execpods.kubesim.applykinds import (
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
+from execpods.kubesim.params import parse_bool
 from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource
 
@@ -34,7 +34,7 @@ _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
 _GROUP_IN_NAMESPACE = re.compile(r"^/apis/[^/]+/[^/]+/namespaces/([^/]+)(/.*)?$")
 _GROUP_OBJECT = re.compile(
-    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
+    r"^/apis/([a-z0-9.-]+)/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
 )
 
 
@@ -145,10 +145,10 @@ def _object_route(
         g = _GROUP_OBJECT.match(path)
         if g is None:
             return None
-        api = objects.get(g.group(2))
-        if api is None or api.kind.group != RBAC_GROUP:
+        api = objects.get(g.group(3))
+        if api is None or not api.kind.group or api.kind.group != g.group(1):
             return None
-        return api, g.group(1), g.group(3), False
+        return api, g.group(2), g.group(4), False
     if path.startswith("/api/v1/watch/"):
         m = _OBJECT_WATCH.match(path)
         watch_path = True
@@ -208,7 +208,8 @@ def _objects(
         if namespace is None:
             raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
         if method == "POST":
-            return h.reply(201, api.create(namespace, json_body(body)))
+            manager = field_manager(query, h.header("User-Agent"), apply=False)
+            return h.reply(201, api.create(namespace, json_body(body), manager=manager))
         if method == "DELETE":
             return h.reply(200, api.delete_collection(namespace, query))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
@@ -216,10 +217,19 @@ def _objects(
     if method == "GET":
         return h.reply(200, api.get(namespace, name))
     if method == "PUT":
-        return h.reply(200, api.replace(namespace, name, json_body(body)))
+        manager = field_manager(query, h.header("User-Agent"), apply=False)
+        return h.reply(200, api.replace(namespace, name, json_body(body), manager=manager))
     if method == "PATCH":
         ctype = h.header("Content-Type")
-        return h.reply(200, api.patch(namespace, name, ctype, json_body(body)))
+        if ctype.split(";", 1)[0].strip().lower() == APPLY_PATCH:
+            manager = field_manager(query, h.header("User-Agent"), apply=True)
+            force = parse_bool(query.get("force"), "force")
+            applied, created = api.apply(
+                namespace, name, parse_apply_body(body), manager=manager, force=force
+            )
+            return h.reply(201 if created else 200, applied)
+        manager = field_manager(query, h.header("User-Agent"), apply=False)
+        return h.reply(200, api.patch(namespace, name, ctype, json_body(body), manager=manager))
     if method == "DELETE":
         options = json_body(body) if body.strip() else {}
         return h.reply(200, api.delete(namespace, name, options))

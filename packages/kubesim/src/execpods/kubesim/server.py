@@ -38,7 +38,7 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction)?)?$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/binding)?)?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
@@ -331,6 +331,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
                 return self.reply(201, api.evict(m.group(1), m.group(2), json_body(body)))
+            if m.group(3) == "/binding":
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+                return self.reply(201, api.bind(m.group(1), m.group(2), json_body(body)))
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:

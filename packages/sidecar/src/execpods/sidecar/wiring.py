@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from execpods.core import (
+    ClaimOperations,
     Clock,
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
+    Machinery,
     PodOperations,
     PodSelector,
+    Ports,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -29,10 +32,7 @@ from execpods.core import (
     SystemClock,
     compose_backend,
 )
-from execpods.core.badnodes import NodeBlocklist
-from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
-from execpods.core.registration import RegistrationTimeout
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -41,6 +41,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     KubernetesSettings,
+    PodWarnings,
     PollSource,
     RateLimiter,
     WatchSource,
@@ -79,10 +80,6 @@ class Runtime:
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
-    blocklist: NodeBlocklist | None = None
-    """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
-    registration: RegistrationTimeout | None = None
-    """The registration timeout a driver may set (UpdateDriverExecutors)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
     contact: ApiContact | None = None
@@ -107,7 +104,7 @@ def assemble(
     rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
-    claims: ExecutorClaims | None = None,
+    claims: ClaimOperations | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -118,32 +115,30 @@ def assemble(
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
-    blocklist = NodeBlocklist(settings=settings.bad_nodes) if settings.bad_nodes.enabled else None
-    registration = RegistrationTimeout(
-        timeout=settings.registration.timeout,
-        clock=clock if clock is not None else SystemClock(),
-        pod_operations=pod_operations,
-    )
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
-        pod_operations=CountedPodOperations(pod_operations, telemetry),
-        pod_builder=pod_builder,
-        driver=view,
-        round_observers=(view,),
-        removal_window=settings.sidecar.stream_removal_window,
-        sources=sources,
-        clock=clock,
-        on_round=telemetry.round_finished,
-        request_scheduler=request_scheduler,
-        close=close_client,
-        profiles=profiles,
-        concurrent_creates=True,
-        id_ledger=id_ledger,
-        claims=claims,
-        blocklist=blocklist,
-        registration=registration,
-        api_rate_ceiling=settings.api_rate.peak_qps,
+        ports=Ports(
+            # Every pod call of the backend and its features is counted (the metrics).
+            pod_operations=CountedPodOperations(pod_operations, telemetry),
+            pod_builder=pod_builder,
+            driver=view,
+            sources=sources,
+            id_ledger=id_ledger,
+            claims=claims,
+            profiles=profiles,
+            close=close_client,
+            api_rate_ceiling=settings.api_rate.peak_qps,
+        ),
+        features=settings.features,
+        machinery=Machinery(
+            clock=clock,
+            request_scheduler=request_scheduler,
+            concurrent_creates=True,
+            on_round=telemetry.round_finished,
+            round_observers=(view,),
+            removal_window=settings.sidecar.stream_removal_window,
+        ),
     )
     return Runtime(
         settings=settings,
@@ -152,8 +147,6 @@ def assemble(
         telemetry=telemetry,
         rate_limiter=rate_limiter,
         id_ledger=id_ledger,
-        blocklist=blocklist,
-        registration=registration,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 
@@ -236,31 +229,21 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         api_client.close()
         raise
 
+    warnings = PodWarnings()  # FailedMount, read by each poll, attached by both sources
+
     def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
         return [
-            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, core_settings=core),
+            WatchSource(
+                store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
+            ),
+            PollSource(store, operations, core_settings=core, warnings=warnings),
         ]
 
-    core = settings.core
-    claims_api = builder_claims(
-        gateway, builder, read_write_once=settings.claims.legacy_read_write_once
-    )
-    claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
-        settings=settings.claims,
-        templates=claims_api,
-        operations=claims_api,
-        max_claims=(
-            core.dynamic_allocation_max_executors
-            if core.dynamic_allocation_enabled
-            else core.initial_executors
-        ),
-        reuse_after=core.batch_delay,
-        delete_on_stop=core.delete_on_termination,
-        declared=bool(builder.on_demand),
+    claims = builder_claims(  # the executors' OnDemand claims (none unless configured)
+        gateway, builder, read_write_once=settings.features.claims.legacy_read_write_once
     )
     runtime = assemble(
         settings,
