@@ -92,8 +92,9 @@ def dashboard_scenario(sim: KubeSim, make_sidecar: SidecarFactory) -> tuple[Samp
                 total(s, "execpods_executor_removals_total") == 2
                 and total(s, "execpods_target_reached_seconds_count") >= 1
                 and total(s, "execpods_api_throttled_total") >= 1
+                and total(s, "execpods_pods_refused_total", reason="PodAdmissionRejected") >= 1
             ),
-            "two removals, the target reached and a 429",
+            "two removals, the target reached, a 429 and the refused create",
         )
         stream.cancel()
     return baseline, {**scrape(address), **samples}
