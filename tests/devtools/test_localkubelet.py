@@ -119,7 +119,7 @@ def _objects(sim: KubeSim) -> None:
 
 @needs_namespaces
 def test_a_pod_naming_the_local_scheduler_runs_as_processes_in_its_own_network() -> None:
-    with KubeSim(cluster=FAST_CLUSTER) as sim:
+    with KubeSim(cluster=FAST_CLUSTER, namespaces=[NS]) as sim:
         _objects(sim)
         with LocalKubelet(Api(api_url=sim.url), images=ImageCatalogue()) as kubelet:
             sim.create_pod(pod(), namespace=NS)
@@ -144,7 +144,7 @@ def test_a_pod_naming_the_local_scheduler_runs_as_processes_in_its_own_network()
 
 @needs_namespaces
 def test_an_image_the_kubelet_cannot_run_fails_the_pod() -> None:
-    with KubeSim(cluster=FAST_CLUSTER) as sim, LocalKubelet(Api(api_url=sim.url)):
+    with KubeSim(cluster=FAST_CLUSTER, namespaces=[NS]) as sim, LocalKubelet(Api(api_url=sim.url)):
         _objects(sim)
         sim.create_pod(pod(image="registry.example/unknown:1"), namespace=NS)
         assert wait_for(lambda: _phase(sim) == "Failed", timeout=30)
@@ -155,7 +155,7 @@ def test_an_image_the_kubelet_cannot_run_fails_the_pod() -> None:
 
 
 def test_kubesim_leaves_another_schedulers_pod_to_it() -> None:
-    with KubeSim(cluster=FAST_CLUSTER) as sim:
+    with KubeSim(cluster=FAST_CLUSTER, namespaces=[NS]) as sim:
         sim.create_pod(pod(), namespace=NS)
         sim.create_pod(
             {

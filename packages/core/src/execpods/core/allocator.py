@@ -212,6 +212,12 @@ class ExecutorPodsAllocator:
         return executor_id in self._deleted
 
     @property
+    def highest_executor_id(self) -> int:
+        """The highest executor id that may exist: issued by this life, or by an earlier one as
+        the ledger's mark and the adopted pods say (0 before recovery)."""
+        return self._ids.highest
+
+    @property
     def outstanding_pods(self) -> int:
         """Pending pods the driver does not know plus requested-but-unseen ones (Spark's count)."""
         with self._lock:

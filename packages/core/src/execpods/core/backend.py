@@ -43,6 +43,7 @@ from execpods.core.ports import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.profiles import ResourceProfile
 from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import (
@@ -328,6 +329,10 @@ class ExecutorPodsBackend:
         tracker = self._lifecycle.failures
         return tracker.max_failures, tracker.validity_interval
 
+    def declared_profile(self, profile_id: int) -> ResourceProfile | None:
+        """The resource profile declared under this id, if any."""
+        return self._allocator.profiles.get(profile_id)
+
     def declared_profile_ids(self) -> list[int]:
         """The ids of every declared resource profile (0, the default, always)."""
         return self._allocator.profiles.ids()
@@ -355,6 +360,14 @@ class ExecutorPodsBackend:
 
     def _progress_changed(self, change: ProgressChange) -> None:
         self._notices.notify(stall_notice(change.stall, stalled=change.stalled))
+
+    def highest_executor_id(self) -> int:
+        """The highest executor id that may exist for this application: issued (by this process
+        or, as the id ledger and the adopted pods say, an earlier one) or in the current
+        snapshot. A driver cannot know an executor above it: what it says of such ids is kept
+        nowhere (issue 32: driver input stays bounded)."""
+        pods = self._store.current_snapshot.executor_pods
+        return max(self._allocator.highest_executor_id, max(pods, default=0))
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);

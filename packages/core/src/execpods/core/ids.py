@@ -77,6 +77,13 @@ class ExecutorIds:
             return self._next - 1 - len(self._returned)
 
     @property
+    def highest(self) -> int:
+        """The highest id this counter stands above: issued in this life, or by an earlier one
+        (the ledger's mark, the pods adopted); 0 before any."""
+        with self._lock:
+            return self._next - 1
+
+    @property
     def left(self) -> int:
         """Ids that may still be issued before `allocation.maximum` (as Spark: none at or
         above it)."""
