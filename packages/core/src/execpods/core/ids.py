@@ -226,7 +226,12 @@ class IdBudget(Feature):
         try:
             mark = self.ids.read_mark()
         except PodOperationError as error:
-            logger.warning("Could not read the executor id ledger (%s); retrying.", error)
+            # Said at WARNING once; while the stall is on (its ERROR line names it), each
+            # round's retry is DEBUG, not a line a second.
+            again = self._progress.is_stalled(ID_LEDGER_UNREADABLE)
+            (logger.debug if again else logger.warning)(
+                "Could not read the executor id ledger (%s); retrying.", error
+            )
             self._progress.stall(
                 ID_LEDGER_UNREADABLE,
                 f"the executor id ledger cannot be read ({error}); no executor is created "

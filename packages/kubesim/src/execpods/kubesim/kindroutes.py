@@ -136,10 +136,8 @@ def serve(
         return _objects(
             h, method, query, body, api=api, namespace=namespace, name=name, watch_path=watch_path
         )
-    if m := _NAMESPACE.match(path):
-        if method != "GET":
-            raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
-        return h.reply(200, resources.namespace(m.group(1)))
+    if _NAMESPACE.match(path):  # a server without namespaces (none is built so): none exists
+        raise namespace_not_found(path.rsplit("/", 1)[1])
     return None
 
 
