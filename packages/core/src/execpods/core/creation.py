@@ -8,8 +8,9 @@ Every failure is classified, counted and reported, never raised out of the round
 - admission refusals and invalid pods (403, 422) back the profile off exponentially, with
   jitter so many drivers refused by one admission do not retry in lockstep, and are reported to
   the driver: retrying them every round, as Spark does, only repeats the refusal;
-- an exhausted ResourceQuota is capacity, not a failure (`quota.py` caps the profile); a
-  LimitRange or a quota's constraint is namespace policy: backed off, told, and not counted;
+- an exhausted ResourceQuota is capacity, not a failure: a feature takes it (`quota.py` caps the
+  profile); a LimitRange or a quota's constraint is namespace policy: backed off, told, and not
+  counted;
 - throttling (429) and an unavailable API (5xx, transport) pause every create until the API's
   Retry-After has passed (or one batch delay when it named none).
 """
@@ -32,7 +33,6 @@ from execpods.core.errors import (
     PodForbidden,
     PodInvalid,
     PodOperationError,
-    QuotaExceeded,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,8 +91,7 @@ class CreateResult(enum.Enum):
 
     CREATED = "created"
     UNKNOWN = "unknown"  # the API may have created it (a lost answer): track it until the timeout
-    REFUSED = "refused"  # 403/422: admission, invalid pod; back the profile off
-    CAPACITY = "capacity"  # an exhausted ResourceQuota: not a failure; the quota feature holds it
+    REFUSED = "refused"  # 403/422: quota, admission, invalid pod; back the profile off
     POLICY = "policy"  # a LimitRange, a quota's constraint: not a failure; back the profile off
     THROTTLED = "throttled"  # 429 or 5xx: pause every create for Retry-After
     FAILED = "failed"  # anything else; counted, retried next round
@@ -105,8 +104,6 @@ def classify_create_error(error: Exception) -> CreateResult:
         return CreateResult.THROTTLED
     if isinstance(error, ApiUnavailable):
         return CreateResult.THROTTLED
-    if isinstance(error, QuotaExceeded):
-        return CreateResult.CAPACITY
     if isinstance(error, AdmissionPolicyRefused):
         return CreateResult.POLICY
     if isinstance(error, PodAdmissionRejected | PodForbidden | PodInvalid):

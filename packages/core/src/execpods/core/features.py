@@ -16,15 +16,14 @@ The hooks, in the order of an allocation round (and the thread each runs on):
 
 - `observe(facts)`: each allocation round, once the outstanding requests are up to date and
   before any decision (the allocator's thread);
-- `cap(state, wanted)`: for each profile about to create (its `ProfileState`: target, running,
-  pending, requested), at most how many; called in composition order, each feature on what the
-  one before allowed (the allocator's thread);
+- `cap(state, wanted)`: for each profile about to create (its `ProfileState`), at most how many;
+  called in composition order, each on what the one before allowed (the allocator's thread);
 - `shape(executor)`: just before one pod is built, what the core decides about it
   (`PodDecisions`, which the adapter's builder writes) (a create worker: concurrently);
 - `created(executor, pod, decisions)`: the API accepted the pod; raising fails the create, after
   the feature undid what it made (a create worker);
-- `refused(profile, error, count)`: the namespace refused a step's creates as capacity or policy
-  (a ResourceQuota, a LimitRange): not executor failures (the allocator's thread);
+- `refused(executor, error)`: the API refused the create; a feature that takes it as capacity (a
+  quota) keeps it from counting as a failure or backing the profile off (a create worker);
 - `finished(outcome)`: the round's decisions are made (the allocator's thread);
 - `killing(selector)`: the driver's KillExecutors, before those pods are deleted (the request
   worker);
@@ -52,7 +51,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from execpods.core.allocation import ProfileState
-from execpods.core.errors import PodAdmissionRejected
+from execpods.core.errors import PodOperationError
 from execpods.core.notices import NoticeHub
 from execpods.core.ports import (
     NO_DECISIONS,
@@ -150,9 +149,9 @@ class Feature(Protocol):
         return
 
     def cap(self, state: ProfileState, wanted: int) -> int:
-        """At most how many of `wanted` new executors of `state.profile_id` this round may
-        create; `state` is the profile as the round classified it (its target, its executors
-        running, pending and requested: what a cap on the executors alive counts)."""
+        """At most how many of `wanted` new executors of `state`'s profile this round may create
+        (`state`: its target, running, pending and requested-but-unseen executors, as the round
+        classified them after scale-down)."""
         return wanted
 
     def shape(self, executor: NewExecutor) -> PodDecisions:
@@ -165,12 +164,12 @@ class Feature(Protocol):
         fails the create; the feature undoes what it made first."""
         return
 
-    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
-        """The namespace refused `count` creates of the profile as capacity or policy
-        (`QuotaExceeded`, `AdmissionPolicyRefused`): no executor failed, none is counted; the
-        feature that owns the capacity holds the profile and tells the driver (the allocator's
-        thread, after the step)."""
-        return
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        """The API refused the create of `executor` (403, 422: `error` says why). True takes the
+        refusal as the cluster's capacity (a quota), not a failure: it is then neither counted
+        toward `spark.executor.maxNumFailures` nor backed off, and this feature tells the
+        driver."""
+        return False
 
     def finished(self, outcome: RoundOutcome) -> None:
         """The allocation round's decisions are made."""
@@ -238,8 +237,14 @@ class FeatureSet:
         for feature in self._features:
             feature.created(executor, pod_name, decisions)
 
-    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
-        self._each("refused", lambda f: f.refused(profile_id, error, count))
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        taken = False
+        for feature in self._features:  # every feature hears it, whoever takes it
+            try:
+                taken = feature.refused(executor, error) or taken
+            except Exception:
+                logger.exception("Feature %s failed on a refused create", type(feature).__name__)
+        return taken
 
     def finished(self, outcome: RoundOutcome) -> None:
         self._each("finished", lambda f: f.finished(outcome))

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from execpods.core.allocation import ProfileState
-from execpods.core.errors import PodAdmissionRejected, QuotaExceeded
+from execpods.core.errors import PodOperationError, QuotaExceeded
 from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundOutcome
 from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import Clock, PodDecisions
@@ -250,7 +250,8 @@ class QuotaFeature(Feature):
         """Each profile's executors alive as of its cap this round, plus the creates accepted
         since (the creates run on worker threads)."""
         self._accepted: dict[int, int] = {}
-        self._refused: set[int] = set()
+        self._refusals: dict[int, tuple[int, QuotaExceeded]] = {}
+        """This round's refused creates by profile, and the last refusal (it names the quota)."""
         self._targets: dict[int, int] = {}
 
     def cap(self, state: ProfileState, wanted: int) -> int:
@@ -269,33 +270,41 @@ class QuotaFeature(Feature):
             self._live[profile_id] = self._live.get(profile_id, 0) + 1
             self._accepted[profile_id] = self._accepted.get(profile_id, 0) + 1
 
-    def refused(self, profile_id: int, error: PodAdmissionRejected, count: int) -> None:
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        """A create an exhausted quota refused is taken as capacity (not counted, not backed off
+        by the creator); the round's refusals of a profile cap it once, at `finished`."""
         if not isinstance(error, QuotaExceeded):
-            return
+            return False
+        profile_id = executor.resource_profile_id
         with self._lock:
-            self._refused.add(profile_id)
-            live = self._live.get(profile_id, 0)
-            notice = self.gate.refused(
-                profile_id,
-                error,
-                count=count,
-                live=live,
-                target=self._targets.get(profile_id, live),
-                now=self._clock.monotonic(),
-            )
-        logger.warning(notice.message)
-        self._notices.notify(notice)
+            count, _ = self._refusals.get(profile_id, (0, error))
+            self._refusals[profile_id] = (count + 1, error)
+        return True
 
     def finished(self, outcome: RoundOutcome) -> None:
-        """Creates the API admitted raise the cap (a probe went through); a new target within
-        the cap lifts it."""
+        """The round's refusals cap their profiles (one notice each, naming the quota); creates
+        the API admitted raise a cap (a probe went through); a new target within the cap, or the
+        target reached, lifts it."""
         told: list[AllocatorNotice] = []
         now = self._clock.monotonic()
         with self._lock:
+            refusals, self._refusals = self._refusals, {}
+            for profile_id, (count, error) in sorted(refusals.items()):
+                live = self._live.get(profile_id, 0)
+                told.append(
+                    self.gate.refused(
+                        profile_id,
+                        error,
+                        count=count,
+                        live=live,
+                        target=self._targets.get(profile_id, live),
+                        now=now,
+                    )
+                )
             for state in outcome.states:
                 profile_id = state.profile_id
                 accepted = self._accepted.pop(profile_id, 0)
-                if accepted and profile_id not in self._refused:
+                if accepted and profile_id not in refusals:
                     notice = self.gate.created(
                         profile_id,
                         count=accepted,
@@ -310,9 +319,11 @@ class QuotaFeature(Feature):
                     lifted = self.gate.target_changed(profile_id, state.target)
                     if lifted is not None:
                         told.append(lifted)
-            self._refused.clear()
         for notice in told:
-            logger.info(notice.message)
+            if notice.kind is NoticeKind.QUOTA_EXCEEDED:
+                logger.warning(notice.message)
+            else:
+                logger.info(notice.message)
             self._notices.notify(notice)
 
     def kept_out(self) -> int:
