@@ -1,7 +1,9 @@
 """Why executors wait, end to end: a sidecar over real HTTP to the simulator, observed over gRPC.
 
-Executors no node fits carry the scheduler's words to the stream with the pod event that says it
-(no full list needed), and the reason clears once a node fits.
+- Executors no node fits carry kube-scheduler's own words ("0/1 nodes are available: 1
+  Insufficient cpu. preemption: ...") to the stream with the pod event that says it (no full list
+  needed), and the metrics count them; both clear once a node fits.
+- Executors whose image cannot be pulled carry the kubelet's back-off to the stream.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from tests.sidecar.test_observability import METRICS_CONF, scrape_until, value
 def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_node_fits(
     make_sidecar_on: SidecarOnFactory,
 ) -> None:
-    cluster = ClusterConfig(nodes=1, pods_per_node=2, start_latency=0.15, start_jitter=0.1)
+    # One node of 2 cores: two executors of 1 core fit, the next two do not.
+    cluster = ClusterConfig(nodes=1, node_cpu="2", start_latency=0.15, start_jitter=0.1)
     with KubeSim(cluster=cluster) as sim:
         updates: list[StreamUpdate] = []
         with (
@@ -43,7 +46,9 @@ def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_nod
             stuck = wait_for(lambda: len(waiting()) == 2 and waiting(), what="two unschedulable")
             for reason, message in stuck.values():
                 assert reason == "unschedulable"
-                assert message.startswith("Unschedulable: 0/1 nodes are available")
+                assert message.startswith(
+                    "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu. preemption: "
+                ), message
             # and the metrics count them by reason, every reason shown
             address = sidecar.server.ops.metrics_address
             counted = scrape_until(
@@ -64,3 +69,40 @@ def test_unschedulable_executors_carry_the_schedulers_words_and_clear_once_a_nod
                 "the metric cleared",
             )
             assert time.monotonic() - seen_at < 30.0
+
+
+def test_an_image_that_cannot_be_pulled_is_why_executors_wait(
+    make_sidecar_on: SidecarOnFactory,
+) -> None:
+    image = "apache/spark:no-such-tag"
+    cluster = ClusterConfig(start_latency=0.15, start_jitter=0.1, image_pull_failures=(image,))
+    with KubeSim(cluster=cluster) as sim:
+        updates: list[StreamUpdate] = []
+        conf = {"spark.kubernetes.container.image": image, **METRICS_CONF}
+        with (
+            sidecar_on(sim, make_sidecar_on, "pull", conf) as sidecar,
+            AllocatorClient(sidecar.address) as driver,
+            driver.stream_snapshots() as stream,
+        ):
+            collect(iter(stream), updates)
+            driver.request_total(2)
+
+            def pulling() -> list[str]:
+                latest = next((u.latest for u in reversed(list(updates)) if u.latest), None)
+                return [
+                    e.pending_message
+                    for e in (latest.executors.values() if latest is not None else ())
+                    if e.pending_reason == "image_pull"
+                ]
+
+            messages = wait_for(lambda: len(pulling()) == 2 and pulling(), what="two pulling")
+            assert all(image in m for m in messages), messages
+            assert all(
+                m.startswith(("ErrImagePull: container ", "ImagePullBackOff: container "))
+                for m in messages
+            ), messages
+            scrape_until(
+                sidecar.server.ops.metrics_address,
+                lambda s: value(s, "execpods_executors_waiting", reason="ImagePull") == 2,
+                "two ImagePull in the metrics",
+            )
