@@ -4,6 +4,8 @@
   Insufficient cpu. preemption: ...") to the stream with the pod event that says it (no full list
   needed), and the metrics count them; both clear once a node fits.
 - Executors whose image cannot be pulled carry the kubelet's back-off to the stream.
+- Executors that crash as they start pause requests (the crash-loop brake), which resume on
+  their own.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import time
 from execpods.client import AllocatorClient, ExecutorState, StreamUpdate
 from execpods.kubesim import ClusterConfig, KubeSim
 
-from tests.sidecar.capacity_support import collect, sidecar_on
-from tests.sidecar.conftest import SidecarOnFactory, running_ids, wait_for
+from tests.sidecar.capacity_support import collect, notices, sidecar_on
+from tests.sidecar.conftest import SidecarOnFactory, creates, running_ids, wait_for
 from tests.sidecar.test_observability import METRICS_CONF, scrape_until, value
 
 
@@ -106,3 +108,35 @@ def test_an_image_that_cannot_be_pulled_is_why_executors_wait(
                 lambda s: value(s, "execpods_executors_waiting", reason="ImagePull") == 2,
                 "two ImagePull in the metrics",
             )
+
+
+def test_a_crash_loop_pauses_requests_and_they_resume_on_their_own(
+    make_sidecar_on: SidecarOnFactory,
+) -> None:
+    """Every executor exits 1 half a second after it starts (the node simulation's exit-after):
+    past 10 start failures in a minute the brake pauses requests (no create while paused), and
+    they resume on their own; nothing fails the application."""
+    with KubeSim(cluster=ClusterConfig(start_latency=0.15, start_jitter=0.1)) as sim:
+        updates: list[StreamUpdate] = []
+        conf = {
+            "spark.kubernetes.executor.annotation.kubesim.execpods.io/exit-after": "0.5",
+            "spark.kubernetes.executor.annotation.kubesim.execpods.io/exit-code": "1",
+            "spark.executor.maxNumFailures": "1000",
+            "execpods.crashLoop.retryInterval": "2s",
+        }
+        with (
+            sidecar_on(sim, make_sidecar_on, "loop", conf) as sidecar,
+            AllocatorClient(sidecar.address) as driver,
+            driver.stream_snapshots() as stream,
+        ):
+            collect(iter(stream), updates)
+            driver.request_total(12)
+            paused = wait_for(lambda: notices(updates, "crash_loop_paused"), what="a pause")
+            assert "executors failed at start within the last minute" in paused[0]
+            assert "exited with code 1" in paused[0]
+            during = creates(sim)
+            time.sleep(1.0)  # within the 2 s pause
+            assert creates(sim) == during, "no create while paused"
+            wait_for(lambda: notices(updates, "crash_loop_resumed"), what="the resume")
+            wait_for(lambda: creates(sim) > during, what="requests again after the pause")
+            assert not any(u.application_failure for u in list(updates))
