@@ -4,6 +4,8 @@
   Insufficient cpu. preemption: ...") to the stream with the pod event that says it (no full list
   needed), and the metrics count them; both clear once a node fits.
 - Executors whose image cannot be pulled carry the kubelet's back-off to the stream.
+- Executors whose Secret does not exist carry the kubelet's FailedMount warning (read from the
+  events each poll), until the Secret is made.
 - Executors that crash as they start pause requests (the crash-loop brake), which resume on
   their own.
 """
@@ -11,9 +13,11 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from execpods.client import AllocatorClient, ExecutorState, StreamUpdate
 from execpods.kubesim import ClusterConfig, KubeSim
+from kubernetes import client
 
 from tests.sidecar.capacity_support import collect, notices, sidecar_on
 from tests.sidecar.conftest import SidecarOnFactory, creates, running_ids, wait_for
@@ -140,3 +144,41 @@ def test_a_crash_loop_pauses_requests_and_they_resume_on_their_own(
             wait_for(lambda: notices(updates, "crash_loop_resumed"), what="the resume")
             wait_for(lambda: creates(sim) > during, what="requests again after the pause")
             assert not any(u.application_failure for u in list(updates))
+
+
+def test_a_missing_secret_is_why_executors_wait_until_it_exists(
+    make_sidecar_on: SidecarOnFactory,
+) -> None:
+    """Spark's executor secret names one that does not exist: the kubelet's FailedMount warning
+    reaches the stream within a poll, and clears once the Secret is made."""
+    with KubeSim(cluster=ClusterConfig(start_latency=0.15, start_jitter=0.1)) as sim:
+        updates: list[StreamUpdate] = []
+        conf = {
+            "spark.kubernetes.executor.secrets.spark-conf": "/etc/spark-conf",
+            "spark.kubernetes.executor.apiPollingInterval": "200ms",
+        }
+        with (
+            sidecar_on(sim, make_sidecar_on, "mount", conf) as sidecar,
+            AllocatorClient(sidecar.address) as driver,
+            driver.stream_snapshots() as stream,
+        ):
+            collect(iter(stream), updates)
+            driver.request_total(1)
+
+            def mounting() -> list[str]:
+                latest = next((u.latest for u in reversed(list(updates)) if u.latest), None)
+                return [
+                    e.pending_message
+                    for e in (latest.executors.values() if latest is not None else ())
+                    if e.pending_reason == "failed_mount"
+                ]
+
+            (message,) = wait_for(mounting, what="the FailedMount reason")
+            assert message == (
+                'FailedMount: MountVolume.SetUp failed for volume "spark-conf-volume" : '
+                'secret "spark-conf" not found'
+            )
+            core: Any = client.CoreV1Api(client.ApiClient(client.Configuration(host=sim.url)))
+            core.create_namespaced_secret("default", {"metadata": {"name": "spark-conf"}})
+            wait_for(lambda: running_ids(sim, "mount") == {1}, timeout=150.0, what="it runs")
+            wait_for(lambda: not mounting(), what="the reason cleared")
