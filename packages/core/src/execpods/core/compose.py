@@ -54,6 +54,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.progress import ProgressMonitor
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
@@ -150,6 +151,7 @@ def compose_backend(
     a second the client's rate policy may allow (the adapter's settings), which sizes a round.
     """
     clock = clock if clock is not None else SystemClock()
+    progress = ProgressMonitor(clock=clock)
     make_store = store if store is not None else scheduled_store()
     snapshots = make_store(
         labels=settings.labels,
@@ -196,6 +198,7 @@ def compose_backend(
         id_ledger=id_ledger,
         claims=claims,
         round_hooks=[h for h in (claims, blocklist) if h is not None],
+        progress=progress,
         api_rate_ceiling=api_rate_ceiling,
     )
     recovery.set_notify(allocator.notify)
@@ -229,6 +232,7 @@ def compose_backend(
         sources=sources(snapshots),
         close=close,
         clock=clock,
+        progress=progress,
     )
 
 

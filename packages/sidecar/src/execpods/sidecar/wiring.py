@@ -49,11 +49,11 @@ from execpods.k8s import (
     rate_limiter_for,
     resolve_namespace,
 )
+from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
-from execpods.sidecar.settings import Settings
-from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
-from execpods.sidecar.templatepolicy import TemplatePolicy
+from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
 

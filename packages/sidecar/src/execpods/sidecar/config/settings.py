@@ -31,11 +31,16 @@ from execpods.core.settingkit import (
 )
 from execpods.k8s import ApiRateSettings, KubernetesSettings
 from execpods.sidecar.addresses import listen_address_problem
-from execpods.sidecar.health import HealthSettings
-from execpods.sidecar.metrics import MetricsSettings
-from execpods.sidecar.properties import OTHER_SPARK_KEYS, PropertyReview, apply_aliases, review
-from execpods.sidecar.security import SecuritySettings, check_listener
-from execpods.sidecar.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
+from execpods.sidecar.config.properties import (
+    OTHER_SPARK_KEYS,
+    PropertyReview,
+    apply_aliases,
+    review,
+)
+from execpods.sidecar.config.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
+from execpods.sidecar.guard.security import SecuritySettings, check_listener
+from execpods.sidecar.telemetry.health import HealthSettings
+from execpods.sidecar.telemetry.metrics import MetricsSettings
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
