@@ -40,6 +40,8 @@ class Policy:
 
     name: str
     properties: Mapping[str, str]
+    executable: Path = SIDECAR
+    """The `execpods-sidecar` that runs it (another checkout's, to compare code side by side)."""
 
 
 STATIC = Policy(name="static bucket", properties={"execpods.kubernetes.api.ratePolicy": "static"})
@@ -170,7 +172,7 @@ def sidecars(
     with ExitStack() as stack:
         processes = []
         for app in apps:
-            command = [str(SIDECAR), "serve", "--app-id", app, "--api-url", sim.url]
+            command = [str(policy.executable), "serve", "--app-id", app, "--api-url", sim.url]
             command += ["--listen", "127.0.0.1:0", *conf]
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env

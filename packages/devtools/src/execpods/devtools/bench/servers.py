@@ -218,8 +218,8 @@ def bound_of(model: Model) -> float:
     return START + model.executors / rate
 
 
-def policies_for(model: Model, apps: int) -> list[Policy]:
-    chosen = [ADAPTIVE, STATIC]
+def policies_for(model: Model, apps: int, baseline: Policy | None = None) -> list[Policy]:
+    chosen = [ADAPTIVE, STATIC, *([baseline] if baseline is not None else [])]
     if apps == 1 and model.executors / 20.0 <= SPARK_SECONDS:
         chosen.append(SPARK)
     return chosen
@@ -313,7 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apps", default="1,2,10", help="applications per server (1,2,10)")
     parser.add_argument("--quick", action="store_true", help="a fifth of the executors")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="where table and PNG go")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (with its .venv) whose sidecar runs as one more policy, its "
+        "defaults: the code before a change, side by side in the same run",
+    )
     args = parser.parse_args(argv)
+    baseline = None
+    if args.baseline is not None:
+        executable = args.baseline / ".venv" / "bin" / "execpods-sidecar"
+        if not executable.is_file():
+            parser.error(f"no sidecar at {executable}: sync that checkout's .venv first")
+        baseline = replace(
+            ADAPTIVE, name=f"defaults at {args.baseline.name}", executable=executable
+        )
     logging.basicConfig(level=logging.ERROR)
     started = time.monotonic()
     stop = threading.Event()
@@ -326,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         for apps in counts:
             if model.key == "idle10k" and apps > 1:
                 continue  # the 10,000 row is one application's, as the issue's
-            for policy in policies_for(model, apps):
+            for policy in policies_for(model, apps, baseline):
                 rows.append(run(model, apps, policy, bound=bound))
     stop.set()
     table = report(rows)
