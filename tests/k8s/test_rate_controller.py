@@ -92,20 +92,45 @@ def test_client_errors_are_answers_not_congestion() -> None:
     assert ctl.rate == pytest.approx(104.0)
 
 
-def test_latency_well_above_its_floor_holds_the_rate_and_ends_slow_start() -> None:
-    # A client's latency includes its own waits (a busy machine): it holds, never cuts.
+def test_latency_well_above_its_floor_brings_the_rate_down_to_what_was_delivered() -> None:
+    # A queue builds at the server: the client sends faster than the server delivers.
+    ctl, clock = controller(initial=400.0)
+    leave_slow_start(ctl, clock)  # 200
+    for _ in range(100):  # a second in which the server delivered 100 answers
+        clock.advance(0.01)
+        ctl.answered(verb="create", seconds=FAST, status=201, demand=False)
+    assert ctl.rate == pytest.approx(200.0)
+    signals = []
+    for _ in range(10):  # 10 ms -> 300 ms
+        clock.advance(0.001)
+        signals.append(ctl.answered(verb="create", seconds=0.3, status=201))
+    assert Signal.SLOW in signals
+    assert ctl.rate == pytest.approx(0.7 * 200.0, rel=0.01), "by latency_decrease at most"
+    clock.advance(0.65)  # past the holdoff; 40-odd answers left in the last second
+    ctl.answered(verb="create", seconds=0.3, status=201)
+    assert ctl.rate == pytest.approx(0.7 * 0.7 * 200.0, rel=0.01), "a holdoff later, again"
+    clock.advance(0.61)
+    ctl.answered(verb="create", seconds=0.3, status=201)
+    assert ctl.rate == pytest.approx(max(0.7**3 * 200.0, ctl.delivered()), rel=0.01)
+
+
+def test_latency_from_a_busy_machine_does_not_cut_a_rate_the_server_delivers() -> None:
+    # The client's own waits raise its latency; it sends no faster than it is answered.
     ctl, clock = controller(initial=200.0)
-    clean(ctl, clock, MIN_SAMPLES)
+    for _ in range(250):  # over a second at the rate: what the server delivers
+        clock.advance(1.0 / ctl.rate)
+        ctl.answered(verb="create", seconds=FAST, status=201, demand=False)
     slow_start = [ctl.slow_start]
     before = ctl.rate
     signals = []
-    for _ in range(10):  # a queue builds, or the machine got busy: 10 ms -> 300 ms
-        clock.advance(0.01)
+    for _ in range(100):  # answered as fast as sent, each 300 ms late
+        clock.advance(1.0 / ctl.rate)
         signals.append(ctl.answered(verb="create", seconds=0.3, status=201))
     slow_start.append(ctl.slow_start)
     assert Signal.SLOW in signals
     assert slow_start == [True, False]
-    assert ctl.rate == pytest.approx(before, abs=len(signals) - signals.count(Signal.SLOW))
+    assert ctl.rate >= 0.95 * before, "held, not cut"
+    assert ctl.rate <= before + 100 - signals.count(Signal.SLOW), "no increase while slow"
 
 
 def test_latency_of_one_verb_does_not_judge_another() -> None:
@@ -196,8 +221,7 @@ def test_a_429_holds_back_no_other_call() -> None:
 
 
 def test_a_latency_that_stays_high_becomes_the_floor_after_the_window() -> None:
-    # A busy machine raises every latency for good; after one floor window that is normal, and
-    # the rate grows again.
+    # A busy machine raises every latency for good; after one floor window that is normal.
     ctl, clock = controller(initial=100.0)
     clean(ctl, clock, 50)
     slow = 0.5
@@ -235,6 +259,7 @@ def test_the_start_is_within_the_bounds() -> None:
         {"floor": 20, "ceiling": 10, "initial": 5},
         {"floor": 1, "ceiling": 10, "initial": 5, "decrease": 1.0},
         {"floor": 1, "ceiling": 10, "initial": 5, "decrease": 0.0},
+        {"floor": 1, "ceiling": 10, "initial": 5, "latency_decrease": 1.0},
         {"floor": 1, "ceiling": 10, "initial": 5, "latency_factor": 1.0},
         {"floor": 1, "ceiling": float("inf"), "initial": 5},
     ],

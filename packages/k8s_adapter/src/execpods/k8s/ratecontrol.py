@@ -20,14 +20,15 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
   at least at `DEMAND` of the rate in the last second), as TCP grows no window an application
   does not fill (RFC 7661): a client held back by something else (its creates in flight, its own
   CPU) would otherwise raise a rate it never tests against the server;
-- **hold** on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue may be
-  building): no increase, and slow start ends (as TCP's HyStart leaves slow start on a delay
-  rise), but no decrease either. Latency measured by a client includes the client's own waits
-  (its CPU, its GIL): on a machine that Spark's JVM keeps busy, cutting the rate on latency read
-  the busy machine as a congested server (issue 34: the plugin run at 10 to 13 s against 8 s with
-  the static bucket, and the sidecar alone held at 400 creates a second by an idle kubesim). The
-  creates in flight are bounded (`batch.concurrency`), so a server that only slows down never
-  holds more than that many of ours in its queue; the server's refusals are what cut the rate;
+- on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is building):
+  no increase, slow start ends (as TCP's HyStart leaves it on a delay rise), and the rate comes
+  down to what the server delivered, by `latency_decrease` at most, never below it. Latency
+  measured by a client includes the client's own waits (its CPU, its GIL): on a machine that
+  Spark's JVM keeps busy, cutting the rate by a fixed factor on latency read the busy machine as
+  a congested server, again and again (issue 34: the plugin run took 10 to 13 s against 8 s with
+  the static bucket, and the sidecar alone was held at 400 creates a second by an idle kubesim).
+  A client held back by its own machine delivers what it sends, so its rate stays; a client
+  whose queue at the server grows sends more than the server delivers, and drops to that;
 - **multiplicative decrease** on a 429, a 5xx (or no answer at all), by `decrease`; but never
   below `DELIVERED` of the rate the
   server delivered (clean answers a second, over the last second: BBR's delivery rate). A server
@@ -87,7 +88,7 @@ class Signal(enum.Enum):
     THROTTLED = "throttled"
     SERVER_ERROR = "server-error"
     SLOW = "slow"
-    """Latency well above its floor: the rate holds (no increase, slow start ends)."""
+    """Latency well above its floor: no increase; down to what the server delivered."""
     IGNORED = "ignored"
     """A congestion signal inside the holdoff of the previous decrease."""
 
@@ -101,6 +102,7 @@ class CongestionConfig:
     initial: float
     increase: float = 50.0
     decrease: float = 0.5
+    latency_decrease: float = 0.7
     latency_factor: float = 3.0
     latency_margin: float = 0.1
     floor_window: float = 10.0
@@ -115,8 +117,8 @@ class CongestionConfig:
                 f"the rate floor ({self.floor}) must be positive and not above the ceiling "
                 f"({self.ceiling})"
             )
-        if not 0 < self.decrease < 1:
-            raise ValueError("the decrease factor must be between 0 and 1")
+        if not 0 < self.decrease < 1 or not 0 < self.latency_decrease < 1:
+            raise ValueError("decrease factors must be between 0 and 1")
         if self.latency_factor <= 1 or self.increase <= 0:
             raise ValueError("latency_factor must exceed 1 and increase must be positive")
 
@@ -204,7 +206,11 @@ class RateController:
         elif self._slow(verb, now, seconds):
             self._delivered.append(now)
             self._slow_start = False
-            signal = Signal.SLOW
+            signal = self._decrease(
+                Signal.SLOW, self.config.latency_decrease, now, seconds, share=1.0
+            )
+            if signal is Signal.IGNORED:
+                signal = Signal.SLOW
         else:
             self._delivered.append(now)
             if demand:
@@ -228,12 +234,17 @@ class RateController:
         step = 1.0 if self._slow_start else self.config.increase / self._rate
         self._rate = min(self.config.ceiling, self._rate + step)
 
-    def _decrease(self, signal: Signal, factor: float, now: float, seconds: float) -> Signal:
+    def _decrease(
+        self, signal: Signal, factor: float, now: float, seconds: float, share: float = DELIVERED
+    ) -> Signal:
+        """Cut to `factor` of the rate, but not below `share` of what the server delivered (and
+        never up); once per holdoff."""
         if now < self._holdoff_until:
             return Signal.IGNORED
         self._slow_start = False
-        delivered = DELIVERED * len(self._delivered) / DELIVERY_WINDOW
-        cut = min(self._rate, max(self._rate * factor, delivered))
-        self._rate = max(self.config.floor, cut)
-        self._holdoff_until = now + max(self.config.min_holdoff, 2.0 * seconds)
+        delivered = share * len(self._delivered) / DELIVERY_WINDOW
+        cut = max(self.config.floor, min(self._rate, max(self._rate * factor, delivered)))
+        if cut < self._rate:  # a signal that cut nothing starts no holdoff
+            self._rate = cut
+            self._holdoff_until = now + max(self.config.min_holdoff, 2.0 * seconds)
         return signal
