@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import queue
+import socket
 import ssl
 import time
 import urllib.parse
@@ -101,9 +102,11 @@ class CreateTransport:
         try:
             if connection.sock is None:
                 connection.connect()  # within the connect timeout the connection was made with
+                # Headers and body leave in two writes: without this, Nagle's algorithm holds
+                # the body until the headers are acknowledged (as urllib3 sets it too).
+                _socket_of(connection).setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection.timeout = timeout
-            assert connection.sock is not None
-            connection.sock.settimeout(timeout)
+            _socket_of(connection).settimeout(timeout)
             connection.request("POST", self._prefix + path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
@@ -151,6 +154,13 @@ class CreateTransport:
             except queue.Empty:
                 return
             connection.close()
+
+
+def _socket_of(connection: http.client.HTTPConnection) -> socket.socket:
+    sock: socket.socket | None = connection.sock
+    if sock is None:
+        raise ConnectionError("the connection has no socket")
+    return sock
 
 
 def _tls_context(configuration: Any) -> ssl.SSLContext:
