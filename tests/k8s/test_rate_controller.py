@@ -114,23 +114,33 @@ def test_latency_well_above_its_floor_brings_the_rate_down_to_what_was_delivered
     assert ctl.rate == pytest.approx(max(0.7**3 * 200.0, ctl.delivered()), rel=0.01)
 
 
-def test_latency_from_a_busy_machine_does_not_cut_a_rate_the_server_delivers() -> None:
-    # The client's own waits raise its latency; it sends no faster than it is answered.
+def test_latency_from_a_busy_machine_neither_cuts_nor_holds_a_rate_the_server_delivers() -> None:
+    # The client's own waits raise its latency, but it is answered as fast as it sends: no
+    # queue grows at the server, so the rate keeps growing (a fixed cut on latency, or a hold,
+    # kept the plugin path and a busy sidecar far under the server's rate).
     ctl, clock = controller(initial=200.0)
-    for _ in range(250):  # over a second at the rate: what the server delivers
+    leave_slow_start(ctl, clock)  # 100
+    for _ in range(150):  # over a second at the rate, promptly
         clock.advance(1.0 / ctl.rate)
-        ctl.answered(verb="create", seconds=FAST, status=201, demand=False)
-    slow_start = [ctl.slow_start]
+        ctl.answered(verb="create", seconds=FAST, status=201)
     before = ctl.rate
     signals = []
     for _ in range(100):  # answered as fast as sent, each 300 ms late
         clock.advance(1.0 / ctl.rate)
         signals.append(ctl.answered(verb="create", seconds=0.3, status=201))
-    slow_start.append(ctl.slow_start)
-    assert Signal.SLOW in signals
-    assert slow_start == [True, False]
-    assert ctl.rate >= 0.95 * before, "held, not cut"
-    assert ctl.rate <= before + 100 - signals.count(Signal.SLOW), "no increase while slow"
+    assert Signal.SLOW not in signals
+    assert ctl.rate > before
+
+
+def test_slow_start_ends_only_on_a_refusal_or_a_failure() -> None:
+    ctl, clock = controller(initial=100.0)
+    clean(ctl, clock, MIN_SAMPLES)
+    for _ in range(50):  # late answers, while the rate runs ahead of them by design
+        clock.advance(0.001)
+        assert ctl.answered(verb="create", seconds=0.5, status=201) is Signal.CLEAN
+    assert ctl.slow_start
+    ctl.answered(verb="create", seconds=FAST, status=429)
+    assert not ctl.slow_start
 
 
 def test_latency_of_one_verb_does_not_judge_another() -> None:
@@ -221,8 +231,9 @@ def test_a_429_holds_back_no_other_call() -> None:
 
 
 def test_a_latency_that_stays_high_becomes_the_floor_after_the_window() -> None:
-    # A busy machine raises every latency for good; after one floor window that is normal.
-    ctl, clock = controller(initial=100.0)
+    # A latency that stays high is the new normal after one floor window.
+    ctl, clock = controller(initial=200.0)
+    leave_slow_start(ctl, clock)
     clean(ctl, clock, 50)
     slow = 0.5
     signals = []

@@ -20,15 +20,18 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
   at least at `DEMAND` of the rate in the last second), as TCP grows no window an application
   does not fill (RFC 7661): a client held back by something else (its creates in flight, its own
   CPU) would otherwise raise a rate it never tests against the server;
-- on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is building):
-  no increase, slow start ends (as TCP's HyStart leaves it on a delay rise), and the rate comes
-  down to what the server delivered, by `latency_decrease` at most, never below it. Latency
-  measured by a client includes the client's own waits (its CPU, its GIL): on a machine that
-  Spark's JVM keeps busy, cutting the rate by a fixed factor on latency read the busy machine as
-  a congested server, again and again (issue 34: the plugin run took 10 to 13 s against 8 s with
-  the static bucket, and the sidecar alone was held at 400 creates a second by an idle kubesim).
-  A client held back by its own machine delivers what it sends, so its rate stays; a client
-  whose queue at the server grows sends more than the server delivers, and drops to that;
+- on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is building),
+  when the client also sends faster than the server delivers (the rate above `QUEUE_GROWING`
+  times the answers of the last second) and is past slow start: the rate comes down to what the
+  server delivered, by `latency_decrease` at most, never below it. Latency measured by a client
+  includes the client's own waits (its CPU, its GIL, a server process starved of CPU on the same
+  machine): on a machine that Spark's JVM keeps busy, a fixed cut on latency read the busy machine
+  as a congested server, again and again (issue 34: the plugin run took 10 to 13 s against 8 s
+  with the static bucket, and the sidecar alone was held at 400 creates a second by an idle
+  kubesim; holding the rate on latency alone held it at its start). A client whose answers come
+  as fast as it sends keeps growing: its creates in flight are bounded
+  (`execpods.allocation.batch.concurrency`), so a server that is merely slow never holds more than
+  those of it; slow start ends only on a 429 or a 5xx;
 - **multiplicative decrease** on a 429, a 5xx (or no answer at all), by `decrease`; but never
   below `DELIVERED` of the rate the
   server delivered (clean answers a second, over the last second: BBR's delivery rate). A server
@@ -77,6 +80,8 @@ MIN_SAMPLES = 8
 """Answers of a verb before its latency counts as a signal (a floor of one sample is no floor)."""
 DELIVERED = 0.9
 """A decrease never goes below this share of the rate the server delivered in the last second."""
+QUEUE_GROWING = 1.2
+"""A rate this much above what the server delivered, with late answers: a queue is growing."""
 DELIVERY_WINDOW = 1.0
 """Seconds of clean answers the delivery rate counts."""
 
@@ -88,7 +93,8 @@ class Signal(enum.Enum):
     THROTTLED = "throttled"
     SERVER_ERROR = "server-error"
     SLOW = "slow"
-    """Latency well above its floor: no increase; down to what the server delivered."""
+    """Latency well above its floor while sending faster than the server delivers: down to
+    what it delivered."""
     IGNORED = "ignored"
     """A congestion signal inside the holdoff of the previous decrease."""
 
@@ -203,9 +209,8 @@ class RateController:
             signal = self._decrease(Signal.THROTTLED, self.config.decrease, now, seconds)
         elif status >= 500 or status == 0:
             signal = self._decrease(Signal.SERVER_ERROR, self.config.decrease, now, seconds)
-        elif self._slow(verb, now, seconds):
+        elif self._slow(verb, now, seconds) and self._queue_growing():
             self._delivered.append(now)
-            self._slow_start = False
             signal = self._decrease(
                 Signal.SLOW, self.config.latency_decrease, now, seconds, share=1.0
             )
@@ -229,6 +234,12 @@ class RateController:
         floor = latency.floor
         limit = max(floor * self.config.latency_factor, floor + self.config.latency_margin)
         return latency.average > limit
+
+    def _queue_growing(self) -> bool:
+        """Sending faster than the server delivers, past slow start (where the rate runs ahead
+        of the answers by design): only then is a late answer a queue at the server."""
+        delivered = len(self._delivered) / DELIVERY_WINDOW
+        return not self._slow_start and self._rate > QUEUE_GROWING * delivered
 
     def _increase(self) -> None:
         step = 1.0 if self._slow_start else self.config.increase / self._rate
