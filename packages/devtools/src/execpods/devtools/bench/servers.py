@@ -208,9 +208,11 @@ def run(model: Model, apps: int, policy: Policy, *, bound: float) -> Row:
 
 
 def bound_of(model: Model) -> float:
-    """Start latency + executors at the model's capacity (measured now for the idle server)."""
+    """Start latency + executors at the model's capacity (measured now for the idle server);
+    a hard cap lets its first second's burst through at once."""
     if model.capacity > 0:
-        return START + model.executors / model.capacity
+        burst = model.create_rate  # kubesim's cap: a bucket of one second's creates, full
+        return START + max(0.0, model.executors - burst) / model.capacity
     sample = min(model.executors, 3_000)
     with kubesim(sample, start_latency=START) as (sim, _):
         rate = create_rate(sim, sample)
