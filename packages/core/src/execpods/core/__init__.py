@@ -19,6 +19,9 @@ from execpods.core.backend import (
 )
 from execpods.core.clock import Clock, ManualClock, SystemClock
 from execpods.core.compose import (
+    FeatureSettings,
+    Machinery,
+    Ports,
     RoundHook,
     SourcesFactory,
     StoreFactory,
@@ -26,8 +29,8 @@ from execpods.core.compose import (
     no_sources,
     scheduled_store,
 )
-from execpods.core.creation import AllocatorNotice, NoticeKind
 from execpods.core.errors import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     ExecpodsError,
@@ -37,9 +40,11 @@ from execpods.core.errors import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    QuotaExceeded,
     SettingsError,
 )
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
     ContainerRunning,
@@ -48,18 +53,24 @@ from execpods.core.pods import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    PodCondition,
     PodManifest,
+    PodWarning,
 )
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     UNKNOWN_EXIT_CODE,
     Cancellable,
+    Claim,
+    ClaimOperations,
     DriverView,
     ExecutorExited,
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    NeededClaim,
+    PodDecisions,
     PodOperations,
     PodSelector,
     RoundObserver,
@@ -72,7 +83,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.progress import ProgressChange, ProgressMonitor
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -85,11 +96,14 @@ __all__ = [
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
+    "AdmissionPolicyRefused",
     "AllocationCounts",
     "AllocatorNotice",
     "ApiThrottled",
     "ApiUnavailable",
     "Cancellable",
+    "Claim",
+    "ClaimOperations",
     "Clock",
     "ContainerRunning",
     "ContainerState",
@@ -109,15 +123,20 @@ __all__ = [
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
     "ExecutorState",
+    "FeatureSettings",
     "InvalidPosition",
     "LifecycleObserver",
+    "Machinery",
     "ManualClock",
+    "NeededClaim",
     "NoticeKind",
     "NumberedRemoval",
     "ObservedPod",
     "PodAdmissionRejected",
     "PodClassifier",
+    "PodCondition",
     "PodConflict",
+    "PodDecisions",
     "PodForbidden",
     "PodInvalid",
     "PodManifest",
@@ -125,8 +144,11 @@ __all__ = [
     "PodOperationError",
     "PodOperations",
     "PodSelector",
+    "Ports",
+    "PodWarning",
     "Position",
     "ProfileConflict",
+    "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
     "ResourceProfile",
@@ -141,7 +163,6 @@ __all__ = [
     "SnapshotsReader",
     "SnapshotsStore",
     "SnapshotsWriter",
-    "Stall",
     "SourcesFactory",
     "StoreFactory",
     "StreamHandle",

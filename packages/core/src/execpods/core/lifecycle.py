@@ -166,6 +166,24 @@ def missing_executor_reason(
     )
 
 
+class RemovalReasons:
+    """Reasons to report for executors whose pods someone deletes for a reason of their own (a
+    feature: the registration timeout), instead of what the pod says; any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+
+    def expect(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._lock:
+            self._reasons[executor_id] = reason
+
+    def take(self, executor_id: int) -> ExecutorExited | None:
+        with self._lock:
+            return self._reasons.pop(executor_id, None)
+
+
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
@@ -192,6 +210,7 @@ class ExecutorPodsLifecycleManager:
         clock: Clock,
         observer: LifecycleObserver | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        reasons: RemovalReasons | None = None,
     ) -> None:
         self._settings = settings
         self._observer = observer
@@ -215,7 +234,7 @@ class ExecutorPodsLifecycleManager:
         list taken before the label arrives late (ints: small, and ids are never reused)."""
         self._killed: set[int] = set()
         self._killed_lock = threading.Lock()
-        self._reasons: dict[int, ExecutorExited] = {}
+        self._reasons = reasons if reasons is not None else RemovalReasons()
         """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
@@ -229,11 +248,6 @@ class ExecutorPodsLifecycleManager:
         """The driver asked for these executors to go: their ends are reported as its doing."""
         with self._killed_lock:
             self._killed.update(executor_ids)
-
-    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
-        """The executor's pod is being deleted for `reason`: its end is reported with it."""
-        with self._killed_lock:
-            self._reasons[executor_id] = reason
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
@@ -315,9 +329,7 @@ class ExecutorPodsLifecycleManager:
             and (disruption is None or self._settings.count_disruptions)
         ):
             self.failures.register_failure()
-        with self._killed_lock:
-            reason = self._reasons.pop(executor_id, None)
-        reason = reason or exit_reason(
+        reason = self._reasons.take(executor_id) or exit_reason(
             observed, executor_id, killed_by_driver=killed, disruption=disruption
         )
         self._report(driver, executor_id, reason, work)

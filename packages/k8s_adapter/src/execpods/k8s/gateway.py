@@ -30,6 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import orjson
 from execpods.core import ApiThrottled, ApiUnavailable, PodOperationError
@@ -37,7 +38,7 @@ from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import error_of_answer, map_error
 from execpods.k8s.ratelimit import RateLimiter
-from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
+from execpods.k8s.telemetry import HTTP_METHODS, SUCCESS, ApiCall, ApiCallListener
 from execpods.k8s.transport import Answer, CreateTransport
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1PersistentVolumeClaim, V1Pod
@@ -119,6 +120,8 @@ class ApiGateway:
             core.delete_collection_namespaced_persistent_volume_claim: "deletecollection",
         }
         self.namespace = namespace
+        self.host = urlsplit(str(api_client.configuration.host)).netloc
+        """The API server's host:port (client-go's `host` label)."""
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.rate_limiter = rate_limiter
@@ -308,6 +311,16 @@ class ApiGateway:
             timeout=(self.connect_timeout, read_timeout),
         )
 
+    def list_events(self, field_selector: str) -> object:
+        """The namespace's events that `field_selector` selects, as the list's JSON (the pods'
+        warnings, `warnings.py`)."""
+        return self._json(
+            f"list events {field_selector!r}",
+            partial(
+                self._core.list_namespaced_event, self.namespace, field_selector=field_selector
+            ),
+        )
+
     # --- executors' OnDemand claims (see claims.py) ------------------------------------------
 
     def create_claim(self, name: str, manifest: Mapping[str, object]) -> object:
@@ -465,12 +478,14 @@ class ApiGateway:
         started = time.perf_counter()
         outcome = SUCCESS
         code = 200
+        detail = ""
         retry_after: float | None = None
         try:
             result, code = send()
         except PodOperationError as error:
             outcome = type(error).__name__
             code = error.status or 0
+            detail = str(error)
             if isinstance(error, ApiThrottled):
                 retry_after = error.retry_after
             if gate is not None:
@@ -479,6 +494,7 @@ class ApiGateway:
         except Exception as error:
             outcome = type(error).__name__
             code = -1  # not an answer: a bug or an interrupt, nothing to learn from
+            detail = str(error)
             raise
         finally:
             seconds = time.perf_counter() - started
@@ -492,6 +508,9 @@ class ApiGateway:
                         seconds=seconds,
                         code=max(code, 0),
                         waited=waited,
+                        method=HTTP_METHODS.get(verb, "GET"),
+                        host=self.host,
+                        detail=detail,
                     )
                 )
         if gate is not None:

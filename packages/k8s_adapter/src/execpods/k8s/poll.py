@@ -10,7 +10,8 @@ With `spark.kubernetes.executor.enablePollingWithResourceVersion` it lists with
 from etcd: cheaper, but possibly stale, and a cache behind another API server can even be older
 than the previous answer. A list older than the last one applied is therefore ignored (it would
 move the snapshot back in time). Pods labelled `spark-exec-inactive=true` are left out, as Spark
-does: they are finished and reported, and kept only for inspection.
+does: they are finished and reported, and kept only for inspection. With `warnings`, each poll
+also reads the pods' FailedMount warnings (`warnings.py`), which both sources attach to pods.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from execpods.core import (
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.warnings import PodWarnings
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +44,12 @@ class PollSource:
         *,
         core_settings: CoreSettings | None = None,
         scheduler: Scheduler | None = None,
+        warnings: PodWarnings | None = None,
     ) -> None:
         self._store = store
         self._operations = operations
+        self._warnings = warnings
+        """The pods' FailedMount warnings, read again each poll (None: not read)."""
         core = core_settings if core_settings is not None else CoreSettings()
         self._enabled = core.enable_api_polling
         self._interval = core.api_polling_interval
@@ -101,6 +106,9 @@ class PollSource:
                 self._last_version,
             )
             return
+        if self._warnings is not None:
+            self._warnings.refresh(self._operations.gateway.list_events)
+            pods = self._warnings.annotate_all(pods)
         self._store.replace_snapshot(pods)
 
     def _is_stale(self, version: str | None) -> bool:
