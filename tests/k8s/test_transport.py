@@ -98,6 +98,7 @@ def test_an_idle_connection_is_not_reused_past_the_limit(sim: KubeSim) -> None:
 
 def test_creates_carry_the_clients_credentials(tmp_path: Path) -> None:
     with KubeSim(rbac=RBAC) as sim:
+        sim.create_namespace("ns")
         token = sim.token_for("sc", "ns")
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", namespace="ns", token=token)
         client = connect(kubeconfig=kubeconfig)
