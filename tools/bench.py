@@ -20,6 +20,7 @@ MODULES = (
     "execpods.devtools.bench.time_to_target",
     "execpods.devtools.bench.congestion",
     "execpods.devtools.bench.servers",
+    "execpods.devtools.bench.plugin_path",
 )
 
 
