@@ -13,7 +13,7 @@ from execpods.core import (
     ExecutorState,
     PodSelector,
 )
-from execpods.k8s import ApiGateway, KubernetesPodOperations, PollSource
+from execpods.k8s import ApiGateway, KubernetesApiClient, KubernetesPodOperations, PollSource
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod, mislabelled_executor_pods
@@ -150,7 +150,7 @@ class _ReplayingOperations(KubernetesPodOperations):
         )
 
 
-def test_a_list_older_than_the_last_one_applied_is_ignored(
+def test_a_cached_list_older_than_the_last_one_applied_is_replaced_by_a_quorum_list(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
     running_executors(sim, 1)
@@ -164,10 +164,13 @@ def test_a_list_older_than_the_last_one_applied_is_ignored(
     assert {p.name for p in store.replacements[-1]} == {f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"}
     replaying.replay = old
     scheduler.tick(INTERVAL)
-    assert len(store.replacements) == 1, "the older list must not move the snapshot back"
-    assert source.stale == 1
-    scheduler.tick(INTERVAL)
+    # The older list never moves the snapshot back: a quorum list (never stale) replaces it.
     assert len(store.replacements) == 2
+    assert {p.name for p in store.replacements[-1]} == {f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"}
+    assert source.stale == 1
+    assert source.went_back == 0
+    requests = [r for r in sim.requests() if r.verb == "list"]
+    assert "resourceVersion" not in requests[-1].query, "the second list is a quorum read"
     source.stop()
 
 
@@ -216,15 +219,13 @@ def test_listed_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning
 
 def test_a_timed_out_poll_is_logged_and_the_next_one_runs(
     sim: KubeSim,
-    operations: KubernetesPodOperations,
+    api_client: KubernetesApiClient,
     store: RecordingStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     running_executors(sim, 1)
     sim.set_latency(0.3)  # slower than the client's timeout: a transport failure, not an answer
-    slow = KubernetesPodOperations(
-        ApiGateway(operations.gateway.api_client, namespace="default", request_timeout=0.1)
-    )
+    slow = KubernetesPodOperations(ApiGateway(api_client, namespace="default", request_timeout=0.1))
     source, scheduler = started(store, slow)
     with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
         scheduler.tick(INTERVAL)

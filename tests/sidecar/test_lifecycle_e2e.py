@@ -20,6 +20,7 @@ from tests.sidecar.conftest import (
     collect_updates,
     creates,
     removals,
+    reserve_ids,
     running_ids,
     wait_for,
 )
@@ -142,6 +143,7 @@ def test_too_many_failures_stop_allocation_and_fail_the_application_on_the_strea
 
 
 def test_registration_times_cross_the_wire(sim: KubeSim, make_sidecar: SidecarFactory) -> None:
+    reserve_ids(sim, "registered", 8)
     sidecar = make_sidecar(
         "registered",
         conf={
@@ -149,6 +151,8 @@ def test_registration_times_cross_the_wire(sim: KubeSim, make_sidecar: SidecarFa
             "spark.kubernetes.executor.missingPodDetectDelta": "30s",
         },
     )
+    # Executors 7 and 8 ran in an earlier life (the ledger says so): their pods are gone.
+    wait_for(lambda: sidecar.runtime.backend.highest_executor_id() == 8, what="the ledger read")
     now_ms = int(time.time() * 1000)
     updates: list[StreamUpdate] = []
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:

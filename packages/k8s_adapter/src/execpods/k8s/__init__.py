@@ -10,6 +10,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
+    app_id_prefix_problem,
     builder_claims,
     executor_pod_name,
     load_template,
@@ -97,6 +98,7 @@ __all__ = [
     "connect",
     "connect_cluster",
     "error_from_status",
+    "app_id_prefix_problem",
     "executor_pod_name",
     "in_cluster",
     "is_known_key",

@@ -41,7 +41,7 @@ from execpods.k8s.claims import (
     take_claim_templates,
 )
 from execpods.k8s.errors import DriverPodNotFound
-from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.gateway import ApiGateway, pod_problem
 from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
@@ -51,6 +51,11 @@ from execpods.k8s.settings import (
 )
 
 MAX_POD_NAME_LENGTH = 63
+CHECK_EXECUTOR_ID = 2**31 - 1
+"""The executor id of the pod a declared profile is built into once, to check it."""
+MAX_APP_ID_PREFIX = 47
+"""The longest application id that prefixes pod names as it is (Spark's rule for a pod name
+prefix): `<app id>-exec-<id>` then fits a 63-character label for every id up to ten digits."""
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -62,6 +67,25 @@ def sanitize_prefix(raw: str) -> str:
     lowered = re.sub(r"[^a-z0-9-]+", "-", raw.lower())
     collapsed = re.sub(r"-{2,}", "-", lowered).strip("-")
     return collapsed or "spark"
+
+
+def app_id_prefix_problem(app_id: str) -> str | None:
+    """Why `app_id` cannot prefix executor pod names as it is (None when it can).
+
+    The prefix must be the id itself: two ids that sanitize alike (`My_App`, `my-app`) or share
+    their first 56 characters would name their executors alike, and each application's creates
+    would collide with the other's pods (409, ids skipped)."""
+    if sanitize_prefix(app_id) != app_id:
+        return (
+            "cannot prefix executor pod names as it is (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    if len(app_id) > MAX_APP_ID_PREFIX:
+        return (
+            f"is too long to prefix executor pod names ({len(app_id)} characters; at most "
+            f"{MAX_APP_ID_PREFIX}, so that <app id>-exec-<id> fits 63)"
+        )
+    return None
 
 
 def executor_pod_name(prefix: str, executor_id: int) -> str:
@@ -131,22 +155,52 @@ def _load_untrusted(text: str) -> object:
     return yaml.load(text, Loader=_NoAliasLoader)
 
 
+MAX_TEMPLATE_DEPTH = 64
+"""The deepest a pod template may nest (a Pod's deepest field is about 15 levels down): deeper
+ones would exhaust the interpreter's stack in whatever walks them later, on another thread."""
+
+
+def nesting_depth(value: object, limit: int = MAX_TEMPLATE_DEPTH) -> int:
+    """How deep `value` nests lists and mappings, counted without recursion, up to `limit` + 1."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        if not children:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_pod_template(text: str, *, what: str) -> PodManifest:
     """A pod template given as a JSON or YAML string (a resource profile's own template).
 
-    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`) and parsed
-    without YAML aliases."""
+    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`, nested at most
+    `MAX_TEMPLATE_DEPTH` deep) and parsed without YAML aliases."""
     size = len(text.encode("utf-8"))
     if size > MAX_TEMPLATE_BYTES:
         raise SettingsError(
             f"{what}: the pod template is {size} bytes, more than the {MAX_TEMPLATE_BYTES} allowed"
         )
+    too_deep = SettingsError(
+        f"{what}: the pod template nests deeper than {MAX_TEMPLATE_DEPTH} levels; no Pod does"
+    )
     try:
         loaded = _load_untrusted(text)
     except yaml.YAMLError as error:
         raise SettingsError(
             f"{what}: the pod template is not valid JSON or YAML: {error}"
         ) from None
+    except RecursionError:  # the parsers recurse: a template nested thousands deep
+        raise too_deep from None
+    if nesting_depth(loaded) > MAX_TEMPLATE_DEPTH:
+        raise too_deep
     if loaded is None:
         return {}
     if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
@@ -369,6 +423,51 @@ class ExecutorPodTemplateBuilder:
         claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
         if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
             self.claim_templates[resource_profile_id] = claims
+        return self._shape(
+            pod,
+            executor_id=executor_id,
+            app_id=app_id,
+            resource_profile_id=resource_profile_id,
+            profile=profile,
+            decisions=decisions,
+        )
+
+    def check(self, profile: ResourceProfile | None, *, app_id: str) -> None:
+        """Build `profile`'s pod once (the settings' own when None), as a create would, and
+        raise `SettingsError` when the client's model refuses it: a template that parses and
+        passes the policy but that no create could send is refused where it is declared, not
+        at every create (where each failure would spend an id and count toward
+        spark.executor.maxNumFailures)."""
+        profile_id = DEFAULT_RESOURCE_PROFILE_ID if profile is None else profile.id
+        pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
+        what = f"resource profile {profile_id}"
+        take_claim_templates(pod, what=what)
+        trial = self._shape(
+            pod,
+            executor_id=CHECK_EXECUTOR_ID,
+            app_id=app_id,
+            resource_profile_id=profile_id,
+            profile=profile,
+            decisions=NO_DECISIONS,
+        )
+        problem = pod_problem(trial)
+        if problem is not None:
+            raise SettingsError(
+                f"{what}: the executor pod built from it would be refused by the Kubernetes "
+                f"client: {problem}"
+            )
+
+    def _shape(
+        self,
+        pod: dict[str, Any],
+        *,
+        executor_id: int,
+        app_id: str,
+        resource_profile_id: int,
+        profile: ResourceProfile | None,
+        decisions: PodDecisions,
+    ) -> PodManifest:
+        """Everything `build` writes into the copy of the template."""
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)

@@ -43,6 +43,7 @@ from execpods.k8s.telemetry import HTTP_METHODS, SUCCESS, ApiCall, ApiCallListen
 from execpods.k8s.transport import Answer, CreateTransport
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1PersistentVolumeClaim, V1Pod
+from pydantic import ValidationError
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -70,6 +71,23 @@ def _typed_errors(what: str) -> Iterator[None]:
 
 def _selected(label_selector: str, field_selector: str | None) -> str:
     return f"{label_selector!r}" + (f" with {field_selector!r}" if field_selector else "")
+
+
+def pod_problem(manifest: Mapping[str, object]) -> str | None:
+    """Why the client's own model refuses `manifest` (None when it takes it): what `create_pod`
+    would raise for it before sending anything (a list given as a string, a field the model does
+    not know), said once where the pod is declared instead of at every create."""
+    try:
+        V1Pod.model_validate(dict(manifest))
+    except ValidationError as error:  # the client's models are pydantic's
+        found = error.errors()
+        if not found:
+            return str(error)
+        first = found[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    return None
 
 
 class ApiGateway:
@@ -131,10 +149,6 @@ class ApiGateway:
         self.connect_timeout = connect_timeout
         self.rate_limiter = rate_limiter
         self.backoff = backoff
-
-    @property
-    def api_client(self) -> KubernetesApiClient:
-        return self._api_client
 
     @property
     def create_transport(self) -> CreateTransport | None:

@@ -11,7 +11,11 @@ loop does what Kubernetes controllers do instead:
 4. on 410 Gone (an HTTP 410 or an ERROR event), or on 504 "Too large resource version" (the server
    has not reached the version: a lagging cache, another API server), forget the version and go
    back to 1, as client-go's reflector does;
-5. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
+5. when told the API server went back in time (`relist`: the poll's full list is older than the
+   watch's version, as after a restore of the server's state from a backup), forget the version
+   and go back to 1 at once, instead of watching from a version the server will reach only
+   later, which would hide every change until it does;
+6. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
    and resume from the latest version. The back-off resets as soon as a list or a watch is
    answered, so an outage long past does not slow the recovery from the next dropped connection;
    and a retry wait ends early once any other API call succeeds again (the gateway's back-off
@@ -60,6 +64,8 @@ READ_SIZE = 256 * 1024
 READ_TIMEOUT_MARGIN = 10.0
 STOP_JOIN_TIMEOUT = 0.9
 HEALTHY_WATCH = 1.0
+REPEAT_WARNING_AFTER = 60.0
+"""Seconds between the WARNINGs of one streak of failures (the others are DEBUG)."""
 """A watch open this long (seconds) before it broke counted as working: its back-off resets."""
 
 
@@ -76,6 +82,8 @@ class WatchStats:
     failures: int = 0
     recoveries: int = 0
     """Retry waits cut short because another API call succeeded again."""
+    relists: int = 0
+    """Fresh lists asked for because the server's versions went back (`relist`)."""
 
 
 def iter_lines(response: BaseHTTPResponse) -> Iterator[bytes]:
@@ -134,6 +142,9 @@ class WatchSource:
         self._enabled = core.enable_api_watcher
         self._labels: ExecutorLabels = core.labels
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._streak = 0
+        """Failures in a row, for the log (`_log_failure`)."""
+        self._streak_logged = 0.0
         self._waiter: Waiter = waiter if waiter is not None else EventWaiter()
         self._backoff = Backoff(
             initial=self._settings.backoff_initial,
@@ -152,6 +163,7 @@ class WatchSource:
         self._thread: threading.Thread | None = None
         self._started = False
         self._resource_version: str | None = None
+        self._relist = False  # `relist` asked for a fresh list before the next watch
         self._failing = False  # between a failed list/watch and the next one answered
         gate = self._gateway.backoff
         if gate is not None:
@@ -191,6 +203,17 @@ class WatchSource:
             if thread.is_alive():
                 logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
 
+    def relist(self) -> None:
+        """List again now and watch from there (any thread): the server's versions went back
+        (`PollSource` saw a full list older than this watch's version)."""
+        with self._lock:
+            self._relist = True
+            response = self._response
+        self.stats.relists += 1
+        if response is not None:
+            interrupt(response)
+        self._waiter.wake()
+
     def _api_recovered(self) -> None:
         """Another call succeeded after failures: a retry wait of a failing watch ends now.
 
@@ -204,9 +227,14 @@ class WatchSource:
         while not self._waiter.stopped:
             delay: float | None = None
             try:
+                with self._lock:
+                    if self._relist:
+                        self._relist = False
+                        self._resource_version = None
                 if self._resource_version is None:
                     self._list(selector)
                 if self._watch(selector):
+                    self._recovered()
                     self._backoff.reset()
                     self._relist_backoff.reset()
                     expired_streak = 0
@@ -229,12 +257,12 @@ class WatchSource:
                 self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay(error.retry_after)
-                logger.warning("Watch throttled (%s); retrying in %.2fs.", error, delay)
+                self._log_failure("Watch throttled (%s); retrying in %.2fs.", error, delay)
             except PodOperationError as error:
                 self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay()
-                logger.warning("Watch failed (%s); retrying in %.2fs.", error, delay)
+                self._log_failure("Watch failed (%s); retrying in %.2fs.", error, delay)
             except Exception:
                 self._failing = True
                 self.stats.failures += 1
@@ -244,9 +272,28 @@ class WatchSource:
                 break
         logger.debug("The watch of %s stopped.", selector)
 
+    def _log_failure(self, message: str, error: Exception, delay: float) -> None:
+        """The first failure of a streak at WARNING, then at most one a minute: a server that
+        stays unreachable is said once (and health says NOT_SERVING), not on every retry."""
+        now = self._clock.monotonic()
+        self._streak += 1
+        if self._streak > 1 and now - self._streak_logged < REPEAT_WARNING_AFTER:
+            logger.debug(message, error, delay)
+            return
+        self._streak_logged = now
+        if self._streak > 1:
+            message = f"{message[:-1]} (failing for {self._streak} attempts)."
+        logger.warning(message, error, delay)
+
+    def _recovered(self) -> None:
+        if self._streak > 1:
+            logger.info("The watch works again after %d failed attempts.", self._streak)
+        self._streak = 0
+
     def _list(self, selector: str) -> None:
         self.stats.lists += 1
         pods, version = self._operations.list_with_version(selector)
+        self._recovered()
         self._failing = False
         self._backoff.reset()
         if self._warnings is not None:
@@ -285,7 +332,9 @@ class WatchSource:
                 received += 1
             ended = True
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            if self._waiter.stopped:
+            with self._lock:
+                relist = self._relist
+            if self._waiter.stopped or relist:  # interrupted on purpose
                 return True
             if self._clock.monotonic() - started >= HEALTHY_WATCH:
                 self._backoff.reset()  # it was up a fair while before it broke

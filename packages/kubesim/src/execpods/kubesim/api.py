@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -28,17 +29,25 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
-from execpods.kubesim.mounts import VolumeMounts
+from execpods.kubesim.mounts import served_mounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.quota import ResourceQuotas
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
-from execpods.kubesim.store import Obj, PodStore, copy_obj
+from execpods.kubesim.store import Obj, PodStore, SavedState, copy_obj
 
 __all__ = ["KubeSim"]
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backup:
+    """The state of every store at one moment (`KubeSim.backup`)."""
+
+    pods: SavedState
+    objects: Mapping[str, SavedState]
 
 
 class KubeSim:
@@ -95,7 +104,9 @@ class KubeSim:
             )
             for k in (*KINDS, *APPLY_KINDS)
         }
-        self.cluster.mounts = VolumeMounts(
+        events = self.object_apis["events"]
+        self.cluster.store_port.events = events.create
+        self.cluster.mounts = served_mounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
         #: Namespaces: the default ones, ``namespaces``, and those created since.
@@ -179,6 +190,32 @@ class KubeSim:
             self._server = self._serve(port)
             self.restarts += 1
         _log.info("kubesim restarted at %s", self.url)
+
+    def backup(self) -> Backup:
+        """Every object and resourceVersion now, as an etcd backup holds them (`restore`)."""
+        with self._lifecycle:
+            return Backup(
+                pods=self.store.saved(),
+                objects={plural: api.store.saved() for plural, api in self.object_apis.items()},
+            )
+
+    def restore(self, backup: Backup, *, down_seconds: float = 0.0) -> None:
+        """Restart the API server with its state restored from `backup`, as after an etcd
+        restore: objects made since are gone, deleted ones are back, resourceVersions go back to
+        the backup's (lower than any a client saw since), watch history is gone and every
+        connection is cut. The simulated kubelets keep running what they run."""
+        with self._lifecycle:
+            server = self._running()
+            port = server.port
+            server.close()
+            self.store.restore(backup.pods)
+            for plural, saved in backup.objects.items():
+                self.object_apis[plural].store.restore(saved)
+            if down_seconds > 0:
+                time.sleep(down_seconds)
+            self._server = self._serve(port)
+            self.restarts += 1
+        _log.info("kubesim restored from a backup at %s", self.url)
 
     def close(self) -> None:
         """Stop serving, end every connection and thread, and remove the temporary kubeconfig."""

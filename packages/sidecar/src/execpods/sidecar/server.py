@@ -47,10 +47,17 @@ class SidecarServer:
         self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
         # The metrics interceptor first: it sees every call end, the security refusals included.
         counted = () if self.ops.grpc_metrics is None else (self.ops.grpc_metrics,)
+        metrics = self.ops.metrics
+        refusals = security.RefusalLog(
+            on_unlogged=None if metrics is None else metrics.refusal_unlogged
+        )
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=limit if limit > 0 else None,
-            interceptors=(*counted, *security.interceptors(runtime.settings.security)),
+            interceptors=(
+                *counted,
+                *security.interceptors(runtime.settings.security, log=refusals),
+            ),
         )
         add_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)

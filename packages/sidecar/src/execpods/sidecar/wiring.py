@@ -23,6 +23,7 @@ from execpods.core import (
     PodOperations,
     PodSelector,
     Ports,
+    ResourceProfile,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -31,8 +32,8 @@ from execpods.core import (
     SourcesFactory,
     SystemClock,
     compose_backend,
+    wait_for_driver_ready,
 )
-from execpods.core.readiness import wait_for_driver_ready
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -77,8 +78,6 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
-    id_ledger: ExecutorIdLedger | None = None
-    """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
@@ -86,6 +85,9 @@ class Runtime:
     contact: ApiContact | None = None
     """Whether the API server ever answered (None without an API): stopping need not retry
     deletes against a server that never did."""
+    profile_check: Callable[[ResourceProfile], None] | None = None
+    """Builds a declared profile's pod once and refuses what the Kubernetes client would
+    (`ExecutorPodTemplateBuilder.check`); None over the in-memory registry."""
 
     @property
     def app_id(self) -> str:
@@ -141,13 +143,13 @@ def assemble(
             removal_window=settings.sidecar.stream_removal_window,
         ),
     )
+    view.highest_id = backend.highest_executor_id  # what a driver says of other ids is not kept
     return Runtime(
         settings=settings,
         backend=backend,
         driver_view=view,
         telemetry=telemetry,
         rate_limiter=rate_limiter,
-        id_ledger=id_ledger,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 
@@ -218,6 +220,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             profiles=profiles,
             container_name=settings.core.executor_container_name,
         )
+        builder.check(None, app_id=settings.sidecar.app_id)  # the settings' own pod, once
         id_ledger = ClusterIdLedger(
             gateway,
             app_id=settings.sidecar.app_id,
@@ -238,12 +241,19 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
-        return [
-            WatchSource(
-                store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
-            ),
-            PollSource(store, operations, core_settings=core, warnings=warnings),
-        ]
+        watch = WatchSource(
+            store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
+        )
+        # A full list older than what the watch saw: the server went back in time; re-list.
+        poll = PollSource(
+            store,
+            operations,
+            core_settings=core,
+            newest_version=lambda: watch.resource_version,
+            on_went_back=watch.relist,
+            warnings=warnings,
+        )
+        return [watch, poll]
 
     claims = builder_claims(  # the executors' OnDemand claims (none unless configured)
         gateway, builder, read_write_once=settings.features.claims.legacy_read_write_once
@@ -269,6 +279,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
+        profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
 
 

@@ -26,7 +26,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import ApiRateSettings, KubernetesSettings
+from execpods.k8s import ApiRateSettings, KubernetesSettings, app_id_prefix_problem
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.config.properties import (
     OTHER_SPARK_KEYS,
@@ -264,6 +264,13 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
+        app_id = self.sidecar.app_id
+        problem = app_id_prefix_problem(app_id) if app_id else None
+        if problem is not None and self.kubernetes.pod_name_prefix is None:
+            raise SettingsError(
+                f"spark.app.id={app_id!r} {problem}: set "
+                "spark.kubernetes.executor.podNamePrefix to a prefix for the executor pods"
+            )
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:

@@ -19,13 +19,12 @@ from typing import Any
 import grpc
 from execpods.core import (
     PodOperationError,
-    Position,
-    StreamHandle,
+    summarize_ids,
 )
-from execpods.core.idlists import clip, summarize_ids
 from execpods.sidecar.rpc.mapping import (
     InvalidArgument,
     check_driver_ids,
+    clip,
     parse_executor_ids,
     resume_position,
     status_of,
@@ -77,7 +76,11 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         backend = self._runtime.backend
         try:
             totals = totals_request(
-                request, app_id=self._runtime.app_id, policy=self._runtime.template_policy
+                request,
+                app_id=self._runtime.app_id,
+                policy=self._runtime.template_policy,
+                check=self._runtime.profile_check,
+                declared=backend.declared_profile,
             )
             limit = failure_limit(request)  # checked before anything applies
             applied = backend.request(totals)
@@ -92,6 +95,12 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             await asyncio.wrap_future(applied)
         except ValueError as error:  # the message's or the backend's judgement: one wording
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except RecursionError:  # a RuntimeError, but the request's fault: never "shutting down"
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "the request nests too deeply to be read (a pod template nested thousands of "
+                "levels deep?); nothing was changed",
+            )
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
@@ -125,6 +134,17 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             ids = parse_executor_ids(request.executor_ids)
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        # Ids above the highest ever issued never had a pod: nothing is sent or kept for them.
+        highest = self._runtime.backend.highest_executor_id()
+        named = len(ids)
+        ids = [i for i in ids if i <= highest]
+        if len(ids) < named:
+            logger.info(
+                "KillExecutors named %d ids above the highest executor id %d: no executor ever "
+                "had them, so nothing is done for them.",
+                named - len(ids),
+                highest,
+            )
         try:
             deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
         except PodOperationError as error:
@@ -218,10 +238,3 @@ def add_to_server(service: AllocatorService, server: grpc.aio.Server) -> None:
         (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),)
     )
     server.add_registered_method_handlers(descriptor.full_name, handlers)
-
-
-def _resumed(opened: StreamHandle, resume_from: Position | None) -> str:
-    if resume_from is None:
-        return ""
-    flag = ", re-syncing" if opened.resync else ""
-    return f", resumed after removal {resume_from.sequence} with {len(opened.backlog)} missed{flag}"

@@ -6,7 +6,10 @@
 the demo) never mix their figures.
 
 Every metric, with its type, labels and meaning, is listed in docs/operations.md. Names follow
-Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations are `_seconds`.
+Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations are `_seconds`;
+series another ecosystem names keep its names and labels (client-go's `rest_client_*` in
+`apimetrics.py`, grpc-ecosystem's `grpc_server_*` in `grpcmetrics.py`), and the process' own
+`process_*` and `python_*` series are served too. No `_created` series are exposed.
 """
 
 from __future__ import annotations
@@ -41,7 +44,17 @@ from execpods.core.settingkit import (
 )
 from execpods.k8s import ApiCall
 from execpods.sidecar.telemetry.hub import TelemetryListener
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -147,8 +160,17 @@ class SidecarMetrics(TelemetryListener):
         self.labels = labels
         self.targets = targets
         self.failures = failures
+        # No `_created` series (a start time per counter and histogram child doubles the series
+        # for nothing a query uses). prometheus_client's switch is process-wide: the sidecar's
+        # process exposes no other registry.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        # The process' own series, as the default registry has them: process_* (CPU, memory,
+        # open files, start time), python_info, python_gc_*.
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         registry.register(_ExecutorsCollector(self))
         build = Gauge(
             "execpods_build_info",
@@ -238,6 +260,13 @@ class SidecarMetrics(TelemetryListener):
             "Nodes new executors keep off now (bad-node avoidance).",
             registry=registry,
         )
+        self.refusals_unlogged = Counter(
+            "execpods_refusals_unlogged",
+            "Calls refused (UNAUTHENTICATED, PERMISSION_DENIED) beyond the refusal log's rate "
+            "(a burst of 5 lines per peer host, then one every 10 s; 20 over all hosts).",
+            ("code",),
+            registry=registry,
+        )
         self.stalled = Gauge(
             "execpods_allocation_stalled",
             "1 while allocation cannot make progress for this reason (gRPC health is then "
@@ -268,6 +297,10 @@ class SidecarMetrics(TelemetryListener):
             self.blocked_nodes.inc()
         elif notice.kind is NoticeKind.NODE_UNBLOCKED:
             self.blocked_nodes.dec()
+
+    def refusal_unlogged(self, code: str) -> None:
+        """A refused call the refusal log left out (`security.RefusalLog`)."""
+        self.refusals_unlogged.labels(code).inc()
 
     def progress_changed(self, change: ProgressChange) -> None:
         """A stall began or ended (`ProgressMonitor`'s listener)."""
