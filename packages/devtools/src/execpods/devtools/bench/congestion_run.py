@@ -155,9 +155,15 @@ def kubesim(
 
 @contextmanager
 def sidecars(
-    sim: KubeSim, apps: Sequence[str], policy: Policy, extra: Mapping[str, str] | None = None
+    sim: KubeSim | None,
+    apps: Sequence[str],
+    policy: Policy,
+    extra: Mapping[str, str] | None = None,
+    *,
+    server: Sequence[str] = (),
 ) -> Iterator[list[Driver]]:
-    """One `execpods-sidecar serve` process per app on `sim`, with `policy`; killed at the end."""
+    """One `execpods-sidecar serve` process per app on `sim` (or on the server the `server`
+    arguments name, e.g. a kubeconfig), with `policy`; killed at the end."""
     properties = {
         "spark.kubernetes.container.image": "execpods/executor:bench",
         "execpods.sidecar.checkPermissions": "false",
@@ -172,7 +178,8 @@ def sidecars(
     with ExitStack() as stack:
         processes = []
         for app in apps:
-            command = [str(policy.executable), "serve", "--app-id", app, "--api-url", sim.url]
+            where = ["--api-url", sim.url] if sim is not None else list(server)
+            command = [str(policy.executable), "serve", "--app-id", app, *where]
             command += ["--listen", "127.0.0.1:0", *conf]
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env

@@ -9,6 +9,8 @@ Each server model is kubesim configured as a user's server behaves:
 
 - `idle`: nothing in the way; the bound's rate is measured in the same run (as-fast-as-possible
   creates over 4 kept-alive connections with a prepared body);
+- `real`: a real kube-apiserver and etcd (`realmodel.py`), idle, over TLS with a token, nodes
+  simulated over HTTP; its bound measured the same way (429 shares are not counted there);
 - `cap`: a hard cap of 100 creates a second, 429 with a Retry-After beyond it, as a gateway, an
   admission webhook or an older server's max-inflight refuses (kubesim's create-rate limit);
 - `apf`: API Priority and Fairness, 10 seats held 20-40 ms (250 calls a second when full), 8
@@ -41,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from execpods.devtools.bench import realmodel
 from execpods.devtools.bench.congestion_run import (
     ADAPTIVE,
     SPARK,
@@ -55,6 +58,7 @@ from execpods.devtools.bench.congestion_run import (
     sidecars,
     sustained_rate,
 )
+from execpods.devtools.realserver.server import RealServer
 from execpods.kubesim import KubeSim
 from execpods.kubesim.apf import ApfConfig
 from matplotlib.figure import Figure
@@ -79,10 +83,13 @@ class Model:
     create_rate: float = 0.0
     bursts: tuple[float, float] | None = None
     """503 for `[1]` seconds of every `[0]`."""
+    real: bool = False
+    """The real kube-apiserver (`realmodel.py`) instead of kubesim."""
 
 
 MODELS = (
     Model(key="idle", name="idle", executors=1_000),
+    Model(key="real", name="real kube-apiserver, idle (TLS, token)", executors=1_000, real=True),
     Model(key="idle10k", name="idle", executors=10_000),
     Model(
         key="cap",
@@ -292,6 +299,33 @@ def plot(rows: Sequence[Row], path: Path) -> Path:
     return path
 
 
+def _real_rows(
+    model: Model, counts: Sequence[int], baseline: Policy | None, *, quick: bool
+) -> list[Row]:
+    """The real server's rows (one server for all of them; a fresh namespace each)."""
+    if quick:
+        model = replace(model, executors=max(100, model.executors // 5))
+    rows = []
+    with RealServer() as server:
+        bound = realmodel.bound_of(server, model.executors)
+        for apps in counts:
+            for policy in policies_for(model, apps, baseline):
+                if policy is SPARK:
+                    continue
+                seconds = realmodel.run_real(server, model.executors, apps, policy)
+                row = Row(
+                    model=model,
+                    apps=apps,
+                    policy=policy.name,
+                    bound=bound,
+                    seconds=seconds,
+                    load=os.getloadavg()[0],
+                )
+                print(_line(row), flush=True)
+                rows.append(row)
+    return rows
+
+
 def _order(key: str) -> int:
     return [m.key for m in MODELS].index(key)
 
@@ -337,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     counts = [int(a) for a in args.apps.split(",") if a.strip()]
     for chosen in _models(args.models):
+        if chosen.real:
+            rows.extend(_real_rows(chosen, counts, baseline, quick=args.quick))
+            continue
         model = replace(chosen, executors=max(100, chosen.executors // 5)) if args.quick else chosen
         bound = bound_of(model)
         for apps in counts:
