@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 
 from execpods.kubesim.bodies import JsonValue, StatusCause
-from execpods.kubesim.defaults import default_pod_spec
+from execpods.kubesim.defaults import admit_pod_spec, default_pod_spec
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.quantities import check_resources
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
@@ -217,7 +217,7 @@ def admit_new_pod(
     }
     pod["metadata"]["name"] = name
     validate_pod(pod)
-    spec = default_spec(pod["spec"])
+    spec = admit_pod_spec(default_spec(pod["spec"]))
     pod["metadata"].update(
         namespace=namespace,
         uid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),

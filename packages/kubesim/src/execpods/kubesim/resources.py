@@ -44,7 +44,7 @@ from execpods.kubesim.selectors import SelectorError, parse_field_selector, pars
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
 from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
 
-__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
+__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery"]
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -113,17 +113,6 @@ def discovery(path: str, address: Sequence[object]) -> Obj | None:
     if path in _HEALTH:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}
     return None
-
-
-def namespace(name: str) -> Obj:
-    """Every namespace exists in the simulator; this is what a GET of one returns."""
-    return {
-        "kind": "Namespace",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "resourceVersion": "1", "uid": f"namespace-{name}"},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    }
 
 
 _COLUMNS = [
