@@ -134,6 +134,21 @@ class ObjectApi:
         #: Fills in what a controller would on create (a claim's binding, `claims.py`); by
         #: default a claim is bound at once.
         self.on_create: Callable[[Obj], None] | None = None
+        #: Verbs answered 403, as if RBAC took them away (`KubeSim.forbid`).
+        self.forbidden: frozenset[str] = frozenset()
+
+    def _check_allowed(self, verb: str, namespace: str, name: str = "") -> None:
+        if verb in self.forbidden:
+            target = f'"{name}" ' if name else ""
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{self.kind.plural} {target}is forbidden: User "system:serviceaccount:'
+                f'{namespace}:default" cannot {verb} resource "{self.kind.plural}" in API '
+                f'group "" in the namespace "{namespace}"',
+                name=name,
+                kind=self.kind.plural,
+            )
 
     # -- what the server's watch needs -----------------------------------------------------------
 
@@ -157,9 +172,11 @@ class ObjectApi:
         return result
 
     def get(self, namespace: str, name: str) -> Obj:
+        self._check_allowed("get", namespace, name)
         return self.store.get(namespace, name)
 
     def create(self, namespace: str, body: Any) -> Obj:
+        self._check_allowed("create", namespace)
         if not isinstance(body, dict):
             raise ApiError.bad_request("the request body must be a JSON object")
         kind, api_version = body.get("kind"), body.get("apiVersion")
@@ -309,6 +326,7 @@ class ObjectApi:
         return self.store.update(namespace, name, lambda old: self._write(old, body, name))
 
     def patch(self, namespace: str, name: str, content_type: str, body: Any) -> Obj:
+        self._check_allowed("patch", namespace, name)
         return self.store.update(
             namespace,
             name,
