@@ -11,15 +11,16 @@ import threading
 
 import pytest
 from execpods.core import (
+    AllocatorNotice,
     CoreSettings,
     DeterministicScheduler,
     ManualClock,
     NoticeKind,
     PodOperationError,
+    ProgressChange,
     ProgressMonitor,
 )
-from execpods.core.creation import AllocatorNotice
-from execpods.core.progress import ID_LEDGER_UNREADABLE, THREAD_DIED, ProgressChange, watch_threads
+from execpods.core.progress import ID_LEDGER_UNREADABLE, THREAD_DIED, watch_threads
 from execpods.core.testing import InMemoryIdLedger, InMemoryPodOperations, compose_deterministic
 
 

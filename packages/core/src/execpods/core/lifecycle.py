@@ -182,6 +182,24 @@ def missing_executor_reason(
     )
 
 
+class RemovalReasons:
+    """Reasons to report for executors whose pods someone deletes for a reason of their own (a
+    feature: the registration timeout), instead of what the pod says; any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+
+    def expect(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._lock:
+            self._reasons[executor_id] = reason
+
+    def take(self, executor_id: int) -> ExecutorExited | None:
+        with self._lock:
+            return self._reasons.pop(executor_id, None)
+
+
 class _Round:
     """What one processing round has done, so that nothing is done twice in it."""
 
@@ -208,6 +226,7 @@ class ExecutorPodsLifecycleManager:
         clock: Clock,
         observer: LifecycleObserver | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        reasons: RemovalReasons | None = None,
     ) -> None:
         self._settings = settings
         self._observer = observer
@@ -232,7 +251,7 @@ class ExecutorPodsLifecycleManager:
         self._killed: dict[int, float] = {}
         """Executors the driver killed, with when (wall clock), until reported."""
         self._killed_lock = threading.Lock()
-        self._reasons: dict[int, ExecutorExited] = {}
+        self._reasons = reasons if reasons is not None else RemovalReasons()
         """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
@@ -248,11 +267,6 @@ class ExecutorPodsLifecycleManager:
         with self._killed_lock:
             for executor_id in executor_ids:
                 self._killed.setdefault(executor_id, now)
-
-    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
-        """The executor's pod is being deleted for `reason`: its end is reported with it."""
-        with self._killed_lock:
-            self._reasons[executor_id] = reason
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
@@ -341,9 +355,7 @@ class ExecutorPodsLifecycleManager:
             and (disruption is None or self._settings.count_disruptions)
         ):
             self.failures.register_failure()
-        with self._killed_lock:
-            reason = self._reasons.pop(executor_id, None)
-        reason = reason or exit_reason(
+        reason = self._reasons.take(executor_id) or exit_reason(
             observed, executor_id, killed_by_driver=killed, disruption=disruption
         )
         self._report(driver, executor_id, reason, work)

@@ -24,6 +24,7 @@ from execpods.core import (
     EXECUTOR_CONTAINER_NAME,
     SPARK_LABELS,
     ExecutorLabels,
+    PodDecisions,
     PodManifest,
     PodNotFound,
     ResourceProfile,
@@ -32,9 +33,11 @@ from execpods.core import (
 )
 from execpods.k8s.claims import ACCESS_MODE as CLAIM_ACCESS_MODE
 from execpods.k8s.claims import (
+    CLAIMS_ANNOTATION,
     KubernetesClaims,
     OnDemandVolume,
     name_claims,
+    rename_claims,
     take_claim_templates,
 )
 from execpods.k8s.errors import DriverPodNotFound
@@ -53,6 +56,10 @@ CHECK_EXECUTOR_ID = 2**31 - 1
 MAX_APP_ID_PREFIX = 47
 """The longest application id that prefixes pod names as it is (Spark's rule for a pod name
 prefix): `<app id>-exec-<id>` then fits a 63-character label for every id up to ten digits."""
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+NO_DECISIONS = PodDecisions()
 
 
 def sanitize_prefix(raw: str) -> str:
@@ -243,6 +250,28 @@ def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any
     return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
 
 
+def _avoid_nodes(spec: dict[str, Any], nodes: frozenset[str]) -> None:
+    """Require that the pod run on none of `nodes`: a `NotIn` on the hostname label, added to
+    every node selector term the pod already has (or in a term of its own)."""
+    if not nodes:
+        return
+    expression = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(nodes)}
+    affinity = _section(spec, "affinity")
+    node_affinity = _section(affinity, "nodeAffinity")
+    required = _section(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        terms = [{"matchExpressions": []}]
+        required["nodeSelectorTerms"] = terms
+    for term in terms:
+        if isinstance(term, dict):
+            expressions = term.get("matchExpressions")
+            if not isinstance(expressions, list):
+                expressions = []
+                term["matchExpressions"] = expressions
+            expressions.append(dict(expression))
+
+
 def _check_template(
     template: Mapping[str, Any], *, key: str = "spark.kubernetes.executor.podTemplateFile"
 ) -> None:
@@ -371,13 +400,24 @@ class ExecutorPodTemplateBuilder:
                 {"name": name} for name in settings.image_pull_secrets if name not in names
             ]
 
+    def carries_claims(self, resource_profile_id: int) -> bool:
+        """Whether the profile's template carries claims of its own (a Spark-built one)."""
+        if self.claim_templates.get(resource_profile_id):
+            return True
+        profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
+        annotations = (self._template_of(profile).get("metadata") or {}).get("annotations")
+        return isinstance(annotations, dict) and CLAIMS_ANNOTATION in annotations
+
     def build(
         self,
         *,
         executor_id: int,
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+        decisions: PodDecisions = NO_DECISIONS,
     ) -> PodManifest:
+        """The executor's pod, with what the core decided written: its announced cores, the
+        nodes it avoids, the claims it reuses."""
         profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
         pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
         claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
@@ -434,7 +474,9 @@ class ExecutorPodTemplateBuilder:
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = name
         name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
+        rename_claims(pod, decisions.claims)
         self._set_scheduling(spec)
+        _avoid_nodes(spec, decisions.avoid_nodes)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
             containers = [{"name": self.container_name}]
@@ -445,9 +487,10 @@ class ExecutorPodTemplateBuilder:
         container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
-        container["env"] = _merge_env(
-            container.get("env"), self._env(executor_id, app_id, name, profile)
-        )
+        env = self._env(executor_id, app_id, name, profile)
+        if decisions.cores is not None:  # OOM recovery mode: one task at a time
+            env["SPARK_EXECUTOR_CORES"] = str(decisions.cores)
+        container["env"] = _merge_env(container.get("env"), env)
         self._set_resources(_section(container, "resources"), profile)
         built_by_spark = profile is not None and profile.pod_template is not None
         self._set_termination(spec, container, keep_template=built_by_spark)
@@ -553,14 +596,12 @@ def builder_claims(
     """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
     templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
     mode."""
-    labels = builder.labels
     return KubernetesClaims(
         gateway,
-        app_label=labels.app_id,
-        executor_id_label=labels.executor_id,
-        profile_label=labels.resource_profile_id,
+        app_label=builder.labels.app_id,
         on_demand=list(builder.on_demand.values()),
         driver_owner=builder.owner,
+        pods=builder,
         templates_of=builder.claim_templates,
         access_mode="ReadWriteOnce" if read_write_once else CLAIM_ACCESS_MODE,
     )

@@ -16,7 +16,8 @@ A quorum list older than that newest version means the API server itself went ba
 state restored from a backup, etcd replaced): it is applied, and the watch is told to list again
 (`on_went_back`) instead of waiting, silent, for the server's versions to pass the old ones.
 Pods labelled `spark-exec-inactive=true` are left out, as Spark does: they are finished and
-reported, and kept only for inspection.
+reported, and kept only for inspection. With `warnings`, each poll also reads the pods'
+FailedMount warnings (`warnings.py`), which both sources attach to pods.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from execpods.core import (
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.warnings import PodWarnings
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +54,14 @@ class PollSource:
         scheduler: Scheduler | None = None,
         newest_version: Callable[[], str | None] | None = None,
         on_went_back: Callable[[], None] | None = None,
+        warnings: PodWarnings | None = None,
     ) -> None:
         """`newest_version` is the newest resourceVersion another source saw (the watch's);
         `on_went_back` is told when a quorum list is older than it (the watch's `relist`)."""
         self._store = store
         self._operations = operations
+        self._warnings = warnings
+        """The pods' FailedMount warnings, read again each poll (None: not read)."""
         core = core_settings if core_settings is not None else CoreSettings()
         self._enabled = core.enable_api_polling
         self._interval = core.api_polling_interval
@@ -126,6 +131,9 @@ class PollSource:
             if self._on_went_back is not None:
                 self._on_went_back()
         self._last_version = _number(version)
+        if self._warnings is not None:
+            self._warnings.refresh(self._operations.gateway.list_events)
+            pods = self._warnings.annotate_all(pods)
         self._store.replace_snapshot(pods)
 
     def _list(

@@ -55,6 +55,7 @@ from execpods.k8s.convert import pod_from_dict
 from execpods.k8s.errors import ResourceExpired, ResourceVersionTooLarge, status_event_error
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import KubernetesSettings
+from execpods.k8s.warnings import PodWarnings
 from urllib3 import BaseHTTPResponse
 
 logger = logging.getLogger(__name__)
@@ -127,9 +128,12 @@ class WatchSource:
         clock: Clock | None = None,
         waiter: Waiter | None = None,
         rng: random.Random | None = None,
+        warnings: PodWarnings | None = None,
     ) -> None:
         self._store = store
         self._operations = operations
+        self._warnings = warnings
+        """The pods' warnings the poll reads, attached to every pod an event carries."""
         self._gateway = operations.gateway
         self._settings = settings if settings is not None else KubernetesSettings()
         core = core_settings if core_settings is not None else CoreSettings()
@@ -267,6 +271,8 @@ class WatchSource:
         pods, version = self._operations.list_with_version(selector)
         self._failing = False
         self._backoff.reset()
+        if self._warnings is not None:
+            pods = self._warnings.annotate_all(pods)
         self._store.replace_snapshot(pods)
         self._resource_version = version or None
         logger.debug("Listed %d executor pods at resourceVersion %s.", len(pods), version)
@@ -340,6 +346,8 @@ class WatchSource:
             if pod is not None:
                 if kind == "DELETED":
                     pod = self._as_deleted(pod)
+                elif self._warnings is not None:
+                    pod = self._warnings.annotate(pod)
                 self.stats.events += 1
                 self._store.update_pod(pod)
         if isinstance(version, str) and version:

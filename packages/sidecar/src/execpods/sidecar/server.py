@@ -150,7 +150,11 @@ class SidecarServer:
             self.service.close_streams()
             await self._server.stop(grace)
         finally:
-            self.shutdown_report = await asyncio.to_thread(self.runtime.backend.stop)
+            contact = self.runtime.contact
+            hopeless = contact.never_answered if contact is not None else (lambda: None)
+            self.shutdown_report = await asyncio.to_thread(
+                self.runtime.backend.stop, hopeless=hopeless
+            )
             self._stopped.set()
             logger.info("The sidecar for application %s has stopped.", self.runtime.app_id)
 

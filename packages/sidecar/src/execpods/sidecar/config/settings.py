@@ -13,10 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, SettingsError
-from execpods.core.badnodes import NodeBlocklistSettings
-from execpods.core.claims import ClaimSettings
-from execpods.core.registration import RegistrationSettings
+from execpods.core import CoreSettings, FeatureSettings, SettingsError
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -123,9 +120,7 @@ class SidecarSettings(SettingsBase):
 
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
-    ClaimSettings,
-    NodeBlocklistSettings,
-    RegistrationSettings,
+    *FeatureSettings.slices(),
     KubernetesSettings,
     ApiRateSettings,
     SidecarSettings,
@@ -264,9 +259,8 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
-    claims: ClaimSettings = field(default_factory=ClaimSettings)
-    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
-    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    """Every allocation feature's own slice (bad nodes, claims, the registration timeout...)."""
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
@@ -296,7 +290,5 @@ class Settings:
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
-            claims=ClaimSettings.from_properties(properties),
-            bad_nodes=NodeBlocklistSettings.from_properties(properties),
-            registration=RegistrationSettings.from_properties(properties),
+            features=FeatureSettings.from_properties(properties),
         )

@@ -174,8 +174,8 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 )
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        if request.HasField("registration_timeout_ms") and self._runtime.registration is not None:
-            self._runtime.registration.set_timeout(request.registration_timeout_ms / 1000)
+        if request.HasField("registration_timeout_ms"):
+            self._runtime.backend.set_registration_timeout(request.registration_timeout_ms / 1000)
         known = self._runtime.driver_view.update(
             registered=registered,
             released=released,
