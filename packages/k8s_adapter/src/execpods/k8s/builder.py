@@ -423,7 +423,14 @@ class ExecutorPodTemplateBuilder:
         claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
         if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
             self.claim_templates[resource_profile_id] = claims
-        return self._shape(pod, executor_id, app_id, resource_profile_id, profile)
+        return self._shape(
+            pod,
+            executor_id=executor_id,
+            app_id=app_id,
+            resource_profile_id=resource_profile_id,
+            profile=profile,
+            decisions=decisions,
+        )
 
     def check(self, profile: ResourceProfile | None, *, app_id: str) -> None:
         """Build `profile`'s pod once (the settings' own when None), as a create would, and
@@ -435,7 +442,14 @@ class ExecutorPodTemplateBuilder:
         pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
         what = f"resource profile {profile_id}"
         take_claim_templates(pod, what=what)
-        trial = self._shape(pod, CHECK_EXECUTOR_ID, app_id, profile_id, profile)
+        trial = self._shape(
+            pod,
+            executor_id=CHECK_EXECUTOR_ID,
+            app_id=app_id,
+            resource_profile_id=profile_id,
+            profile=profile,
+            decisions=NO_DECISIONS,
+        )
         problem = pod_problem(trial)
         if problem is not None:
             raise SettingsError(
@@ -446,11 +460,14 @@ class ExecutorPodTemplateBuilder:
     def _shape(
         self,
         pod: dict[str, Any],
+        *,
         executor_id: int,
         app_id: str,
         resource_profile_id: int,
         profile: ResourceProfile | None,
+        decisions: PodDecisions,
     ) -> PodManifest:
+        """Everything `build` writes into the copy of the template."""
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)

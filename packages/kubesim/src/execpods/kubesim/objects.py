@@ -160,8 +160,8 @@ class ObjectApi:
             raise ApiError(
                 403,
                 "Forbidden",
-                f"{self.kind.plural} {target}is forbidden: User \"system:serviceaccount:"
-                f"{namespace}:default\" cannot {verb} resource \"{self.kind.plural}\" in API "
+                f'{self.kind.plural} {target}is forbidden: User "system:serviceaccount:'
+                f'{namespace}:default" cannot {verb} resource "{self.kind.plural}" in API '
                 f'group "" in the namespace "{namespace}"',
                 name=name,
                 kind=self.kind.plural,
