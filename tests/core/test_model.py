@@ -118,6 +118,8 @@ class Life:
     driver_removals_before: int
     """How many removals the driver had heard of when this life began."""
     violations: list[str] = dataclasses.field(default_factory=list)
+    read_ledger: bool = False
+    """This life ran a round with the ledger readable: it has read the mark (recovered)."""
 
 
 def executor_id(pod: ExecutorPod) -> int | None:
@@ -208,6 +210,19 @@ class GuaranteesModel(RuleBasedStateMachine):
     def _round(self, seconds: float) -> None:
         self.life.scheduler.tick(seconds)
         self.life.composed.store.notify_subscribers()
+        if not self.ledger.fail_reads:
+            self.life.read_ledger = True
+
+    def _touch_ledger(self) -> bool:
+        """A hand may reach the ledger once this process has read its mark (a round with the
+        ledger readable): destroyed before any process read it, nothing would say which ids
+        were used, and no process could keep the guarantee. False: not now."""
+        if not self.life.read_ledger:
+            if self.ledger.fail_reads:
+                return False
+            self._round(1.0)
+        self.ledger_touched = True
+        return True
 
     def _names(self, phase: str | None = None) -> list[str]:
         return sorted(
@@ -292,9 +307,12 @@ class GuaranteesModel(RuleBasedStateMachine):
     def sidecar_restarts(self) -> None:
         if self.ledger_touched:
             # The window the guarantee allows: the dying sidecar had a poll period (and a full
-            # list) in which to see the ledger gone or wrong and write its mark again.
+            # list) with its ledger readable, in which to see the mark gone or wrong and write
+            # it again.
+            unreadable, self.ledger.fail_reads = self.ledger.fail_reads, False
             self.cluster.relist()
             self._round(POLL_PERIOD + 1.0)
+            self.ledger.fail_reads = unreadable
             self.ledger_touched = False
         self.life.scheduler.shutdown()  # SIGKILL: nothing is stopped, the pods stay
         self.cluster.watch = None
@@ -302,19 +320,19 @@ class GuaranteesModel(RuleBasedStateMachine):
 
     @rule()
     def ledger_lost(self) -> None:
-        self.ledger.lose()
-        self.ledger_touched = True
+        if self._touch_ledger():
+            self.ledger.lose()
 
     @rule(data=st.data())
     def ledger_lowered(self, data: st.DataObject) -> None:
         """Restored from an older backup: a lower mark than the sidecar's."""
-        self.ledger.tamper(str(data.draw(st.integers(0, max(0, self.ledger.highest - 1)))))
-        self.ledger_touched = True
+        if self._touch_ledger():
+            self.ledger.tamper(str(data.draw(st.integers(0, max(0, self.ledger.highest - 1)))))
 
     @rule(raw=st.sampled_from(TAMPERED))
     def ledger_tampered(self, raw: str) -> None:
-        self.ledger.tamper(raw)
-        self.ledger_touched = True
+        if self._touch_ledger():
+            self.ledger.tamper(raw)
 
     @rule(unreadable=st.booleans())
     def ledger_unreadable(self, unreadable: bool) -> None:

@@ -35,10 +35,15 @@ from execpods.core.allocation import (
 )
 from execpods.core.creation import CreateRunner
 from execpods.core.creator import PodCreator
-from execpods.core.errors import PodOperationError
+from execpods.core.errors import LedgerMarkInvalid, PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.features import FeatureSet, RoundFacts
-from execpods.core.ids import ExecutorIds
+from execpods.core.ids import (
+    LEDGER_MARK_BELOW_PODS,
+    LEDGER_MARK_INVALID,
+    ExecutorIds,
+    LedgerFinding,
+)
 from execpods.core.labels import ExecutorLabels
 from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import (
@@ -132,6 +137,8 @@ class ExecutorPodsAllocator:
         )
         self._reservation_reported = False
         self._recovered = False
+        self._verified_at = 0.0
+        """When the id ledger's mark was last read back (monotonic)."""
         self._lost = LostCreates()
         self._lock = threading.Lock()
         self._targets: dict[int, int] = {DEFAULT_RESOURCE_PROFILE_ID: 0}
@@ -240,8 +247,13 @@ class ExecutorPodsAllocator:
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         if self._app_id is None:
             raise RuntimeError("the allocator was not started")
-        if not self._recovered and not self._recover():
-            return  # nothing is created before the pods already in the cluster are known
+        if not self._recovered:
+            if snapshots:
+                # Kept while recovery waits (an unreadable ledger): the round that recovers
+                # must not decide on the empty snapshot it started with.
+                self._last_snapshot = snapshots[-1]
+            if not self._recover():
+                return  # nothing is created before the pods already in the cluster are known
         self._forget_seen(snapshots)
         lost = self._lost.read_back(self._pods, self._labels, self._app_or_fail(), self._unseen)
         for executor_id in lost:  # their creates failed without an answer and made no pod
@@ -255,8 +267,10 @@ class ExecutorPodsAllocator:
             # it): it no longer holds a slot. Spark keeps it, and its target is never met.
             del self._unseen_known[executor_id]
         self._expire_unseen_requests()
+        left = _executors_left(self._last_snapshot, snapshots)
         if snapshots:
             self._last_snapshot = snapshots[-1]
+        self._check_ledger(executors_left=left)
         self._deleted.revisit(self._last_snapshot, self._delete_pending, self._clock.monotonic())
         self._deleted.forget_gone(self._last_snapshot)
         self._creator.observe_starts(snapshots)
@@ -279,8 +293,17 @@ class ExecutorPodsAllocator:
     def _recover(self) -> bool:
         """Before the first create, adopt the pods in the cluster (`recovery.py`) and read the
         id ledger's mark (`ids.py`); both are retried next round when they fail."""
+        findings: list[LedgerFinding] = []
         try:
             mark = self._ids.read_mark()
+        except LedgerMarkInvalid as error:
+            mark = None  # no executor id: not believed; the pods decide
+            findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_INVALID,
+                    message=f"{error}; new ids continue above the application's pods",
+                )
+            )
         except PodOperationError as error:
             logger.warning("Could not read the executor id ledger (%s); retrying.", error)
             self._progress.stall(
@@ -300,13 +323,56 @@ class ExecutorPodsAllocator:
         )
         if adoption is None:
             return False
+        if mark and adoption.above_mark:
+            findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_BELOW_PODS,
+                    message=(
+                        f"The executor id ledger ({self._ids.location}) holds {mark}, below "
+                        f"executor {adoption.above_mark} of this application's own pods "
+                        "(restored from an older backup, or lowered by hand?): it is not "
+                        "believed; new ids continue above the pods, and the mark is written "
+                        "again."
+                    ),
+                )
+            )
+            mark = None
         first = self._ids.start(mark, adoption.highest_id)
         if first > 1:
             logger.info("New executor ids start at %d.", first)
+        if findings or (mark or 0) < first - 1:
+            self._ids.reassert()  # the ledger covers every id the cluster shows, from now on
+        self._verified_at = self._clock.monotonic()
+        for finding in findings:
+            self._tell_ledger(finding)
         now = self._clock.monotonic()
         self._unseen.update({i: _Request(now, p) for i, p in adoption.live.items()})
         self._recovered = True
         return True
+
+    def _check_ledger(self, *, executors_left: bool) -> None:
+        """Read the id ledger's mark back when it matters (executors left, so that only the
+        ledger remembers their ids; creates are due; or a poll period passed) and tell what
+        was wrong with it (`ids.py` wrote it again)."""
+        now = self._clock.monotonic()
+        if not executors_left and now - self._verified_at < self._settings.api_polling_interval:
+            return
+        self._verified_at = now
+        finding = self._ids.verify()
+        if finding is not None:
+            self._tell_ledger(finding)
+
+    def _tell_ledger(self, finding: LedgerFinding) -> None:
+        logger.warning(finding.message, extra={"reason": finding.reason})
+        self._notices.notify(
+            AllocatorNotice(
+                kind=NoticeKind.ID_LEDGER_DISTRUSTED,
+                message=finding.message,
+                resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+                count=1,
+                reason=finding.reason,
+            )
+        )
 
     def _forget_seen(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         """Drop the requests any snapshot of the batch shows.
@@ -483,6 +549,10 @@ class ExecutorPodsAllocator:
         )
         short: dict[int, int] = {}
         held_for_ledger = False
+        if any(counts.values()) and self._clock.monotonic() - self._verified_at >= (
+            self._settings.batch_delay
+        ):
+            self._check_ledger(executors_left=True)  # before this round's creates
         for profile_id, count in counts.items():
             allowed = self._ids.reserve(count)
             if allowed < count:
@@ -564,3 +634,20 @@ class ExecutorPodsAllocator:
         if self._app_id is None:
             raise RuntimeError("the allocator was not started")
         return self._app_id
+
+
+def _executors_left(
+    previous: ExecutorPodsSnapshot, snapshots: Sequence[ExecutorPodsSnapshot]
+) -> bool:
+    """Whether any executor pod left the cluster in this batch (deleted, or gone from a full
+    list): then only the id ledger remembers that its id was used."""
+    before = previous
+    for snapshot in snapshots:
+        pods = snapshot.executor_pods
+        ids = before.executor_pods.keys() if snapshot.changed_ids is None else snapshot.changed_ids
+        for executor_id in ids:
+            observed = pods.get(executor_id)
+            if observed is None or observed.state is ExecutorState.DELETED:
+                return True
+        before = snapshot
+    return False

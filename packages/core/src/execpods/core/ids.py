@@ -17,6 +17,18 @@ the mark in the cluster) *before* any of them is used, as a database sequence ha
 Without a ledger (a backend built without one) the mark lives only in the process: restarts are
 then safe only while the pods of the highest ids exist.
 
+The ledger lives in the cluster, where other hands reach it (issue 32), so its mark is believed
+only when it is consistent with what this process sees, and re-asserted when it is not:
+
+- at start, a value that is no executor id (`LedgerMarkInvalid`), or a mark below the ids of
+  the application's own pods, is not believed: ids continue above the pods, the finding is
+  told (`LedgerFinding`, a notice with its reason) and the mark is written again at once;
+- while running, `verify` reads the mark back (the caller decides when: before a round's
+  creates, after executors left, every poll period): found gone, lower than this process's own,
+  or no executor id, the mark is written again before any further id is issued (and if that
+  write fails, no id is issued until it succeeds); found higher, it is told once and left (a
+  higher mark never lets an id be issued twice).
+
 An id is issued when its create is about to be sent; a create the API throttled (429, or one the
 back-off gate held back unsent) made no pod, so its id is handed back and the next create uses it.
 `issued` counts toward `spark.kubernetes.allocation.maximum` as Spark's counter does: every id
@@ -28,14 +40,31 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+from dataclasses import dataclass
 
-from execpods.core.errors import PodOperationError
+from execpods.core.errors import LedgerMarkInvalid, PodOperationError
 from execpods.core.ports import Clock, ExecutorIdLedger
 
 logger = logging.getLogger(__name__)
 
 MAX_RETRY_S = 30.0
 """The longest wait before a failed reservation is written again."""
+
+
+LEDGER_MARK_INVALID = "LedgerMarkInvalid"
+LEDGER_MARK_BELOW_PODS = "LedgerMarkBelowPods"
+LEDGER_GONE = "LedgerGone"
+LEDGER_MARK_LOWERED = "LedgerMarkLowered"
+LEDGER_MARK_RAISED = "LedgerMarkRaised"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerFinding:
+    """The id ledger's mark was not what this process could believe; `reason` is one of the
+    `LEDGER_*` names, `message` says what was found, in which object, and what was done."""
+
+    reason: str
+    message: str
 
 
 class IdsUnavailable(PodOperationError):
@@ -68,6 +97,7 @@ class ExecutorIds:
         self._reserved = 0 if ledger is not None else maximum - 1
         self._failures = 0
         self._retry_at = 0.0
+        self._raised_seen = 0
         self.last_error: PodOperationError | None = None
 
     @property
@@ -89,6 +119,81 @@ class ExecutorIds:
         above it)."""
         with self._lock:
             return max(0, self._maximum - self._next) + len(self._returned)
+
+    @property
+    def location(self) -> str:
+        """The ledger's object, for messages."""
+        return self._ledger.location if self._ledger is not None else "this process"
+
+    def verify(self) -> LedgerFinding | None:
+        """Read the mark back; when it is gone, lower than this process's own, or no executor
+        id, write this process's again now, before any further id is issued. Returns what was
+        found wrong (None: the mark holds, or it could not be read: the next call tries)."""
+        ledger = self._ledger
+        if ledger is None:
+            return None
+        with self._lock:
+            own = max(self._reserved, self._next - 1)
+        if own <= 0:
+            return None
+        try:
+            stored = ledger.highest_reserved()
+        except LedgerMarkInvalid as error:
+            finding = LedgerFinding(
+                reason=LEDGER_MARK_INVALID,
+                message=f"{error}; this process's mark {own} is written again",
+            )
+        except PodOperationError as error:
+            logger.debug("Could not read the id ledger back (%s); the next check tries.", error)
+            return None
+        else:
+            if stored > own:
+                return self._raised(stored, own)
+            if stored == own:
+                return None
+            reason = LEDGER_GONE if stored == 0 else LEDGER_MARK_LOWERED
+            what = "is gone" if stored == 0 else f"holds {stored}, below this process's {own}"
+            finding = LedgerFinding(
+                reason=reason,
+                message=(
+                    f"The executor id ledger ({ledger.location}) {what} (deleted, or restored "
+                    "from an older backup?): the mark is written again before any further id "
+                    "is issued, so that no id can be issued twice after a restart."
+                ),
+            )
+        self.reassert()
+        return finding
+
+    def reassert(self) -> bool:
+        """Write this process's mark (every id issued or reserved) now; when that fails, no id
+        above those already issued is issued until a write succeeds. True when written."""
+        if self._ledger is None:
+            return True
+        with self._lock:
+            own = max(self._reserved, self._next - 1)
+            if own <= 0:
+                return True
+            try:
+                self._write_locked(own)
+            except PodOperationError:
+                self._reserved = self._next - 1  # nothing more is covered until it is written
+                return False
+            return True
+
+    def _raised(self, stored: int, own: int) -> LedgerFinding | None:
+        with self._lock:
+            if stored == self._raised_seen:
+                return None
+            self._raised_seen = stored
+        return LedgerFinding(
+            reason=LEDGER_MARK_RAISED,
+            message=(
+                f"The executor id ledger ({self.location}) holds {stored}, above this "
+                f"process's {own}: another writer (a second sidecar for the application, or a "
+                "hand) changed it. It is left as it is (a higher mark never lets an id be "
+                "issued twice), and ids go on from this process's own."
+            ),
+        )
 
     def read_mark(self) -> int | None:
         """The ledger's mark (None without a ledger); raises `PodOperationError` when it cannot
