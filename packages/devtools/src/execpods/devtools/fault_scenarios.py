@@ -274,10 +274,14 @@ def _ledger_lowered(ctx: FaultContext) -> Callable[[], None]:
 
 
 def _ledger_beyond_maximum(ctx: FaultContext) -> Callable[[], None]:
-    """Somebody sets the ledger far beyond spark.kubernetes.allocation.maximum (19 digits,
-    beyond int64 even) and the sidecar restarts: the mark must be distrusted and said, and
-    allocation must go on (R2)."""
+    """Somebody sets the ledger far beyond spark.kubernetes.allocation.maximum (20 digits,
+    beyond int64 even), the executors with the highest ids are killed, and the sidecar restarts:
+    the running sidecar must have written its mark again, and the new one must not believe such
+    a value: allocation goes on, with fresh ids (R2)."""
     _set_ledger(ctx.sim, "99999999999999999999")
+    _kill_the_highest(ctx)
+    time.sleep(NOTICED_S)
+    ctx.notes.append(f"ledger before the restart: {_ledger_value(ctx.sim)}")
     ctx.restart()
     return lambda: None
 
