@@ -103,8 +103,13 @@ def test_a_mark_that_is_no_executor_id_is_told_and_allocation_goes_on(
     name = ledger_config_map_name("tampered")
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={DATA_KEY: raw})
     core.create_namespaced_config_map("default", body)
+    metrics = {
+        "execpods.sidecar.metrics.enabled": "true",
+        "execpods.sidecar.metrics.host": "127.0.0.1",
+        "execpods.sidecar.metrics.port": "0",
+    }
     with caplog.at_level(logging.WARNING):
-        sidecar = make_sidecar_on(sim, "tampered")
+        sidecar = make_sidecar_on(sim, "tampered", conf=metrics)
         updates: list[StreamUpdate] = []
         with AllocatorClient(sidecar.address) as driver, driver.stream_snapshots() as stream:
             driver.request_total(2)
@@ -112,6 +117,11 @@ def test_a_mark_that_is_no_executor_id_is_told_and_allocation_goes_on(
             assert 2 <= config_map_mark(core, name) < 2**31
             said = [r.getMessage() for r in caplog.records if "no executor id" in r.getMessage()]
             assert any(name in m and raw in m for m in said), said
+            registry = sidecar.server.ops.metrics.registry  # type: ignore[union-attr]
+            counted = registry.get_sample_value(
+                "execpods_id_ledger_distrusted_total", {"reason": "LedgerMarkInvalid"}
+            )
+            assert counted == 1
             # Written again while it runs: read back when executors leave, and told.
             core.patch_namespaced_config_map(name, "default", {"data": {DATA_KEY: raw}})
             driver.request_total(1)
