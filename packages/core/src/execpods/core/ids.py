@@ -40,10 +40,17 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from execpods.core.allocation import ProfileState
 from execpods.core.errors import LedgerMarkInvalid, PodOperationError
-from execpods.core.ports import Clock, ExecutorIdLedger
+from execpods.core.features import Feature, FeatureParts, RoundFacts, RoundOutcome
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, Clock, ExecutorIdLedger
+from execpods.core.progress import ID_LEDGER_UNREADABLE, ID_LEDGER_UNWRITABLE, ProgressMonitor
+from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import ExecutorState
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +106,11 @@ class ExecutorIds:
         self._retry_at = 0.0
         self._raised_seen = 0
         self.last_error: PodOperationError | None = None
+
+    @property
+    def maximum(self) -> int:
+        """`spark.kubernetes.allocation.maximum`: no id at or above it is issued."""
+        return self._maximum
 
     @property
     def issued(self) -> int:
@@ -283,3 +295,221 @@ class ExecutorIds:
         with self._lock:
             if executor_id < self._next and executor_id not in self._returned:
                 heapq.heappush(self._returned, executor_id)
+
+
+def plug(parts: FeatureParts, ledger: ExecutorIdLedger | None) -> IdBudget:
+    """The id ledger's part in every round (always there: every create needs an id)."""
+    settings = parts.settings
+    ids = ExecutorIds(
+        maximum=settings.allocation_maximum,
+        clock=parts.clock,
+        ledger=ledger,
+        block=settings.id_block,
+        retry_base=settings.batch_delay,
+    )
+    return IdBudget(
+        ids=ids,
+        notices=parts.notices,
+        progress=parts.progress,
+        clock=parts.clock,
+        round_delay=settings.batch_delay,
+        check_every=settings.api_polling_interval,
+    )
+
+
+class IdBudget(Feature):
+    """Creates capped by the ids that may be issued now; what stops them told once.
+
+    The first feature asked: a profile gets only the ids reserved in the ledger (`reserve`); a
+    ledger that cannot be written or read stalls allocation (`progress.py`) and is told as
+    `ID_RESERVATION_FAILED` once per failure spell; `spark.kubernetes.allocation.maximum` reached
+    is told once, after the round issued the ids it still could (the numbers are then final).
+    """
+
+    def __init__(
+        self,
+        *,
+        ids: ExecutorIds,
+        notices: NoticeHub,
+        progress: ProgressMonitor,
+        clock: Clock | None = None,
+        round_delay: float = 1.0,
+        check_every: float = 30.0,
+    ) -> None:
+        self.ids = ids
+        self._notices = notices
+        self._progress = progress
+        self._clock = clock
+        self._round_delay = round_delay
+        self._check_every = check_every
+        """How often the mark is read back when nothing else calls for it (a poll period)."""
+        self._checked_at = 0.0
+        self._last: ExecutorPodsSnapshot | None = None
+        self._findings: list[LedgerFinding] = []
+        self._reservation_reported = False
+        self._maximum_reported = False
+        self._held = False
+        self._short: dict[int, int] = {}
+
+    def read_mark(self) -> int | None:
+        """The ledger's mark (None without a ledger, or when it holds no executor id: then
+        said once the pods are listed, in `started`); when it cannot be read, allocation stalls
+        and `PodOperationError` is raised: nothing is created before it is read."""
+        try:
+            mark = self.ids.read_mark()
+        except LedgerMarkInvalid as error:
+            self._progress.resume(ID_LEDGER_UNREADABLE)
+            self._findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_INVALID,
+                    message=f"{error}; new ids continue above the application's pods",
+                )
+            )
+            return None
+        except PodOperationError as error:
+            # Said at WARNING once; while the stall is on (its ERROR line names it), each
+            # round's retry is DEBUG, not a line a second.
+            again = self._progress.is_stalled(ID_LEDGER_UNREADABLE)
+            (logger.debug if again else logger.warning)(
+                "Could not read the executor id ledger (%s); retrying.", error
+            )
+            self._progress.stall(
+                ID_LEDGER_UNREADABLE,
+                f"the executor id ledger cannot be read ({error}); no executor is created "
+                "before it is, since an id could otherwise be issued twice (retried every "
+                "allocation round)",
+            )
+            raise
+        self._progress.resume(ID_LEDGER_UNREADABLE)
+        return mark
+
+    def started(self, mark: int | None, *, highest_pod: int, above_mark: int = 0) -> int:
+        """Start the counter after recovery; returns the first new id. A mark below the
+        application's own pods (`above_mark`: the highest pod id above it) is not believed;
+        whatever was not believed is told, and the mark is written at once whenever it does
+        not cover every id the cluster shows."""
+        if mark and above_mark:
+            self._findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_BELOW_PODS,
+                    message=(
+                        f"The executor id ledger ({self.ids.location}) holds {mark}, below "
+                        f"executor {above_mark} of this application's own pods (restored from "
+                        "an older backup, or lowered by hand?): it is not believed; new ids "
+                        "continue above the pods, and the mark is written again."
+                    ),
+                )
+            )
+            mark = None
+        first = self.ids.start(mark, highest_pod)
+        if self._findings or (mark or 0) < first - 1:
+            self.ids.reassert()  # the ledger covers every id the cluster shows, from now on
+        self._checked_at = self._now()
+        findings, self._findings = self._findings, []
+        for finding in findings:
+            self._tell_ledger(finding)
+        return first
+
+    def observe(self, facts: RoundFacts) -> None:
+        """Read the mark back when executors left (their ids then live only in the ledger) or
+        a poll period passed."""
+        previous, self._last = self._last, facts.snapshot
+        left = previous is not None and executors_left(previous, facts.batch)
+        if left or self._now() - self._checked_at >= self._check_every:
+            self._check()
+
+    def _check(self) -> None:
+        self._checked_at = self._now()
+        finding = self.ids.verify()
+        if finding is not None:
+            self._tell_ledger(finding)
+
+    def _now(self) -> float:
+        return self._clock.monotonic() if self._clock is not None else 0.0
+
+    def _tell_ledger(self, finding: LedgerFinding) -> None:
+        logger.warning(finding.message, extra={"reason": finding.reason})
+        self._notices.notify(
+            AllocatorNotice(
+                kind=NoticeKind.ID_LEDGER_DISTRUSTED,
+                message=finding.message,
+                resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+                count=1,
+                reason=finding.reason,
+            )
+        )
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        profile_id = state.profile_id
+        if wanted > 0 and self._now() - self._checked_at >= self._round_delay:
+            self._check()  # before this round's creates
+        allowed = self.ids.reserve(wanted)
+        if allowed < wanted:
+            if self.ids.left < wanted:
+                self._short[profile_id] = wanted - self.ids.left
+            else:
+                self._held = True
+                self._report_reservation_failure(profile_id, wanted - allowed)
+        elif self.ids.last_error is None:
+            self._reservation_reported = False
+        return allowed
+
+    def finished(self, outcome: RoundOutcome) -> None:
+        if not self._held:
+            self._progress.resume(ID_LEDGER_UNWRITABLE)
+        self._held = False
+        short, self._short = self._short, {}
+        if short and self.ids.left == 0:
+            profile_id = min(short)
+            self._report_maximum(profile_id, short[profile_id])
+
+    def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
+        error = self.ids.last_error
+        if not self._reservation_reported:
+            self._reservation_reported = True
+            message = (
+                f"Could not reserve executor ids in the id ledger ({error}): {held_back} "
+                f"executors of resource profile {profile_id} wait until it can be written "
+                "(retried with back-off); no id above the last reserved one is used, so none can "
+                "ever be issued twice."
+            )
+            self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
+        self._progress.stall(
+            ID_LEDGER_UNWRITABLE,
+            f"the executor id ledger cannot be written ({error}); executors wait for ids above "
+            "its mark (retried with back-off)",
+        )
+
+    def _report_maximum(self, profile_id: int, short: int) -> None:
+        if self._maximum_reported:
+            return
+        self._maximum_reported = True
+        maximum = self.ids.maximum
+        message = (
+            f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
+            f"{self.ids.issued} executor ids were issued in this application's lifetime and no "
+            f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
+            "Allocation has stopped; raise the limit and restart to allocate again."
+        )
+        self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
+
+    def _tell(self, kind: NoticeKind, message: str, profile_id: int, count: int) -> None:
+        logger.error(message)
+        self._notices.notify(
+            AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
+        )
+
+
+def executors_left(previous: ExecutorPodsSnapshot, batch: Sequence[ExecutorPodsSnapshot]) -> bool:
+    """Whether any executor pod left the cluster in `batch` (deleted, or gone from a full list)
+    since `previous`: then only the id ledger remembers that its id was used."""
+    before = previous
+    for snapshot in batch:
+        pods = snapshot.executor_pods
+        ids = before.executor_pods.keys() if snapshot.changed_ids is None else snapshot.changed_ids
+        for executor_id in ids:
+            observed = pods.get(executor_id)
+            if observed is None or observed.state is ExecutorState.DELETED:
+                return True
+        before = snapshot
+    return False

@@ -100,10 +100,6 @@ class ClusterIdLedger:
             return f"annotation {ANNOTATION} of pod {self._driver}"
         return f"configmap {self._config_map} (key {DATA_KEY})"
 
-    @property
-    def uses_config_map(self) -> bool:
-        return self._driver is None
-
     def highest_reserved(self) -> int:
         """The stored mark (0: none); `LedgerMarkInvalid` when it holds no executor id (the core
         then distrusts it), `PodOperationError` when it cannot be read. Every read refreshes

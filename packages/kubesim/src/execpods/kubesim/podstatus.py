@@ -15,6 +15,7 @@ __all__ = [
     "Termination",
     "condition",
     "container_creating",
+    "image_pull_backoff",
     "image_pull_failed",
     "not_ready",
     "running",
@@ -33,6 +34,8 @@ class Termination:
     force_phase: str | None = None
     pod_reason: str | None = None
     pod_message: str | None = None
+    #: The CrashLoopBackOff message; ``{container}`` is replaced by each container's name.
+    backoff_message: str = "back-off restarting failed container={container}"
 
 
 def condition(
@@ -65,9 +68,30 @@ def not_ready(status: Obj, now: str, reason: str, message: str) -> None:
     condition(status, "ContainersReady", "False", now, reason=reason, message=message)
 
 
-def image_pull_failed(pod: Obj, now: str) -> Obj:
-    """Containers stuck in ErrImagePull; the pod stays Pending."""
-    return _waiting(pod, now, "ErrImagePull", lambda c: f'failed to pull image "{c}": not found')
+def _pull_error(image: str) -> str:
+    return f'failed to pull image "{image}": not found'
+
+
+def image_pull_failed(pod: Obj, now: str, images: list[str] | None = None) -> Obj:
+    """Containers stuck in ErrImagePull; the pod stays Pending. (``images``: the ones that
+    failed, all when None; the kubelet pulls nothing else until those succeed.)"""
+    return _waiting(pod, now, "ErrImagePull", _pull_error)
+
+
+def image_pull_backoff(pod: Obj, images: list[str] | None = None) -> Obj | None:
+    """Between pulls: ErrImagePull becomes ImagePullBackOff, its message the kubelet's
+    ``Back-off pulling image "IMAGE": ErrImagePull: <the pull's error>``. None when the
+    containers are no longer waiting on a pull (nothing to write)."""
+    changed = False
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") != "ErrImagePull":
+            continue
+        image = status.get("image", "")
+        message = f'Back-off pulling image "{image}": ErrImagePull: {_pull_error(image)}'
+        status["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": message}}
+        changed = True
+    return pod if changed else None
 
 
 def container_creating(pod: Obj, now: str) -> Obj:
@@ -164,9 +188,8 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
             "restartCount": restarts + 1 if restart else restarts,
         }
         if restart:
-            entry["state"] = {
-                "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}
-            }
+            backoff = end.backoff_message.replace("{container}", c["name"])
+            entry["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": backoff}}
             entry["lastState"] = {"terminated": term}
         else:
             entry["state"] = {"terminated": term}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import copy
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from execpods.kubesim.selectors import SelectorError, parse_field_selector, pars
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
 from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
 
-__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
+__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery"]
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -112,17 +113,6 @@ def discovery(path: str, address: Sequence[object]) -> Obj | None:
     if path in _HEALTH:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}
     return None
-
-
-def namespace(name: str) -> Obj:
-    """Every namespace exists in the simulator; this is what a GET of one returns."""
-    return {
-        "kind": "Namespace",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "resourceVersion": "1", "uid": f"namespace-{name}"},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    }
 
 
 _COLUMNS = [
@@ -377,9 +367,19 @@ class PodApi:
                 "version and try again",
             )
         if status:
+            # kube-apiserver's pod status strategy resets the spec, not the metadata: a /status
+            # write changes labels, annotations and finalizers too (seen on a real server).
             updated = dict(old)
             updated["status"] = new.get("status") or {}
             validate_status(name, updated["status"])
+            _default_container_statuses(updated["status"])
+            kept = dict(old["metadata"])
+            for key in ("labels", "annotations", "finalizers"):
+                if new_meta.get(key) is not None:
+                    kept[key] = new_meta[key]
+                else:
+                    kept.pop(key, None)
+            updated["metadata"] = kept
             return updated
         meta: Obj = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
@@ -389,8 +389,6 @@ class PodApi:
         spec = new.get("spec")
         if isinstance(spec, dict):
             spec = default_spec(spec)
-            if "nodeName" in old["spec"]:  # a write that omits the binding keeps it
-                spec.setdefault("nodeName", old["spec"]["nodeName"])
         result: Obj = {
             "kind": "Pod",
             "apiVersion": "v1",
@@ -501,7 +499,9 @@ class PodApi:
     def delete_collection(
         self, namespace: str, query: dict[str, str], options: JsonValue
     ) -> PodList:
-        """Delete every match with the same rules as a single delete; return what was deleted."""
+        """Delete every match with the same rules as a single delete; return the matches as
+        they were listed, before their deletes (kube-apiserver's DeleteCollection answers the
+        list it worked through, not the marked objects)."""
         grace, _ = self._grace(query, options)
         items, _ = self.store.list(namespace, self.predicate(query))
         deleted = []
@@ -511,14 +511,13 @@ class PodApi:
                 self.faults.check_delete(
                     pod["metadata"]["name"], pod["metadata"].get("labels") or {}
                 )
-                deleted.append(
-                    self.cluster.delete(
-                        namespace,
-                        pod["metadata"]["name"],
-                        grace_period=grace,
-                        preconditions={"uid": pod["metadata"]["uid"]},
-                    )
+                self.cluster.delete(
+                    namespace,
+                    pod["metadata"]["name"],
+                    grace_period=grace,
+                    preconditions={"uid": pod["metadata"]["uid"]},
                 )
+                deleted.append(pod)
             except ApiError as err:
                 if err.code in (400, 403, 422) and denied is None:
                     denied = err  # the others are deleted; the call then fails with it
@@ -527,3 +526,23 @@ class PodApi:
         if denied is not None:
             raise denied
         return _pod_list(deleted, self.store.resource_version)
+
+
+_STATUS_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("state", {}),
+    ("lastState", {}),
+    ("ready", False),
+    ("restartCount", 0),
+    ("image", ""),
+    ("imageID", ""),
+)
+
+
+def _default_container_statuses(status: Obj) -> None:
+    """Fields a Go ContainerStatus always serialises (no omitempty): a status write that leaves
+    them out reads back with their zero values, as from kube-apiserver."""
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for entry in status.get(key) or []:
+            if isinstance(entry, dict):
+                for field, zero in _STATUS_DEFAULTS:
+                    entry.setdefault(field, copy.deepcopy(zero))
