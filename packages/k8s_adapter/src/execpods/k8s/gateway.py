@@ -25,7 +25,6 @@ as a string and mypy checks every call.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -49,8 +48,6 @@ from urllib3 import BaseHTTPResponse
 DEFAULT_CONNECT_TIMEOUT = 5.0
 THROTTLE_WAIT_LIMIT = 5.0
 """The longest Retry-After a refused call waits out before it is sent again."""
-RETRY_SPREAD = 0.5
-"""A refused call is sent again between its Retry-After and this much more of it."""
 
 T = TypeVar("T")
 
@@ -106,7 +103,6 @@ class ApiGateway:
         throttle_retries: int = 0,
         create_pool: int = 0,
         sleep: Callable[[float], None] = time.sleep,
-        rng: random.Random | None = None,
     ) -> None:
         """`throttle_retries`: how often a call refused with 429 and a Retry-After is sent again
         after it (0: the caller gets the `ApiThrottled`). `create_pool`: creates in flight at
@@ -115,7 +111,6 @@ class ApiGateway:
         self._api_client = api_client
         self._throttle_retries = throttle_retries
         self._sleep = sleep
-        self._rng = rng if rng is not None else random.Random()
         raw: Any = api_client
         self._creates: CreateTransport | None = None
         if create_pool > 0 and CreateTransport.supports(raw.configuration):
@@ -483,9 +478,7 @@ class ApiGateway:
                 ):
                     raise
                 attempt += 1
-                # After the Retry-After, never before; spread by up to half of it, so the calls
-                # one burst had refused do not all come back in the same instant.
-                self._sleep(wait * (1.0 + RETRY_SPREAD * self._rng.random()))
+                self._sleep(wait)
 
     def _attempt(self, what: str, verb: str, send: Callable[[], tuple[T, int]]) -> T:
         """One attempt; its telemetry, if any, hears of it (verb, outcome, time to the response
