@@ -16,6 +16,7 @@ from execpods.core.errors import SettingsError
 from execpods.core.failurerules import (
     FAILURE_RULES_DOC,
     FAILURE_RULES_PREFIX,
+    check_rules,
     parse_rules,
     rule_number,
 )
@@ -391,7 +392,8 @@ class CoreSettings(SettingsBase):
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
-        parse_rules(self.failure_rules)  # a rule that cannot be read fails here, by its property
+        # A rule that cannot be read, or could never apply, fails here, by its property.
+        check_rules(parse_rules(self.failure_rules), count_disruptions=self.count_disruptions)
         self._check_dynamic_allocation()
         if self.max_pending_pods_per_rp > self.max_pending_pods:
             raise SettingsError(
