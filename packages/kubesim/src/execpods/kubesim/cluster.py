@@ -534,15 +534,24 @@ class Cluster:
         result = self.store.update(namespace, name, mark)
         if not immediate and result["metadata"].get("deletionGracePeriodSeconds") == grace:
             stop = min(float(grace), self.config.stop_latency)
-            self._kubelet_later(stop, lambda: self._finish_graceful((namespace, name), uid))
+            killed = self.config.stop_latency > grace
+            self._kubelet_later(
+                stop, lambda: self._finish_graceful((namespace, name), uid, killed=killed)
+            )
         return result
 
-    def _finish_graceful(self, key: Key, uid: str) -> None:
+    def _finish_graceful(self, key: Key, uid: str, *, killed: bool = False) -> None:
+        """The containers stop: on SIGTERM (exit 143) within the grace period, or, when they
+        would outlive it (``stop_latency`` > grace), by the kubelet's SIGKILL at its end (137)."""
         self.terminate(
             *key,
-            exit_code=143,
+            exit_code=137 if killed else 143,
             reason="Error",
-            message="terminated by the kubelet for graceful deletion",
+            message=(
+                "killed by the kubelet at the end of the grace period"
+                if killed
+                else "terminated by the kubelet for graceful deletion"
+            ),
             uid=uid,
             force_phase="Failed",
         )

@@ -92,7 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
     _headers: dict[str, str]
     # The request being served, until it is in the request log: method, path, query, verb, start.
-    _pending: tuple[str, str, dict[str, str], str, float] | None = None
+    _pending: tuple[str, str, dict[str, str], str, float, bytes] | None = None
 
     # Silence the default stderr access log; requests go to the request log and DEBUG logging.
     def log_message(self, format: str, *args: Any) -> None:
@@ -230,11 +230,18 @@ class _Handler(BaseHTTPRequestHandler):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        method, path, query, verb, started = pending
+        method, path, query, verb, started, body = pending
         elapsed = time.perf_counter() - started
         self.server.context.api.log.add(
             RequestRecord(
-                method=method, path=path, query=query, status=status, verb=verb, duration=elapsed
+                method=method,
+                path=path,
+                query=query,
+                status=status,
+                verb=verb,
+                duration=elapsed,
+                user_agent=self.header("User-Agent"),
+                body=body or None,
             )
         )
         _log.debug("%s %s -> %d (%.1f ms)", method, self.path, status, elapsed * 1000)
@@ -259,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._control(method, path, body, ctx)
             return
         verb = _verb(method, path, query)
-        self._pending = (method, path, query, verb, started)
+        self._pending = (method, path, query, verb, started, body)
         status = 500
         try:
             with self._seat(ctx, verb):
