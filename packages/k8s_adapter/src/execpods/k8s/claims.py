@@ -130,13 +130,19 @@ class KubernetesClaims:
         return self._owner
 
     def claims_for(self, pod: PodManifest) -> list[PodManifest]:
+        """The claims to make for ``pod``: those of the Spark-built template of its profile,
+        then those of the settings' OnDemand volumes. A claim both name (the plugin's sidecar
+        given the application's own spark-defaults.conf) is made once, as Spark built it."""
         labels = (pod.get("metadata") or {}).get("labels") or {}
         app_id = str(labels.get(self._app_label, ""))
         executor_id = str(labels.get(self._executor_id_label, ""))
-        made: list[PodManifest] = []
+        made = self._from_templates(pod, labels, app_id=app_id, executor_id=executor_id)
+        taken = {str(claim["metadata"]["name"]) for claim in made}
         for volume in self._on_demand:
             name = _claim_of(pod, volume.volume_name)
             if name is None or volume.storage_class is None or volume.size is None:
+                continue
+            if name in taken:
                 continue
             made.append(
                 {
@@ -153,11 +159,17 @@ class KubernetesClaims:
                     },
                 }
             )
+        return made
+
+    def _from_templates(
+        self, pod: PodManifest, labels: Mapping[str, Any], *, app_id: str, executor_id: str
+    ) -> list[PodManifest]:
         try:
             profile = int(labels.get(self._profile_label, "0"))
         except ValueError:
             profile = 0
         names = set(volume_claim_names((pod.get("spec") or {}).get("volumes")))
+        made: list[PodManifest] = []
         for template in self._templates_of.get(profile, ()):
             claim: dict[str, Any] = copy.deepcopy(dict(template))
             meta = claim.setdefault("metadata", {})
