@@ -182,11 +182,30 @@ def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The template's env entries with `extra` set on top (same name: ours wins)."""
+_PER_EXECUTOR_ENV = frozenset({"SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_POD_NAME"})
+"""What a pod Spark built for executor 0 says of that executor: replaced for each executor."""
+
+
+def _merge_env(
+    existing: object, extra: Mapping[str, str], *, keep_template: bool = False
+) -> list[dict[str, Any]]:
+    """The template's env entries with `extra` set on top (same name: ours wins). With
+    ``keep_template`` (a pod Spark's own builder made, from the driver's configuration) the
+    template's entries win, except the executor's own id and a literal pod name: Spark's
+    `SPARK_EXECUTOR_POD_NAME` reads the pod's name (`fieldRef`), and is kept as it is."""
     entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
-    kept = [e for e in entries if e.get("name") not in extra]
-    return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
+
+    def ours(entry: Mapping[str, Any]) -> bool:
+        name = entry.get("name")
+        if name not in extra:
+            return False
+        if not keep_template:
+            return True
+        return name in _PER_EXECUTOR_ENV and "valueFrom" not in entry
+
+    kept = [e for e in entries if not ours(e)]
+    names = {e.get("name") for e in kept}
+    return [*kept, *({"name": k, "value": v} for k, v in extra.items() if k not in names)]
 
 
 def _check_template(
@@ -363,11 +382,13 @@ class ExecutorPodTemplateBuilder:
         container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
-        container["env"] = _merge_env(
-            container.get("env"), self._env(executor_id, app_id, name, profile)
-        )
-        self._set_resources(_section(container, "resources"), profile)
         built_by_spark = profile is not None and profile.pod_template is not None
+        container["env"] = _merge_env(
+            container.get("env"),
+            self._env(executor_id, app_id, name, profile),
+            keep_template=built_by_spark,
+        )
+        self._set_resources(_section(container, "resources"), profile, keep_template=built_by_spark)
         self._set_termination(spec, container, keep_template=built_by_spark)
         return pod
 
@@ -434,8 +455,16 @@ class ExecutorPodTemplateBuilder:
             ),
         }
 
-    def _set_resources(self, resources: dict[str, Any], profile: ResourceProfile | None) -> None:
-        """Requests and limits: the settings' shape, overridden field by field by the profile."""
+    def _set_resources(
+        self,
+        resources: dict[str, Any],
+        profile: ResourceProfile | None,
+        *,
+        keep_template: bool = False,
+    ) -> None:
+        """Requests and limits: the settings' shape, overridden field by field by the profile.
+        A pod Spark's own builder made keeps the requests and limits it has (Spark sized it from
+        the same profile, `spark.kubernetes.executor.request.cores` and limits included)."""
         memory_mib = self.settings.pod_memory_mib
         cpu = self.settings.cpu_request
         extra: Mapping[str, str] = {}
@@ -455,14 +484,20 @@ class ExecutorPodTemplateBuilder:
         memory = f"{memory_mib}Mi"
         requests = _section(resources, "requests")
         limits = _section(resources, "limits")
-        requests["cpu"] = cpu
-        requests["memory"] = memory
-        limits["memory"] = memory
+        values: list[tuple[dict[str, Any], str, str]] = [
+            (requests, "cpu", cpu),
+            (requests, "memory", memory),
+            (limits, "memory", memory),
+        ]
         if self.settings.limit_cores is not None:
-            limits["cpu"] = self.settings.limit_cores
+            values.append((limits, "cpu", self.settings.limit_cores))
         for name, quantity in extra.items():  # extended resources: requests must equal limits
-            requests[name] = quantity
-            limits[name] = quantity
+            values += [(requests, name, quantity), (limits, name, quantity)]
+        for section, key, value in values:
+            if keep_template:
+                section.setdefault(key, value)
+            else:
+                section[key] = value
 
 
 def builder_claims(
