@@ -546,9 +546,10 @@ class ExecutorPodsAllocator:
         maximum = self._settings.allocation_maximum
         message = (
             f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
-            f"{self._ids.issued} executor ids were issued in this application's lifetime and no "
-            f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
-            "Allocation has stopped; raise the limit and restart to allocate again."
+            f"{self._ids.issued} executor ids were issued since this allocator started (Spark's "
+            f"counter) and no more will be; {short} more executors of resource profile "
+            f"{profile_id} were wanted. Allocation has stopped; raise the limit and restart to "
+            "allocate again."
         )
         self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
 

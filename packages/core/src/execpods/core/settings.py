@@ -111,8 +111,9 @@ class CoreSettings(SettingsBase):
     allocation_maximum: int = setting(
         "spark.kubernetes.allocation.maximum",
         INT_MAX,
-        "Lifetime cap on executor ids: as Spark, no id at or above it is ever issued, and "
-        "allocation stops (reported on the stream) once the next id would reach it.",
+        "Cap on the executor pods the allocator creates: as Spark's id counter, at most this "
+        "minus 1 since it started (a restart counts afresh), then allocation stops (reported on "
+        "the stream). Ids are never reused, so after a restart they may exceed it.",
         parse=parse_int,
         rule=positive,
     )
