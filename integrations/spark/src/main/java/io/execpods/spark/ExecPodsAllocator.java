@@ -2,10 +2,8 @@ package io.execpods.spark;
 
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 import io.fabric8.kubernetes.api.model.Container;
 import io.fabric8.kubernetes.api.model.EnvVar;
@@ -17,6 +15,7 @@ import io.fabric8.kubernetes.client.utils.Serialization;
 import org.apache.spark.SecurityManager;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkException;
+import org.apache.spark.deploy.k8s.Constants$;
 import org.apache.spark.deploy.k8s.KubernetesConf$;
 import org.apache.spark.deploy.k8s.KubernetesExecutorConf;
 import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
@@ -286,10 +285,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   }
 
   /**
-   * Stops the application's allocation: every profile's target drops to zero and, when
-   * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), the sidecar deletes
-   * the executors it still has; otherwise their pods are left, as Spark leaves them. (Spark 4.3
-   * calls this only when that property holds; the check keeps the promise for any caller.)
+   * Stops the application's allocation, as Spark's own {@code ExecutorPodsAllocator.stop} does:
+   * every profile's target drops to zero at the sidecar (no more creates), then, when
+   * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), one delete of the
+   * application's executor pods by label, each with its own grace period; otherwise their pods
+   * are left, as Spark leaves them. (Spark 4.3 calls this only when that property holds; the
+   * check keeps the promise for any caller.) Nothing is marked: Spark's stop labels no pod and
+   * sets no deletion cost. A create the sidecar still had in flight is deleted by the sidecar's
+   * own clean-up when it stops with the driver pod.
    */
   @Override
   public synchronized void stop(String applicationId) {
@@ -309,24 +312,23 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
         }
       }
       client.requestTotal(0, zero, new ArrayList<>());
-      if (deleteOnTermination) {
-        Set<Long> killed = new HashSet<>();
-        for (int round = 0; round < 5; round++) {
-          List<Long> live = client.liveExecutors();
-          live.removeAll(killed);
-          if (live.isEmpty()) {
-            break;
-          }
-          int deleted = client.killExecutors(live);
-          killed.addAll(live);
-          LOG.info("execpods: deleted {} executor pods of {} at stop", deleted, applicationId);
-        }
-      }
     } catch (RuntimeException e) {
       LOG.warn("execpods: could not stop the allocation at the sidecar: {}", e.toString());
     } finally {
       sidecar = null;
       client.close();
+    }
+    if (deleteOnTermination) {
+      try {
+        kubernetesClient.pods().inNamespace(namespace)
+            .withLabel(Constants$.MODULE$.SPARK_APP_ID_LABEL(), applicationId)
+            .withLabel(Constants$.MODULE$.SPARK_ROLE_LABEL(),
+                Constants$.MODULE$.SPARK_POD_EXECUTOR_ROLE())
+            .delete();
+      } catch (RuntimeException e) {
+        LOG.warn("execpods: could not delete the executor pods of {}: {}", applicationId,
+            e.toString());
+      }
     }
   }
 

@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -14,7 +13,6 @@ import org.sparkproject.connect.grpc.Channel;
 import org.sparkproject.connect.grpc.ChannelCredentials;
 import org.sparkproject.connect.grpc.ClientCall;
 import org.sparkproject.connect.grpc.ClientInterceptors;
-import org.sparkproject.connect.grpc.Context;
 import org.sparkproject.connect.grpc.ManagedChannel;
 import org.sparkproject.connect.grpc.MethodDescriptor;
 import org.sparkproject.connect.grpc.netty.NettyChannelBuilder;
@@ -200,57 +198,6 @@ final class SidecarClient implements AutoCloseable {
         .build();
     DynamicMessage response = unary("IsDeleted", request);
     return (Boolean) response.getField(response.getDescriptorForType().findFieldByName("deleted"));
-  }
-
-  /** KillExecutors: deletes these executors' pods; returns how many pods were deleted. */
-  int killExecutors(List<Long> executorIds) {
-    Descriptor requestType = type("KillExecutorsRequest");
-    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
-    FieldDescriptor ids = requestType.findFieldByName("executor_ids");
-    for (Long id : executorIds) {
-      request.addRepeatedField(ids, Long.toString(id));
-    }
-    DynamicMessage response = unary("KillExecutors", request.build());
-    return (Integer) response.getField(
-        response.getDescriptorForType().findFieldByName("deleted_pods"));
-  }
-
-  /**
-   * The executors of the sidecar's current snapshot whose pods are not being deleted: the first
-   * message of StreamSnapshots, which is the current snapshot in full.
-   */
-  List<Long> liveExecutors() {
-    Descriptor requestType = type("StreamSnapshotsRequest");
-    List<Long> live = new ArrayList<>();
-    Context.CancellableContext context = Context.current().withCancellation();
-    try {
-      context.run(() -> {
-        CallOptions options = CallOptions.DEFAULT
-            .withWaitForReady()
-            .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
-        Iterator<DynamicMessage> stream = ClientCalls.blockingServerStreamingCall(
-            channel, methods.get("StreamSnapshots"), options,
-            DynamicMessage.getDefaultInstance(requestType));
-        DynamicMessage first = stream.next();
-        FieldDescriptor snapshots = first.getDescriptorForType().findFieldByName("snapshots");
-        for (int s = 0; s < first.getRepeatedFieldCount(snapshots); s++) {
-          DynamicMessage snapshot = (DynamicMessage) first.getRepeatedField(snapshots, s);
-          FieldDescriptor pods = snapshot.getDescriptorForType().findFieldByName("executor_pods");
-          for (int p = 0; p < snapshot.getRepeatedFieldCount(pods); p++) {
-            DynamicMessage entry = (DynamicMessage) snapshot.getRepeatedField(pods, p);
-            DynamicMessage state = (DynamicMessage) entryValue(entry);
-            Descriptors.EnumValueDescriptor value = (Descriptors.EnumValueDescriptor)
-                state.getField(state.getDescriptorForType().findFieldByName("state"));
-            if (!value.getName().equals("STATE_DELETED")) {
-              live.add((Long) entryKey(entry));
-            }
-          }
-        }
-      });
-    } finally {
-      context.cancel(null);
-    }
-    return live;
   }
 
   /**
