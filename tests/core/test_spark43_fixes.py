@@ -6,10 +6,88 @@ The M1, M2 and M5 tests fail on 128638e (checked against a worktree of that comm
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
 from execpods.core import AllocatorNotice, CoreSettings, NoticeKind
-from execpods.core.testing import InMemoryIdLedger, InMemoryPodOperations
+from execpods.core.testing import (
+    InMemoryIdLedger,
+    InMemoryPodOperations,
+    SimpleExecutorPodBuilder,
+    compose_deterministic,
+    failed_executor,
+    running_executor,
+)
 
 from tests.core.conftest import make_allocator_rig
+
+
+class _FourCores(SimpleExecutorPodBuilder):
+    def build(self, **kwargs: Any) -> dict[str, Any]:
+        pod = super().build(**kwargs)
+        pod["spec"]["containers"][0]["env"] = [{"name": "SPARK_EXECUTOR_CORES", "value": "4"}]
+        return pod
+
+
+def _cores_of(manifest: dict[str, Any]) -> str:
+    env = manifest["spec"]["containers"][0]["env"]
+    return str(next(e["value"] for e in env if e["name"] == "SPARK_EXECUTOR_CORES"))
+
+
+def _losing(executor_id: int, *, deleted: bool) -> Any:
+    """Executor `executor_id`'s container killed with 137: its pod deleted (a drain that
+    outlasted its grace) or not (the container's own OOM kill)."""
+    killed = failed_executor(executor_id, exit_code=137)
+    if not deleted:
+        return killed
+    return dataclasses.replace(killed, deletion_timestamp=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def _cores_after_a_137(*, deleted: bool) -> tuple[list[str], list[AllocatorNotice]]:
+    pods = InMemoryPodOperations()
+    composed = compose_deterministic(
+        settings=CoreSettings.from_properties({"spark.executor.instances": "2"}),
+        pod_operations=pods,
+        pod_builder=_FourCores(),
+    )
+    backend, store = composed.backend, composed.store
+    notices: list[AllocatorNotice] = []
+    backend.add_notice_listener(notices.append)
+    backend.start()
+    store.notify_subscribers()
+    store.update_pod(running_executor(1))
+    store.update_pod(_losing(2, deleted=deleted))
+    store.notify_subscribers()  # the lifecycle manager judges the loss; the allocator replaces
+    store.notify_subscribers()
+    store.update_pod(running_executor(3))  # the replacement runs (Spark waits to see it)
+    store.update_pod(_losing(1, deleted=deleted))
+    store.notify_subscribers()
+    store.notify_subscribers()
+    return [_cores_of(m) for m in pods.created], notices
+
+
+def test_m1_a_deleted_executor_killed_at_the_end_of_its_grace_is_not_an_oom() -> None:
+    """`KubernetesClusterSchedulerBackend.doRemoveExecutor` switches recovery mode on only when
+    the loss reason's message contains "OOM", and `ExecutorPodsLifecycleManager.findExitReason`
+    gives a deleted pod (`PodDeleted`) "deleted by a user or the framework", whatever its exit
+    code. On 128638e a drained executor's 137 turned recovery mode on: every later executor
+    announced 1 core instead of 4."""
+    cores, notices = _cores_after_a_137(deleted=True)
+    assert cores == ["4"] * len(cores), cores
+    assert len(cores) >= 4, "both lost executors were replaced"
+    assert not [n for n in notices if n.kind is NoticeKind.RECOVERY_MODE]
+
+
+def test_m1_a_container_oom_killed_still_switches_recovery_mode_on() -> None:
+    """The other half of the same rule: a failed pod's message describes 137 as "possible
+    container OOM", so its loss switches the mode on, and the executors created after it
+    announce one core."""
+    cores, notices = _cores_after_a_137(deleted=False)
+    assert cores[-1] == "1", cores
+    assert [n.kind for n in notices if n.kind is NoticeKind.RECOVERY_MODE] == [
+        NoticeKind.RECOVERY_MODE
+    ]
 
 
 def test_m5_a_restart_under_allocation_maximum_counts_only_its_own_creates() -> None:
