@@ -345,8 +345,8 @@ class CoreSettings(SettingsBase):
     delete_grace_period: float = duration_setting(
         "spark.kubernetes.dynamicAllocation.deleteGracePeriod",
         "5s",
-        "After KillExecutors deleted pods with their own grace period, executors still Running "
-        "this much later are deleted with grace period 0.",
+        "After KillExecutors deleted pods with their own grace period, those still Running and "
+        "not being deleted this much later are deleted again, plainly (as Spark: never forced).",
         rule=non_negative,
     )
     enable_polling_with_resource_version: bool = setting(
