@@ -48,6 +48,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
   public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
   public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
+  /**
+   * How long an executor may run without registering with the driver before the sidecar deletes
+   * and replaces it (the sidecar's execpods.executor.registrationTimeout); unset: the sidecar's.
+   */
+  public static final String REGISTRATION_TIMEOUT = "spark.execpods.executor.registrationTimeout";
+  /** How often the driver's registered executors are compared with the last report (ms). */
+  public static final String REGISTRATIONS_INTERVAL = "spark.execpods.registrations.intervalMs";
+  public static final long DEFAULT_REGISTRATIONS_INTERVAL_MS = 1_000L;
   /** Spark's executor failure limit and window, sent to the sidecar so the two agree. */
   static final String MAX_FAILURES = "spark.executor.maxNumFailures";
   static final String FAILURES_VALIDITY = "spark.executor.failuresValidityInterval";
@@ -79,6 +87,7 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   private final Map<Integer, Integer> totals = new HashMap<>();
   private volatile SidecarClient sidecar;
   private volatile SidecarEvents events;
+  private volatile ExecutorRegistrations registrations;
   private volatile String applicationId;
   private final int maxFailures;
   private final long failuresValidityMs;
@@ -143,6 +152,12 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
         new SidecarEvents(client, applicationId, maxFailures, ExecPodsAllocator::exit);
     following.start();
     this.events = following;
+    Long timeoutMs = conf.contains(REGISTRATION_TIMEOUT)
+        ? conf.getTimeAsMs(REGISTRATION_TIMEOUT) : null;
+    ExecutorRegistrations reporting =
+        new ExecutorRegistrations(client, schedulerBackend, timeoutMs);
+    reporting.start(conf.getLong(REGISTRATIONS_INTERVAL, DEFAULT_REGISTRATIONS_INTERVAL_MS));
+    this.registrations = reporting;
     LOG.info("execpods: executor pods of {} are allocated by the sidecar at {} ({}{}); "
             + "executor failure limit {} ({})",
         applicationId, address, security.tls ? (security.certFile != null ? "mutual TLS" : "TLS")
@@ -303,6 +318,10 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     SidecarEvents following = events;
     if (following != null) {
       following.close();
+    }
+    ExecutorRegistrations reporting = registrations;
+    if (reporting != null) {
+      reporting.close();
     }
     try {
       Map<Integer, Integer> zero = new HashMap<>();
