@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from execpods.sidecar.settings import settings_table, spark_keys_table
-from execpods.sidecar.sparkkeys import parse_key_snapshot
+from execpods.sidecar.config.settings import settings_table, spark_keys_table
+from execpods.sidecar.config.sparkkeys import parse_key_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"

@@ -9,7 +9,7 @@ loads Spark's Kubernetes `Config$` and core `internal.config.package$`, reads ev
 (key and default, as Spark prints them) and every `spark.*.` key-family prefix they define.
 The snapshot in `tools/spark-keys.tsv` is what `docs/configuration.md`'s table of Spark keys is
 generated from (no JVM needed for that); `tests/sidecar/test_spark_keys.py` checks it against the
-jars and the sidecar's catalogue (`execpods.sidecar.sparkkeys`).
+jars and the sidecar's catalogue (`execpods.sidecar.config.sparkkeys`).
 """
 
 from __future__ import annotations

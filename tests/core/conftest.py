@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
@@ -53,6 +54,7 @@ def make_allocator_rig(
     runner: CreateRunner | None = None,
     pods: InMemoryPodOperations | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> AllocatorRig:
     settings = settings or CoreSettings()
     pods = pods if pods is not None else InMemoryPodOperations()
@@ -67,6 +69,7 @@ def make_allocator_rig(
         runner=runner,
         rng=random.Random(7),
         id_ledger=id_ledger,
+        api_rate_ceiling=api_rate_ceiling,
     )
     composed.allocator.start(TEST_APP_ID, driver)
     return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)

@@ -109,13 +109,11 @@ def test_allocation_invariants_hold_for_any_ordering(
         batch_size=3,
         executor_idle_timeout=5.0,
         adaptive_batches=adaptive,
-        api_qps=2,
-        api_rate_policy="static",
         max_pending_pods=max_pending,
         max_pending_pods_per_rp_setting=per_rp,
     )
     profiles = ResourceProfiles([ResourceProfile(id=1, cores=2)])
-    rig = make_allocator_rig(core, profiles=profiles, clock_start=START)
+    rig = make_allocator_rig(core, profiles=profiles, clock_start=START, api_rate_ceiling=2)
     cluster = Cluster(rig)
     rig.store.replace_snapshot([])
     for kind, value in steps:

@@ -159,28 +159,28 @@ def test_the_2018_rule_waits_for_every_pending_pod_before_the_next_batch() -> No
 
 
 def test_adaptive_batches_double_while_creates_go_cleanly() -> None:
-    # The static policy: ceiling 10/s x 1 s x 5 = 50.
-    settings = CoreSettings(batch_size=5, api_qps=10, api_rate_policy="static")
+    # A rate policy whose peak is 10/s: ceiling 10/s x 1 s x 5 = 50.
+    settings = CoreSettings(batch_size=5)
     recorder = StepRecorder()
-    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder, api_rate_ceiling=10)
     rig.allocator.set_total_expected_executors(100)
     assert recorder.steps == [5, 10, 20, 15], "slow start up to the round's ceiling"
     assert len(created(rig)) == 50
 
 
-def test_under_the_adaptive_rate_policy_a_round_is_sized_by_its_ceiling() -> None:
-    settings = CoreSettings(batch_size=5, api_qps=10, api_max_qps=12)  # 12/s x 1 s x 5 = 60
+def test_a_round_is_sized_by_the_rate_policys_ceiling() -> None:
+    settings = CoreSettings(batch_size=5)  # 12/s x 1 s x 5 = 60
     recorder = StepRecorder()
-    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder, api_rate_ceiling=12)
     rig.allocator.set_total_expected_executors(100)
     assert recorder.steps == [5, 10, 20, 25]
     assert len(created(rig)) == 60
 
 
 def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
+    settings = CoreSettings(batch_size=8)
     recorder = StepRecorder()
-    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder, api_rate_ceiling=10)
     rig.allocator.set_total_expected_executors(24)
     assert recorder.steps == [8, 16]
     for executor_id in created(rig):
@@ -198,9 +198,9 @@ def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
 
 
 def test_a_start_failure_halves_the_step() -> None:
-    settings = CoreSettings(batch_size=8, api_qps=10, api_rate_policy="static")
+    settings = CoreSettings(batch_size=8)
     recorder = StepRecorder()
-    rig = make_allocator_rig(settings, clock_start=START, runner=recorder)
+    rig = make_allocator_rig(settings, clock_start=START, runner=recorder, api_rate_ceiling=10)
     rig.allocator.set_total_expected_executors(8)
     rig.store.update_pod(pod(rig, 1, "failed"))
     for executor_id in range(2, 9):

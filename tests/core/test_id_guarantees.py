@@ -83,7 +83,10 @@ def test_an_unwritable_ledger_issues_no_id_above_its_mark_and_is_retried_with_ba
     rig.allocator.add_notice_listener(notices.append)
     rig.allocator.set_total_expected_executors(3)
     assert rig.pods.created == []
-    assert [n.kind for n in notices] == [NoticeKind.ID_RESERVATION_FAILED]
+    assert [n.kind for n in notices] == [
+        NoticeKind.ID_RESERVATION_FAILED,
+        NoticeKind.ALLOCATION_STALLED,  # issue 32: and health is NOT_SERVING meanwhile
+    ]
     assert notices[0].count == 3
     attempts = []
     real = ledger.reserve_through
@@ -98,11 +101,12 @@ def test_an_unwritable_ledger_issues_no_id_above_its_mark_and_is_retried_with_ba
         rig.store.notify_subscribers()
     assert len(attempts) == 1
     assert rig.pods.created == []
-    assert len(notices) == 1, "noticed once per outage, not every round"
+    assert len(notices) == 2, "noticed once per outage, not every round"
     ledger.fail_writes = False
     rig.clock.advance(2.0)
     rig.store.notify_subscribers()
     assert rig.pods.created_executor_ids() == [1, 2, 3]
+    assert notices[-1].kind is NoticeKind.ALLOCATION_RESUMED
     assert ledger.highest >= 3
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.config.settings import Settings
 from kubernetes import client as k8s
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from execpods.core import ApiThrottled, CoreSettings, PodSelector
-from execpods.core.congestion import CongestionConfig, Signal
+from execpods.core import ApiThrottled, PodSelector, SettingsError
 from execpods.k8s import (
     AdaptiveRateLimiter,
     ApiGateway,
+    ApiRateSettings,
+    CongestionConfig,
     KubernetesApiClient,
     KubernetesPodOperations,
+    Signal,
     TokenBucket,
     rate_limiter_for,
 )
@@ -75,17 +77,35 @@ def test_a_client_using_little_of_its_rate_does_not_raise_it() -> None:
 
 
 def test_the_policy_setting_picks_the_limiter() -> None:
-    adaptive = rate_limiter_for(CoreSettings.from_properties({}))
+    adaptive = rate_limiter_for(ApiRateSettings.from_properties({}))
     assert isinstance(adaptive, AdaptiveRateLimiter)
     assert adaptive.rate == 200.0  # starts at api.qps
     assert adaptive.controller.config.floor == 5.0
     assert adaptive.controller.config.ceiling == 1000.0
     assert adaptive.burst == 300
     static = rate_limiter_for(
-        CoreSettings.from_properties({"execpods.kubernetes.api.ratePolicy": "static"})
+        ApiRateSettings.from_properties({"execpods.kubernetes.api.ratePolicy": "static"})
     )
     assert isinstance(static, TokenBucket)
     assert (static.qps, static.burst) == (200.0, 300)
+
+
+def test_the_peak_rate_core_sizes_rounds_by_is_the_policys_most() -> None:
+    adaptive = ApiRateSettings.from_properties(
+        {"execpods.kubernetes.api.qps": "10", "execpods.kubernetes.api.maxQps": "12"}
+    )
+    assert adaptive.peak_qps == 12.0
+    static = ApiRateSettings.from_properties(
+        {"execpods.kubernetes.api.qps": "10", "execpods.kubernetes.api.ratePolicy": "static"}
+    )
+    assert static.peak_qps == 10.0
+
+
+def test_a_floor_above_the_ceiling_is_refused_naming_both_properties() -> None:
+    with pytest.raises(SettingsError, match=r"minQps=50.0 is invalid.*maxQps=20.0"):
+        ApiRateSettings.from_properties(
+            {"execpods.kubernetes.api.minQps": "50", "execpods.kubernetes.api.maxQps": "20"}
+        )
 
 
 def test_the_gateway_feeds_answers_and_honours_retry_after(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings, main
-from execpods.sidecar.settings import flagged_specs
+from execpods.sidecar.config.settings import flagged_specs
 
 BASE = ["serve", "--app-id", "app", "--api-url", "http://127.0.0.1:1"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from execpods.k8s import ClusterIdLedger
-from execpods.sidecar.permissions import CONFIG_MAP_VERBS, MissingPermissions
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.config.settings import Settings
+from execpods.sidecar.guard.permissions import CONFIG_MAP_VERBS, MissingPermissions
 from execpods.sidecar.wiring import connect
 
 from tests.sidecar.test_rbac import NAMESPACE, RBAC, properties, start_simulator

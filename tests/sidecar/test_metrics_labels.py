@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from execpods.core import ExecutorExited
-from execpods.sidecar.metrics import removal_labels
+from execpods.sidecar.telemetry.metrics import removal_labels
 
 
 @pytest.mark.parametrize(

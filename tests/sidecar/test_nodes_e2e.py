@@ -13,7 +13,7 @@ from execpods.client import AllocatorClient, StreamUpdate
 from execpods.core import AllocatorNotice, ExecutorPodsSnapshot, NoticeKind
 from execpods.core.labels import SPARK_LABELS
 from execpods.kubesim import KubeSim
-from execpods.sidecar.metrics import SidecarMetrics
+from execpods.sidecar.telemetry.metrics import SidecarMetrics
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 

@@ -8,20 +8,20 @@ from pathlib import Path
 import pytest
 from execpods.core import SettingsError
 from execpods.sidecar.cli import build_parser, load_settings, main
-from execpods.sidecar.properties import (
+from execpods.sidecar.config.properties import (
     OTHER_SPARK_KEYS,
     OWNED_NAMESPACES,
     parse_properties,
     read_properties_file,
 )
-from execpods.sidecar.settings import Settings, all_families, all_specs, review_properties
-from execpods.sidecar.sparkkeys import listed_keys
+from execpods.sidecar.config.settings import Settings, all_families, all_specs, review_properties
+from execpods.sidecar.config.sparkkeys import listed_keys
 
 from tests.generators import assert_not_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "docs" / "examples" / "spark-defaults.conf"
-REVIEW_LOGGER = "execpods.sidecar.properties"
+REVIEW_LOGGER = "execpods.sidecar.config.properties"
 
 
 def test_the_sample_spark_defaults_conf_loads_and_every_setting_in_it_is_read(

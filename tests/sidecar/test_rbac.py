@@ -17,9 +17,9 @@ import yaml
 from execpods.client import AllocatorClient, ExecutorState
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import main
+from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.embedded import EmbeddedSidecar
-from execpods.sidecar.permissions import VERBS, MissingPermissions
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.guard.permissions import VERBS, MissingPermissions
 from execpods.sidecar.wiring import connect
 
 from tests.sidecar.conftest import FAST_CLUSTER, running_ids, wait_for

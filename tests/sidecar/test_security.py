@@ -17,7 +17,7 @@ import pytest
 import trustme
 from execpods.client import AllocatorClient, ExecutorState, TlsOptions, read_token_file
 from execpods.core import SettingsError
-from execpods.sidecar.settings import Settings
+from execpods.sidecar.config.settings import Settings
 from grpc_health.v1 import health_pb2
 
 from tests.sidecar.conftest import SidecarFactory
@@ -127,7 +127,7 @@ def test_allowed_clients_refuses_other_certificates_with_permission_denied(
     sidecar = make_sidecar("allowed", conf=conf)
     with AllocatorClient(sidecar.address, tls=pki.client("driver")) as client:
         assert client.request_total(0).total == 0
-    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
+    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.guard.security"):
         code, message = _code(_request(sidecar.address, tls=pki.client("intruder")))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert "intruder" in message
@@ -139,7 +139,7 @@ def test_a_bearer_token_is_required_and_refusals_never_log_it(
     token_file: Path, make_sidecar: SidecarFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     sidecar = make_sidecar("token", conf={"execpods.sidecar.auth.tokenFile": str(token_file)})
-    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
+    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.guard.security"):
         code, message = _code(_request(sidecar.address))
         assert code == grpc.StatusCode.UNAUTHENTICATED
         assert "missing bearer token" in message
@@ -201,7 +201,7 @@ def test_inconsistent_security_settings_fail_naming_the_property(
 
 
 def test_an_empty_token_file_is_refused_at_start(tmp_path: Path) -> None:
-    from execpods.sidecar.security import read_token
+    from execpods.sidecar.guard.security import read_token
 
     empty = tmp_path / "empty"
     empty.write_text("\n", encoding="utf-8")

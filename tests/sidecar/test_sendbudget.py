@@ -14,7 +14,7 @@ import pytest
 from execpods.client import AllocatorClient
 from execpods.kubesim import KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
-from execpods.sidecar.sendbudget import SMALL, SendBudget
+from execpods.sidecar.stream.sendbudget import SMALL, SendBudget
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 from hypothesis import given, settings

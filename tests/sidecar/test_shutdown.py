@@ -62,8 +62,8 @@ def test_concurrent_stops_stop_the_backend_once() -> None:
 
     from execpods.core import no_sources
     from execpods.core.testing import InMemoryPodOperations, SimpleExecutorPodBuilder
+    from execpods.sidecar.config.settings import Settings
     from execpods.sidecar.server import SidecarServer
-    from execpods.sidecar.settings import Settings
     from execpods.sidecar.wiring import assemble
 
     closes: list[str] = []

@@ -19,7 +19,7 @@ from execpods.client import SnapshotRebuilder, StreamUpdate
 from execpods.client.convert import executor_from_proto
 from execpods.core import ExecutorPodsSnapshot
 from execpods.kubesim import KubeSim
-from execpods.sidecar.encoding import encode_state
+from execpods.sidecar.stream.encoding import encode_state
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
@@ -38,7 +38,7 @@ def _updates(call: Iterator[pb.StreamSnapshotsResponse]) -> Iterator[StreamUpdat
 def test_a_slow_stream_stalls_nobody_and_catches_up_in_full(
     sim: KubeSim, make_sidecar: SidecarFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="execpods.sidecar.messages")
+    caplog.set_level(logging.WARNING, logger="execpods.sidecar.stream.messages")
     sidecar = make_sidecar(
         "slow",
         conf={

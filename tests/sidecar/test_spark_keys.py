@@ -20,14 +20,14 @@ import pytest
 from execpods.core import SettingsError
 from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings, main
-from execpods.sidecar.settings import (
+from execpods.sidecar.config.settings import (
     Settings,
     all_families,
     all_specs,
     review_properties,
     spark_key_status,
 )
-from execpods.sidecar.sparkkeys import (
+from execpods.sidecar.config.sparkkeys import (
     CATALOGUED_NAMESPACES,
     NOT_APPLICABLE,
     NOT_IMPLEMENTED,
@@ -43,7 +43,7 @@ from tests.sidecar.serve_process import serve
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "tools" / "spark-keys.tsv"
 SPARK_43_CONF = ROOT / "docs" / "examples" / "spark-4.3-defaults.conf"
-REVIEW_LOGGER = "execpods.sidecar.properties"
+REVIEW_LOGGER = "execpods.sidecar.config.properties"
 
 
 def _spark_keys_tool() -> ModuleType:
@@ -84,7 +84,7 @@ def test_every_listed_key_is_a_spark_43_key_and_not_also_honoured() -> None:
     invented = [key for key in listed_keys() if key not in spark]
     assert invented == []
     both = [key for key in listed_keys() if key in all_specs() or key in all_families()]
-    assert both == [], "declared now: delete its line from execpods.sidecar.sparkkeys"
+    assert both == [], "declared now: delete its line from execpods.sidecar.config.sparkkeys"
     assert set(NOT_APPLICABLE).isdisjoint(NOT_IMPLEMENTED)
 
 

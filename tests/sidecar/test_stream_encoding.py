@@ -21,7 +21,7 @@ from execpods.core import (
 )
 from execpods.core import ExecutorState as CoreExecutorState
 from execpods.core.testing import executor_pod
-from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_state
+from execpods.sidecar.stream.encoding import EncodingCache, SnapshotEncoder, encode_state
 from execpods.v1 import allocator_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -19,8 +19,8 @@ import pytest
 from execpods.core import SettingsError
 from execpods.devtools.simulated import simulator_properties
 from execpods.k8s import parse_pod_template
-from execpods.sidecar.settings import Settings
-from execpods.sidecar.templatepolicy import (
+from execpods.sidecar.config.settings import Settings
+from execpods.sidecar.guard.templatepolicy import (
     PolicyRefusal,
     TemplatePolicy,
     TemplatePolicyLevel,
@@ -194,7 +194,7 @@ def test_a_wildcard_plaintext_listener_does_not_start_without_the_explicit_flag(
     _settings(
         **{"execpods.sidecar.listen": "0.0.0.0:0", "execpods.sidecar.auth.tokenFile": str(token)}
     )
-    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
+    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.guard.security"):
         _settings(**{"execpods.sidecar.listen": "0.0.0.0:0", "execpods.sidecar.insecure": "true"})
     assert any("anonymous" in r.getMessage() for r in caplog.records)
 
@@ -202,7 +202,7 @@ def test_a_wildcard_plaintext_listener_does_not_start_without_the_explicit_flag(
 def test_weak_token_files_are_refused_or_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from execpods.sidecar.security import SecuritySettings, read_token
+    from execpods.sidecar.guard.security import SecuritySettings, read_token
 
     short = tmp_path / "short"
     short.write_text("x\n", encoding="utf-8")
@@ -211,14 +211,14 @@ def test_weak_token_files_are_refused_or_warned_about(
     shared = tmp_path / "shared"
     shared.write_text("0123456789abcdef-long-enough\n", encoding="utf-8")
     shared.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
+    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.guard.security"):
         assert (
             read_token(SecuritySettings(token_file=str(shared))) == b"0123456789abcdef-long-enough"
         )
     assert any("readable by every user" in r.getMessage() for r in caplog.records)
     caplog.clear()
     shared.chmod(0o440)
-    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.security"):
+    with caplog.at_level(logging.WARNING, logger="execpods.sidecar.guard.security"):
         read_token(SecuritySettings(token_file=str(shared)))
     assert not caplog.records
 

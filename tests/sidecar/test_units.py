@@ -17,10 +17,15 @@ from execpods.core import (
 )
 from execpods.core.testing import failed_executor, pending_executor, running_executor
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder, encode_notice, encode_state
-from execpods.sidecar.feed import Pending, StreamFeed
-from execpods.sidecar.messages import StreamCursor, build_response
-from execpods.sidecar.service import AllocatorService
+from execpods.sidecar.rpc.service import AllocatorService
+from execpods.sidecar.stream.encoding import (
+    EncodingCache,
+    SnapshotEncoder,
+    encode_notice,
+    encode_state,
+)
+from execpods.sidecar.stream.feed import Pending, StreamFeed
+from execpods.sidecar.stream.messages import StreamCursor, build_response
 from execpods.v1 import allocator_pb2 as pb
 
 GONE = ExecutorExited(exit_code=-1, exit_caused_by_app=False, message="gone")

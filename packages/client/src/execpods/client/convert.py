@@ -102,6 +102,7 @@ def notice_from_proto(message: pb.AllocatorNotice) -> AllocatorNotice:
         resource_profile_id=message.resource_profile_id,
         count=message.count,
         retry_in_ms=message.retry_in_ms,
+        reason=message.reason,
     )
 
 

@@ -114,12 +114,13 @@ class StreamPosition:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocatorNotice:
-    """Something the allocator tells the driver: refused or throttled creates, the id cap, or a
-    bad node blocked or lifted.
+    """Something the allocator tells the driver: refused or throttled creates, the id cap, a
+    bad node blocked or lifted, or allocation stalled and resumed.
 
     `kind` is the contract's `AllocatorNotice.Kind` without its prefix: "create_refused",
-    "create_throttled", "create_failed", "allocation_maximum_reached", "node_blocked" or
-    "node_unblocked".
+    "create_throttled", "create_failed", "allocation_maximum_reached", "node_blocked",
+    "node_unblocked", "allocation_stalled" or "allocation_resumed" (`reason` says which stall:
+    "IdLedgerUnreadable", "ThreadDied", "CredentialsRefused"...).
     """
 
     kind: str
@@ -127,6 +128,7 @@ class AllocatorNotice:
     resource_profile_id: int
     count: int
     retry_in_ms: int
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

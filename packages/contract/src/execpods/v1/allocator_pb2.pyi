@@ -503,6 +503,14 @@ class AllocatorNotice(_message.Message):
         """
         KIND_NODE_UNBLOCKED: AllocatorNotice._Kind.ValueType  # 21
         """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
+        KIND_ALLOCATION_STALLED: AllocatorNotice._Kind.ValueType  # 50
+        """Allocation cannot make progress for `reason` (the id ledger unreadable, a worker thread
+        dead, the API's credentials refused...); the message says what and what to do. While any
+        stall is on, gRPC health is NOT_SERVING. Sent when it begins, and to a stream opened while
+        it is on; `count` is 0.
+        """
+        KIND_ALLOCATION_RESUMED: AllocatorNotice._Kind.ValueType  # 51
+        """The stall of the same `reason` is over."""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -534,12 +542,21 @@ class AllocatorNotice(_message.Message):
     """
     KIND_NODE_UNBLOCKED: AllocatorNotice.Kind.ValueType  # 21
     """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
+    KIND_ALLOCATION_STALLED: AllocatorNotice.Kind.ValueType  # 50
+    """Allocation cannot make progress for `reason` (the id ledger unreadable, a worker thread
+    dead, the API's credentials refused...); the message says what and what to do. While any
+    stall is on, gRPC health is NOT_SERVING. Sent when it begins, and to a stream opened while
+    it is on; `count` is 0.
+    """
+    KIND_ALLOCATION_RESUMED: AllocatorNotice.Kind.ValueType  # 51
+    """The stall of the same `reason` is over."""
 
     KIND_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     RESOURCE_PROFILE_ID_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     RETRY_IN_MS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     kind: Global___AllocatorNotice.Kind.ValueType
     message: _builtins.str
     """A human-readable explanation, with the API's message."""
@@ -548,6 +565,10 @@ class AllocatorNotice(_message.Message):
     """How many creates (or, for the maximum, how many executors wanted) this notice stands for."""
     retry_in_ms: _builtins.int
     """Milliseconds until the allocator tries again; 0 when it does not wait."""
+    reason: _builtins.str
+    """A CamelCase reason, as Kubernetes' (IdLedgerUnreadable, ThreadDied, CredentialsRefused...);
+    set for stalls and where the kind alone does not say why.
+    """
     def __init__(
         self,
         *,
@@ -556,10 +577,11 @@ class AllocatorNotice(_message.Message):
         resource_profile_id: _builtins.int = ...,
         count: _builtins.int = ...,
         retry_in_ms: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "kind", b"kind", "message", b"message", "resource_profile_id", b"resource_profile_id", "retry_in_ms", b"retry_in_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "kind", b"kind", "message", b"message", "reason", b"reason", "resource_profile_id", b"resource_profile_id", "retry_in_ms", b"retry_in_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -72,6 +72,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
+from execpods.core.progress import ProgressChange, ProgressMonitor
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
@@ -126,6 +127,8 @@ __all__ = [
     "PodSelector",
     "Position",
     "ProfileConflict",
+    "ProgressChange",
+    "ProgressMonitor",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",

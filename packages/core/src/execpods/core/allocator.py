@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocation import (
     ExecutorCounts,
     Limits,
@@ -56,6 +57,7 @@ from execpods.core.ports import (
     SnapshotsReader,
 )
 from execpods.core.profiles import ResourceProfiles, profile_id_of
+from execpods.core.progress import ID_LEDGER_UNREADABLE, ID_LEDGER_UNWRITABLE, ProgressMonitor
 from execpods.core.recovery import LostCreates, recover
 from execpods.core.scaledown import ScaleDownDeletions
 from execpods.core.settings import CoreSettings
@@ -124,8 +126,12 @@ class ExecutorPodsAllocator:
         claims: ExecutorClaims | None = None,
         round_hooks: Sequence[RoundHook] = (),
         id_ledger: ExecutorIdLedger | None = None,
+        progress: ProgressMonitor | None = None,
+        api_rate_ceiling: float = API_RATE_CEILING,
     ) -> None:
         self._settings = settings
+        self._progress = progress if progress is not None else ProgressMonitor(clock=clock)
+        """Told when the id ledger keeps allocation from progressing (`progress.py`)."""
         self._claims = claims
         """The executors' OnDemand claims (`claims.py`): reusable ones are found per round, and
         waiting to reuse them can hold creates back."""
@@ -167,6 +173,7 @@ class ExecutorPodsAllocator:
             runner=runner,
             rng=rng,
             failure_tracker=failure_tracker,
+            api_rate_ceiling=api_rate_ceiling,
         )
 
     # Configuration and queries (any thread).
@@ -296,7 +303,14 @@ class ExecutorPodsAllocator:
             mark = self._ids.read_mark()
         except PodOperationError as error:
             logger.warning("Could not read the executor id ledger (%s); retrying.", error)
+            self._progress.stall(
+                ID_LEDGER_UNREADABLE,
+                f"the executor id ledger cannot be read ({error}); no executor is created "
+                "before it is, since an id could otherwise be issued twice (retried every "
+                "allocation round)",
+            )
             return False
+        self._progress.resume(ID_LEDGER_UNREADABLE)
         adoption = recover(
             self._pods,
             self._labels,
@@ -488,12 +502,14 @@ class ExecutorPodsAllocator:
             held=held,
         )
         short: dict[int, int] = {}
+        held_for_ledger = False
         for profile_id, count in counts.items():
             allowed = self._ids.reserve(count)
             if allowed < count:
                 if self._ids.left < count:
                     short[profile_id] = count - self._ids.left
                 else:
+                    held_for_ledger = True
                     self._report_reservation_failure(profile_id, count - allowed)
             elif self._ids.last_error is None:
                 self._reservation_reported = False
@@ -522,22 +538,29 @@ class ExecutorPodsAllocator:
             for r in requested:
                 self._unseen[r.executor_id] = _Request(r.at, r.resource_profile_id)
             self._lost.add(r.executor_id for r in requested if r.answer_lost)
+        if not held_for_ledger:
+            self._progress.resume(ID_LEDGER_UNWRITABLE)
         # Told after the round issued the ids it still could: the numbers are then final.
         if short and self._ids.left == 0:
             profile_id = min(short)
             self._report_maximum(profile_id, short[profile_id])
 
     def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
-        if self._reservation_reported:
-            return
-        self._reservation_reported = True
         error = self._ids.last_error
-        message = (
-            f"Could not reserve executor ids in the id ledger ({error}): {held_back} executors of "
-            f"resource profile {profile_id} wait until it can be written (retried with back-off); "
-            "no id above the last reserved one is used, so none can ever be issued twice."
+        if not self._reservation_reported:
+            self._reservation_reported = True
+            message = (
+                f"Could not reserve executor ids in the id ledger ({error}): {held_back} "
+                f"executors of resource profile {profile_id} wait until it can be written "
+                "(retried with back-off); no id above the last reserved one is used, so none can "
+                "ever be issued twice."
+            )
+            self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
+        self._progress.stall(
+            ID_LEDGER_UNWRITABLE,
+            f"the executor id ledger cannot be written ({error}); executors wait for ids above "
+            "its mark (retried with back-off)",
         )
-        self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
 
     def _report_maximum(self, profile_id: int, short: int) -> None:
         if self._maximum_reported:

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.clock import SystemClock
-from execpods.core.creation import NoticeListener
+from execpods.core.creation import AllocatorNotice, NoticeKind, NoticeListener
 from execpods.core.errors import PodOperationError
 from execpods.core.idlists import summarize_ids
 from execpods.core.kills import GracefulKiller
@@ -42,6 +42,7 @@ from execpods.core.ports import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
 from execpods.core.removals import (
     FailureListener,
     InvalidPosition,
@@ -160,6 +161,7 @@ class ExecutorPodsBackend:
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
         clock: Clock | None = None,
+        progress: ProgressMonitor | None = None,
     ) -> None:
         self.app_id = app_id
         self.settings = settings
@@ -174,6 +176,10 @@ class ExecutorPodsBackend:
         self._removals = removals
         self._live: set[object] = set()
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self.progress = progress if progress is not None else ProgressMonitor(clock=self._clock)
+        """Whether allocation can make progress; any part may say it cannot (`progress.py`).
+        Each stall and its end reach every stream as a notice."""
+        self.progress.add_listener(self._progress_changed)
         self._started = False
         self._request_lock = threading.Lock()
         self._killer = GracefulKiller(
@@ -318,6 +324,9 @@ class ExecutorPodsBackend:
         """Hear every later allocator notice (refused or throttled creates, the id cap)."""
         return self._allocator.add_notice_listener(listener)
 
+    def _progress_changed(self, change: ProgressChange) -> None:
+        self._allocator.notify(stall_notice(change.stall, stalled=change.stalled))
+
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
         the events drive the rest."""
@@ -395,7 +404,10 @@ class ExecutorPodsBackend:
         handle = StreamHandle(opened, self._live)
         try:
             if on_notice is not None:
-                handle._cancels.append(self._allocator.add_notice_listener(on_notice))
+                with self.progress.held() as stalls:  # opened while stalled: it hears why
+                    handle._cancels.append(self._allocator.add_notice_listener(on_notice))
+                    for stall in stalls:
+                        on_notice(stall_notice(stall, stalled=True))
             handle._cancels.append(self._store.add_subscriber(interval, on_snapshots).cancel)
         except BaseException:
             handle.cancel()
@@ -414,3 +426,18 @@ class ExecutorPodsBackend:
         """How many subscriptions and streams are live (the sidecar's open streams), for health
         checks and leak tests."""
         return len(self._live)
+
+
+def stall_notice(stall: Stall, *, stalled: bool) -> AllocatorNotice:
+    """The notice every stream gets when a stall begins (`stalled`) or ends."""
+    return AllocatorNotice(
+        kind=NoticeKind.ALLOCATION_STALLED if stalled else NoticeKind.ALLOCATION_RESUMED,
+        message=(
+            f"Allocation cannot make progress: {stall.message}"
+            if stalled
+            else f"Allocation can make progress again ({stall.reason} is over)."
+        ),
+        resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+        count=0,
+        reason=stall.reason,
+    )

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.badnodes import AvoidingPodBuilder, NodeBlocklist
@@ -53,6 +54,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfiles
+from execpods.core.progress import ProgressMonitor
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
@@ -127,6 +129,7 @@ def compose_backend(
     claims: ExecutorClaims | None = None,
     blocklist: NodeBlocklist | None = None,
     registration: RegistrationTimeout | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> ExecutorPodsBackend:
     """The backend over these ports, not yet started.
 
@@ -144,9 +147,11 @@ def compose_backend(
     deletes the application's claims. With `blocklist`, new executor pods keep off the nodes it
     blocks (it counts failures per node each allocation round, and its notices go to the
     allocator's listeners). With `registration`, Running executors the driver does not know
-    in time are deleted and reported with its reason.
+    in time are deleted and reported with its reason. `api_rate_ceiling` is the most API calls
+    a second the client's rate policy may allow (the adapter's settings), which sizes a round.
     """
     clock = clock if clock is not None else SystemClock()
+    progress = ProgressMonitor(clock=clock)
     make_store = store if store is not None else scheduled_store()
     snapshots = make_store(
         labels=settings.labels,
@@ -193,6 +198,8 @@ def compose_backend(
         id_ledger=id_ledger,
         claims=claims,
         round_hooks=[h for h in (claims, blocklist) if h is not None],
+        progress=progress,
+        api_rate_ceiling=api_rate_ceiling,
     )
     recovery.set_notify(allocator.notify)
     if blocklist is not None:
@@ -225,6 +232,7 @@ def compose_backend(
         sources=sources(snapshots),
         close=close,
         clock=clock,
+        progress=progress,
     )
 
 

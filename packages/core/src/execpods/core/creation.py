@@ -120,6 +120,10 @@ class NoticeKind(enum.Enum):
     """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
     NODE_BLOCKED = "node_blocked"
     NODE_UNBLOCKED = "node_unblocked"
+    ALLOCATION_STALLED = "allocation_stalled"
+    """Allocation cannot make progress (`progress.py`); `reason` says why, until RESUMED."""
+    ALLOCATION_RESUMED = "allocation_resumed"
+    """The stall of the same `reason` is over."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,6 +136,8 @@ class AllocatorNotice:
     count: int = 1
     retry_in: float = 0.0
     """Seconds until the allocator tries again (0 when it does not wait)."""
+    reason: str = ""
+    """A CamelCase reason, as Kubernetes' (stalls: `progress.py`); empty when the kind says it."""
 
 
 NoticeListener = Callable[[AllocatorNotice], None]

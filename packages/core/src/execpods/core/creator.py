@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from execpods.core.adaptive import AdaptiveBatch, StartTracker, round_ceiling
+from execpods.core.adaptive import API_RATE_CEILING, AdaptiveBatch, StartTracker, round_ceiling
 from execpods.core.creation import (
     AllocatorNotice,
     CreateBackoff,
@@ -71,7 +71,10 @@ class PodCreator:
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        api_rate_ceiling: float = API_RATE_CEILING,
     ) -> None:
+        """`api_rate_ceiling`: the most API calls a second the client's rate policy may ever
+        allow (the adapter's settings say it), which sizes a round."""
         self._settings = settings
         self._failures = failure_tracker
         self._builder = pod_builder
@@ -82,7 +85,7 @@ class PodCreator:
         self._batches: dict[int, AdaptiveBatch] = {}
         self._ceiling = round_ceiling(
             batch_size=settings.batch_size,
-            api_qps=settings.api_peak_qps,
+            api_qps=api_rate_ceiling,
             batch_delay=settings.batch_delay,
         )
         self.starts = StartTracker()

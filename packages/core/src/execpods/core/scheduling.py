@@ -149,7 +149,9 @@ class ThreadScheduler(_SchedulingMethods):
                 continue
             wait = due - self._clock.monotonic()
             if wait > 0:
-                self._cond.wait(wait)
+                # A task due beyond what a wait can take (settings refuse such durations) must
+                # not end the worker: wait the longest a wait can, then look again.
+                self._cond.wait(min(wait, threading.TIMEOUT_MAX))
                 continue
             return self._queue.pop().task
         return None

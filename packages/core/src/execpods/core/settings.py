@@ -37,13 +37,6 @@ INT_MAX = 2**31 - 1
 """Spark's Int.MaxValue: the default of its unbounded integer caps."""
 
 
-RATE_POLICIES = ("adaptive", "static")
-
-
-def _rate_policy(value: str) -> str | None:
-    return None if value in RATE_POLICIES else f"must be one of {', '.join(RATE_POLICIES)}"
-
-
 def above_100ms(value: float) -> str | None:
     """Spark refuses an allocation batch delay of 100 ms or less (SPARK-49447)."""
     return None if value > 0.1 else "must be greater than 0.1s (100ms)"
@@ -153,47 +146,6 @@ class CoreSettings(SettingsBase):
         "that needs more reserves what it needs): a scale-up to 10,000 costs five writes; a "
         "restart skips at most this many unused ids.",
         parse=parse_int,
-        rule=positive,
-    )
-    api_qps: int = setting(
-        "execpods.kubernetes.api.qps",
-        200,
-        "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s): the "
-        "static policy's rate, and where the adaptive policy starts.",
-        parse=parse_int,
-        rule=positive,
-    )
-    api_burst: int = setting(
-        "execpods.kubernetes.api.burst",
-        300,
-        "Calls the static rate limit lets through at once after an idle spell (the token "
-        "bucket's size).",
-        parse=parse_int,
-        rule=positive,
-    )
-    api_rate_policy: str = setting(
-        "execpods.kubernetes.api.ratePolicy",
-        "adaptive",
-        "adaptive: the API call rate grows while the API server answers promptly and falls on "
-        "429, 5xx or rising latency, within minQps and maxQps (congestion control); static: a "
-        "token bucket of qps and burst.",
-        parse=str.strip,
-        rule=_rate_policy,
-    )
-    api_min_qps: float = setting(
-        "execpods.kubernetes.api.minQps",
-        5.0,
-        "The adaptive rate's floor (calls/s): client-go's default QPS, what every controller "
-        "gets; however loaded the server, the sidecar keeps this much to make progress.",
-        parse=parse_float,
-        rule=positive,
-    )
-    api_max_qps: float = setting(
-        "execpods.kubernetes.api.maxQps",
-        1000.0,
-        "The adaptive rate's ceiling (calls/s): one driver never claims more of an API server, "
-        "whose etcd writes a few thousand objects a second for the whole cluster.",
-        parse=parse_float,
         rule=positive,
     )
     api_polling_interval: float = duration_setting(
@@ -430,11 +382,6 @@ class CoreSettings(SettingsBase):
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
         self._check_dynamic_allocation()
-        if self.api_min_qps > self.api_max_qps:
-            raise SettingsError(
-                f"execpods.kubernetes.api.minQps={self.api_min_qps} is invalid: it must not "
-                f"exceed execpods.kubernetes.api.maxQps={self.api_max_qps}"
-            )
         if self.max_pending_pods_per_rp > self.max_pending_pods:
             raise SettingsError(
                 "spark.kubernetes.allocation.maxPendingPodsPerRp="
@@ -479,11 +426,6 @@ class CoreSettings(SettingsBase):
         """maxPendingPodsPerRp, falling back to maxPendingPods as in Spark."""
         per_rp = self.max_pending_pods_per_rp_setting
         return self.max_pending_pods if per_rp is None else per_rp
-
-    @property
-    def api_peak_qps(self) -> float:
-        """The most calls a second the rate policy may ever allow (what a round is sized by)."""
-        return self.api_max_qps if self.api_rate_policy == "adaptive" else float(self.api_qps)
 
     @property
     def pod_creation_timeout(self) -> float:

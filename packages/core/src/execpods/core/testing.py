@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import ManualClock
@@ -433,6 +434,7 @@ def compose_deterministic(
     rng: random.Random | None = None,
     request_scheduler: Scheduler | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    api_rate_ceiling: float = API_RATE_CEILING,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
     `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler:
@@ -464,6 +466,7 @@ def compose_deterministic(
         profiles=profiles,
         runner=runner,
         rng=rng,
+        api_rate_ceiling=api_rate_ceiling,
     )
     # Core's own testing module may look past the facade; nothing else does.
     return Composed(

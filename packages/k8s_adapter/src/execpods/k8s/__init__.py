@@ -40,7 +40,9 @@ from execpods.k8s.gateway import ApiGateway
 from execpods.k8s.ledger import ClusterIdLedger
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.poll import PollSource
+from execpods.k8s.ratecontrol import CongestionConfig, RateController, Signal
 from execpods.k8s.ratelimit import RateLimiter, TokenBucket
+from execpods.k8s.ratesettings import ApiRateSettings
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.watch import WatchSource, WatchStats
@@ -48,6 +50,10 @@ from execpods.k8s.watch import WatchSource, WatchStats
 __all__ = [
     "AdaptiveRateLimiter",
     "ApiCall",
+    "ApiRateSettings",
+    "CongestionConfig",
+    "RateController",
+    "Signal",
     "RateLimiter",
     "TokenBucket",
     "rate_limiter_for",

@@ -1,9 +1,9 @@
-"""The adaptive rate limit: calls paced at the rate the core's `RateController` learns.
+"""The adaptive rate limit: calls paced at the rate a `RateController` learns.
 
 `execpods.kubernetes.api.ratePolicy=adaptive` (the default). The gateway takes a start from
 `acquire` before every call, creates first among the sidecar's calls by volume, and deletes,
 lists and patches alike, and tells `answered` how every call but a watch went (a watch's latency
-is a stream's life, not the server's answer time). The controller (`execpods.core.congestion`)
+is a stream's life, not the server's answer time). The controller (`ratecontrol.py`)
 decides the rate; this class only paces:
 
 - calls start `1 / rate` apart, in the order they asked (a reservation, as the token bucket);
@@ -28,24 +28,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from execpods.core.congestion import DEMAND, CongestionConfig, RateController, Signal
-from execpods.core.settings import CoreSettings
+from execpods.k8s.ratecontrol import DEMAND, CongestionConfig, RateController, Signal
 from execpods.k8s.ratelimit import RateLimiter, StartLog, TokenBucket
+from execpods.k8s.ratesettings import ApiRateSettings
 
 DEFAULT_BURST = 300
 """Calls an idle client may start at once in slow start (the static bucket's default burst)."""
 PACED_SECONDS = 0.1
 """After the first congestion signal, how much of the rate an idle spell saves up."""
-
-
-class _FuncClock:
-    """The core's `Clock` over a monotonic function."""
-
-    def __init__(self, monotonic: Callable[[], float]) -> None:
-        self.monotonic = monotonic
-
-    def time(self) -> float:
-        return time.time()
 
 
 class AdaptiveRateLimiter(StartLog):
@@ -66,7 +56,7 @@ class AdaptiveRateLimiter(StartLog):
         self.burst = burst
         self._clock = clock
         self._sleep = sleep
-        self.controller = RateController(config, clock=_FuncClock(clock))
+        self.controller = RateController(config, clock=clock)
         self._next = -math.inf
         self._last_second: deque[float] = deque()
         self._waited_at = -math.inf
@@ -74,15 +64,13 @@ class AdaptiveRateLimiter(StartLog):
         self.waited = 0.0
 
     @classmethod
-    def from_settings(cls, settings: CoreSettings) -> AdaptiveRateLimiter:
+    def from_settings(cls, settings: ApiRateSettings) -> AdaptiveRateLimiter:
         """The controller bounded by minQps and maxQps, starting at qps."""
         return cls(
             CongestionConfig(
-                floor=settings.api_min_qps,
-                ceiling=settings.api_max_qps,
-                initial=float(settings.api_qps),
+                floor=settings.min_qps, ceiling=settings.max_qps, initial=float(settings.qps)
             ),
-            burst=settings.api_burst,
+            burst=settings.burst,
         )
 
     @property
@@ -142,10 +130,10 @@ class AdaptiveRateLimiter(StartLog):
         return self.controller.config.ceiling * window + self.burst
 
 
-def rate_limiter_for(settings: CoreSettings) -> RateLimiter:
+def rate_limiter_for(settings: ApiRateSettings) -> RateLimiter:
     """The limiter `execpods.kubernetes.api.ratePolicy` names: adaptive or static."""
-    if settings.api_rate_policy == "static":
-        return TokenBucket(qps=settings.api_qps, burst=settings.api_burst)
+    if settings.policy == "static":
+        return TokenBucket(qps=settings.qps, burst=settings.burst)
     return AdaptiveRateLimiter.from_settings(settings)
 
 

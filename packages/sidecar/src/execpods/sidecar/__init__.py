@@ -4,9 +4,9 @@
 its own event-loop thread; `Settings` is the one settings object (core, Kubernetes, sidecar).
 """
 
+from execpods.sidecar.config.settings import Settings, SidecarSettings
 from execpods.sidecar.embedded import EmbeddedSidecar
 from execpods.sidecar.server import SidecarServer
-from execpods.sidecar.settings import Settings, SidecarSettings
 from execpods.sidecar.wiring import Runtime, assemble, connect
 
 __all__ = [

@@ -21,16 +21,16 @@ from importlib import metadata
 
 from execpods.core import ExecpodsError, SettingsError
 from execpods.core.settingkit import SettingSpec
-from execpods.sidecar.effective import print_effective
-from execpods.sidecar.logformat import (
+from execpods.sidecar.config.effective import print_effective
+from execpods.sidecar.config.properties import read_properties_file_lines
+from execpods.sidecar.config.settings import Settings, all_families, all_specs, flagged_specs
+from execpods.sidecar.server import SidecarServer
+from execpods.sidecar.telemetry.logformat import (
     JsonFormatter,
     configure_log_format,
     stamp_app_id,
     stderr_as_json,
 )
-from execpods.sidecar.properties import read_properties_file_lines
-from execpods.sidecar.server import SidecarServer
-from execpods.sidecar.settings import Settings, all_families, all_specs, flagged_specs
 from execpods.sidecar.wiring import connect
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from execpods.core import Clock
+from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.server import SidecarServer
-from execpods.sidecar.settings import Settings
 from execpods.sidecar.wiring import Runtime, connect
 
 RuntimeFactory = Callable[[Settings], Runtime]

@@ -2,8 +2,9 @@
 
 `OpsPlane` is started by the server once the backend runs and stopped first at shutdown. It owns
 
-- the health statuses (`""` and the allocator's service): SERVING only while the server is up
-  *and* the cluster is reachable (`health.ClusterHealth`);
+- the health statuses (`""` and the allocator's service): SERVING only while the server is up,
+  the cluster is reachable (`health.ClusterHealth`) *and* allocation can make progress (the
+  backend's `ProgressMonitor`: no stall on);
 - the optional plaintext health-only port (`execpods.sidecar.health.listen`);
 - the optional Prometheus endpoint (`execpods.sidecar.metrics.*`) and the metrics' store
   subscriber.
@@ -18,11 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from execpods.core import Subscription
-from execpods.sidecar.apimetrics import ApiMetrics
-from execpods.sidecar.grpcmetrics import GrpcServerMetrics
-from execpods.sidecar.health import ClusterHealth, HealthStatus
-from execpods.sidecar.metrics import MetricsServer, SidecarMetrics
+from execpods.core import ProgressChange, Subscription
+from execpods.core.progress import watch_threads
+from execpods.sidecar.telemetry.apimetrics import ApiMetrics
+from execpods.sidecar.telemetry.grpcmetrics import GrpcServerMetrics
+from execpods.sidecar.telemetry.health import ClusterHealth, HealthStatus
+from execpods.sidecar.telemetry.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
 from grpc_health.v1 import health_pb2_grpc
 
@@ -51,6 +53,8 @@ class OpsPlane:
         self.api_metrics: ApiMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         self._unlisten: Callable[[], None] | None = None
+        self._unprogress: Callable[[], None] | None = None
+        self._unwatch: Callable[[], None] | None = None
         if settings.metrics.enabled:
             backend = runtime.backend
             self.metrics = SidecarMetrics(
@@ -77,6 +81,12 @@ class OpsPlane:
     async def start(self) -> None:
         """Start the endpoints (before the backend, so a bad port fails before any pod)."""
         self.status.bind(asyncio.get_running_loop())
+        progress = self._runtime.backend.progress
+        with progress.held() as stalls:  # every stall from now on, the current ones first
+            self._unprogress = progress.add_listener(self._progress_changed)
+            for stall in stalls:
+                self._progress_changed(ProgressChange(stall=stall, stalled=True))
+        self._unwatch = watch_threads(progress)
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.telemetry.add(self.metrics)
@@ -115,9 +125,18 @@ class OpsPlane:
         self._task = asyncio.get_running_loop().create_task(self.cluster.run())
         await self.status.set_serving(True)
 
+    def _progress_changed(self, change: ProgressChange) -> None:
+        self.status.set_progressing(self._runtime.backend.progress.progressing)
+        if self.metrics is not None:
+            self.metrics.progress_changed(change)
+
     async def stop(self) -> None:
         """NOT_SERVING from now on; close the endpoints."""
         await self.status.set_serving(False)
+        if self._unprogress is not None:
+            self._unprogress()
+        if self._unwatch is not None:
+            self._unwatch()
         self._runtime.telemetry.remove(self.cluster)
         if self._task is not None:
             self._task.cancel()

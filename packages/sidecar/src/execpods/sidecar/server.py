@@ -22,10 +22,10 @@ import socket
 
 import grpc
 from execpods.core import ShutdownReport
-from execpods.sidecar import security
+from execpods.sidecar.guard import security
+from execpods.sidecar.guard.templatepolicy import POLICY_KEY, TemplatePolicy, TemplatePolicyLevel
 from execpods.sidecar.ops import OpsPlane
-from execpods.sidecar.service import AllocatorService, add_to_server
-from execpods.sidecar.templatepolicy import POLICY_KEY, TemplatePolicy, TemplatePolicyLevel
+from execpods.sidecar.rpc.service import AllocatorService, add_to_server
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from grpc_health.v1 import health, health_pb2_grpc

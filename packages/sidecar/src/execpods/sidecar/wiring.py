@@ -48,11 +48,11 @@ from execpods.k8s import (
     rate_limiter_for,
     resolve_namespace,
 )
+from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.permissions import check_pod_permissions, cluster_probe
-from execpods.sidecar.settings import Settings
-from execpods.sidecar.telemetry import CountedPodOperations, Telemetry
-from execpods.sidecar.templatepolicy import TemplatePolicy
+from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ def assemble(
         claims=claims,
         blocklist=blocklist,
         registration=registration,
+        api_rate_ceiling=settings.api_rate.peak_qps,
     )
     return Runtime(
         settings=settings,
@@ -178,7 +179,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
     telemetry = Telemetry()
     try:
         namespace = resolve_namespace(k8s)
-        limiter = rate_limiter_for(settings.core)
+        limiter = rate_limiter_for(settings.api_rate)
         gateway = ApiGateway(
             api_client,
             namespace=namespace,

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from execpods.core import CoreSettings
 from execpods.devtools.bench.runs import (
     SERVER_CREATE_RATE,
     START_JITTER,
@@ -23,6 +22,7 @@ from execpods.devtools.bench.runs import (
 )
 from execpods.devtools.spark import PEER_PLUGIN, PEER_SPARK, spark_time_to_target
 from execpods.devtools.spark_plugin import build as build_plugin
+from execpods.k8s import ApiRateSettings
 from execpods.kubesim import ClusterConfig, KubeSim
 
 __all__ = ["peak_per_second", "spark_peer", "spark_peers"]
@@ -55,10 +55,10 @@ def spark_peer(executors: int, *, plugin_jar: Path | None = None) -> Run:
     limiting = SERVER_CREATE_RATE
     rate_limit = math.inf
     if plugin_jar is not None:
-        core = CoreSettings.from_properties({"spark.executor.instances": "0"})
+        rate = ApiRateSettings()
         # The table's limit column: what the sidecar's bucket lets through in one second.
-        limiting = min(float(core.api_qps), SERVER_CREATE_RATE)
-        rate_limit = float(core.api_burst + core.api_qps)
+        limiting = min(float(rate.qps), SERVER_CREATE_RATE)
+        rate_limit = float(rate.burst + rate.qps)
     started = time.monotonic()
     with KubeSim(cluster=cluster) as sim:
         body = FirstPodBody(sim)

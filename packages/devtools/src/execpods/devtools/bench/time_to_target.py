@@ -66,7 +66,7 @@ from execpods.devtools.bench.runs import (
 )
 from execpods.devtools.bench.spark_peers import spark_peers
 from execpods.devtools.simulated import simulator_properties
-from execpods.k8s import TokenBucket, pod_from_dict
+from execpods.k8s import ApiRateSettings, TokenBucket, pod_from_dict
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.kubesim.bodies import JsonValue
 from execpods.kubesim.errors import ApiError
@@ -202,15 +202,15 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
     sim = KubeSim(cluster=cluster, deterministic=True, event_window=max(10_000, 4 * executors))
     clock = ManualClock(sim.now())
     scheduler = VirtualScheduler(clock)
-    settings = CoreSettings.from_properties({"spark.executor.instances": "0", **policy.properties})
+    properties = {"spark.executor.instances": "0", **policy.properties}
+    settings = CoreSettings.from_properties(properties)
+    rate = ApiRateSettings.from_properties(properties)
 
     def wait(seconds: float) -> None:  # a rate-limited call waits in virtual time
         clock.advance(seconds)
         _sync(sim, clock)
 
-    limiter = TokenBucket(
-        qps=settings.api_qps, burst=settings.api_burst, clock=clock.monotonic, sleep=wait
-    )
+    limiter = TokenBucket(qps=rate.qps, burst=rate.burst, clock=clock.monotonic, sleep=wait)
     pods = SimPodOperations(sim, limiter, wait)
     # The whole backend as the sidecar assembles it, minus the watch and poll: kubesim's events
     # feed the store directly (the sources factory hands over its write side).
@@ -225,6 +225,7 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
         clock=clock,
         store=scheduled_store(scheduler),
         request_scheduler=scheduler,
+        api_rate_ceiling=rate.peak_qps,
     )
     store = fed.writer
     running: set[str] = set()
@@ -267,7 +268,7 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
     wall = time.perf_counter() - started
     measuring.clear()  # stopping deletes the executor pods: not part of the curve
     backend.stop()
-    limiting = min(float(settings.api_qps), SERVER_CREATE_RATE)
+    limiting = min(float(rate.qps), SERVER_CREATE_RATE)
     return Run(
         policy=policy.name,
         executors=executors,
@@ -321,10 +322,10 @@ def run_real(policy: Policy, executors: int) -> Run:
             limiter = sidecar.runtime.rate_limiter
             assert limiter is not None
             peak, allowed = limiter.peak_rate(1.0), limiter.bound(1.0)
-            settings = sidecar.settings.core
+            settings = sidecar.settings.api_rate
             throttled = sim.create_limit.rejected
             creates = sim.request_counts().get("create", 0)
-    limiting = min(float(settings.api_qps), SERVER_CREATE_RATE)
+    limiting = min(float(settings.qps), SERVER_CREATE_RATE)
     return Run(
         policy=f"{policy.name} [real time, HTTP]",
         executors=executors,

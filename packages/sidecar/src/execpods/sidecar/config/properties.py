@@ -26,7 +26,7 @@ from pathlib import Path
 
 from execpods.core import SettingsError
 from execpods.core.settingkit import nearest_key
-from execpods.sidecar.sparkkeys import (
+from execpods.sidecar.config.sparkkeys import (
     DEPRECATED_ALIASES,
     KeyStatus,
     listed_keys,

@@ -29,13 +29,18 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import KubernetesSettings
+from execpods.k8s import ApiRateSettings, KubernetesSettings
 from execpods.sidecar.addresses import listen_address_problem
-from execpods.sidecar.health import HealthSettings
-from execpods.sidecar.metrics import MetricsSettings
-from execpods.sidecar.properties import OTHER_SPARK_KEYS, PropertyReview, apply_aliases, review
-from execpods.sidecar.security import SecuritySettings, check_listener
-from execpods.sidecar.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
+from execpods.sidecar.config.properties import (
+    OTHER_SPARK_KEYS,
+    PropertyReview,
+    apply_aliases,
+    review,
+)
+from execpods.sidecar.config.sparkkeys import CATALOGUED_NAMESPACES, KeyStatus, listed_status
+from execpods.sidecar.guard.security import SecuritySettings, check_listener
+from execpods.sidecar.telemetry.health import HealthSettings
+from execpods.sidecar.telemetry.metrics import MetricsSettings
 
 DEFAULT_PORT = 50551
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -122,6 +127,7 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     NodeBlocklistSettings,
     RegistrationSettings,
     KubernetesSettings,
+    ApiRateSettings,
     SidecarSettings,
     SecuritySettings,
     HealthSettings,
@@ -254,6 +260,7 @@ class Settings:
     core: CoreSettings
     kubernetes: KubernetesSettings
     sidecar: SidecarSettings
+    api_rate: ApiRateSettings = field(default_factory=ApiRateSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
@@ -277,6 +284,7 @@ class Settings:
         return cls(
             core=CoreSettings.from_properties(properties),
             kubernetes=KubernetesSettings.from_properties(properties),
+            api_rate=ApiRateSettings.from_properties(properties),
             sidecar=SidecarSettings.from_properties(properties, **sidecar),
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),

@@ -45,6 +45,8 @@ _NOTICE_KINDS = {
     NoticeKind.RECOVERY_MODE: pb.AllocatorNotice.KIND_RECOVERY_MODE,
     NoticeKind.NODE_BLOCKED: pb.AllocatorNotice.KIND_NODE_BLOCKED,
     NoticeKind.NODE_UNBLOCKED: pb.AllocatorNotice.KIND_NODE_UNBLOCKED,
+    NoticeKind.ALLOCATION_STALLED: pb.AllocatorNotice.KIND_ALLOCATION_STALLED,
+    NoticeKind.ALLOCATION_RESUMED: pb.AllocatorNotice.KIND_ALLOCATION_RESUMED,
 }
 
 _STATES = {
@@ -326,4 +328,5 @@ def encode_notice(notice: AllocatorNotice) -> pb.AllocatorNotice:
         resource_profile_id=notice.resource_profile_id,
         count=notice.count,
         retry_in_ms=round(notice.retry_in * 1000),
+        reason=notice.reason,
     )

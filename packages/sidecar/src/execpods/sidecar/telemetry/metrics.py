@@ -29,6 +29,7 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
+    ProgressChange,
 )
 from execpods.core.settingkit import (
     SettingsBase,
@@ -39,7 +40,7 @@ from execpods.core.settingkit import (
     setting,
 )
 from execpods.k8s import ApiCall
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -237,6 +238,13 @@ class SidecarMetrics(TelemetryListener):
             "Nodes new executors keep off now (bad-node avoidance).",
             registry=registry,
         )
+        self.stalled = Gauge(
+            "execpods_allocation_stalled",
+            "1 while allocation cannot make progress for this reason (gRPC health is then "
+            "NOT_SERVING): IdLedgerUnreadable, IdLedgerUnwritable, ThreadDied, CredentialsRefused.",
+            ("reason",),
+            registry=registry,
+        )
         self._lock = threading.Lock()
         self._pending_target: tuple[int, float] | None = None
         self._last_reached: int | None = None
@@ -260,6 +268,10 @@ class SidecarMetrics(TelemetryListener):
             self.blocked_nodes.inc()
         elif notice.kind is NoticeKind.NODE_UNBLOCKED:
             self.blocked_nodes.dec()
+
+    def progress_changed(self, change: ProgressChange) -> None:
+        """A stall began or ended (`ProgressMonitor`'s listener)."""
+        self.stalled.labels(change.stall.reason).set(1 if change.stalled else 0)
 
     def api_call(self, call: ApiCall) -> None:
         self.api_calls.labels(call.verb, call.outcome).inc()

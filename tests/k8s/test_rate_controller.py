@@ -1,10 +1,10 @@
-"""The congestion controller on a manual clock: each rule of `execpods.core.congestion`."""
+"""The congestion controller on a manual clock: each rule of `execpods.k8s.ratecontrol`."""
 
 from __future__ import annotations
 
 import pytest
 from execpods.core import ManualClock
-from execpods.core.congestion import MIN_SAMPLES, CongestionConfig, RateController, Signal
+from execpods.k8s.ratecontrol import MIN_SAMPLES, CongestionConfig, RateController, Signal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +16,7 @@ def controller(
 ) -> tuple[RateController, ManualClock]:
     clock = ManualClock(100.0)
     config = CongestionConfig(floor=floor, ceiling=ceiling, initial=initial)
-    return RateController(config, clock=clock), clock
+    return RateController(config, clock=clock.monotonic), clock
 
 
 def clean(ctl: RateController, clock: ManualClock, count: int, *, verb: str = "create") -> None:
@@ -172,10 +172,10 @@ def test_the_ceiling_caps_growth_and_the_floor_caps_decrease() -> None:
 
 def test_the_start_is_within_the_bounds() -> None:
     clock = ManualClock()
-    assert (
-        RateController(CongestionConfig(floor=5, ceiling=50, initial=200), clock=clock).rate == 50
-    )
-    assert RateController(CongestionConfig(floor=5, ceiling=50, initial=1), clock=clock).rate == 5
+    high = CongestionConfig(floor=5, ceiling=50, initial=200)
+    assert RateController(high, clock=clock.monotonic).rate == 50
+    low = CongestionConfig(floor=5, ceiling=50, initial=1)
+    assert RateController(low, clock=clock.monotonic).rate == 5
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_the_rate_never_leaves_its_bounds(
 ) -> None:
     clock = ManualClock()
     config = CongestionConfig(floor=floor, ceiling=floor + span, initial=initial)
-    ctl = RateController(config, clock=clock)
+    ctl = RateController(config, clock=clock.monotonic)
     assert floor <= ctl.rate <= config.ceiling
     for gap, verb, seconds, status, retry_after in sequence:
         clock.advance(gap)

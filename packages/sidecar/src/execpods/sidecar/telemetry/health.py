@@ -1,4 +1,6 @@
-"""gRPC health that tells the truth: NOT_SERVING while the cluster cannot be reached.
+"""gRPC health that tells the truth: NOT_SERVING while the cluster cannot be reached, or while
+allocation cannot make progress for any other reason (`execpods.core.progress`: the id ledger
+unreadable, a worker thread dead, the API's credentials refused).
 
 A sidecar that answers its driver but cannot reach the API server allocates nothing, so a probe
 should see it. `ClusterHealth` follows every API call the gateway reports (a call that could not
@@ -24,7 +26,7 @@ from typing import Any
 from execpods.core.settingkit import SettingsBase, duration_setting, parse_str, setting
 from execpods.k8s import ApiCall
 from execpods.sidecar.addresses import listen_address_problem
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from grpc_health.v1 import health_pb2
 
 logger = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ class HealthStatus:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._serving = False
         self._reachable = True
+        self._progressing = True
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -132,6 +135,19 @@ class HealthStatus:
     def set_reachable(self, reachable: bool) -> None:
         """The cluster's reachability (any thread)."""
         self._reachable = reachable
+        self._reapply()
+
+    def set_progressing(self, progressing: bool) -> None:
+        """Whether allocation can make progress (`ProgressMonitor`; any thread)."""
+        self._progressing = progressing
+        self._reapply()
+
+    @property
+    def serving(self) -> bool:
+        """What the statuses say (or are about to say): up, reachable and progressing."""
+        return self._serving and self._reachable and self._progressing
+
+    def _reapply(self) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             asyncio.run_coroutine_threadsafe(self._apply(), loop)
@@ -139,7 +155,7 @@ class HealthStatus:
     async def _apply(self) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if self._serving and self._reachable
+            if self.serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for name in self._names:

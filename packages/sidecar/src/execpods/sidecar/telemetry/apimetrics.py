@@ -15,7 +15,7 @@ built for Kubernetes controllers reads the sidecar too:
 from __future__ import annotations
 
 from execpods.k8s import ApiCall, RateLimiter
-from execpods.sidecar.telemetry import TelemetryListener
+from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["ApiMetrics", "METRIC_NAMES"]

@@ -36,7 +36,7 @@ import grpc
 import grpc.aio
 from execpods.core import SettingsError
 from execpods.core.settingkit import SettingsBase, parse_bool, setting
-from execpods.sidecar.templatepolicy import POLICY_KEY, TemplatePolicyLevel, parse_policy
+from execpods.sidecar.guard.templatepolicy import POLICY_KEY, TemplatePolicyLevel, parse_policy
 
 logger = logging.getLogger(__name__)
 

@@ -35,9 +35,10 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
   arrived (`blocked_for`), however the rate stands;
 - the rate never leaves [`floor`, `ceiling`].
 
-The controller is pure: no I/O, no threads, time from an injected clock, so each rule is proved
-with a manual clock (tests/core/test_congestion.py). The adapter's `AdaptiveRateLimiter` paces
-calls at `rate` and feeds every answer back.
+The controller is pure: no I/O, no threads, time from an injected monotonic clock, so each rule is
+proved with a manual clock (tests/k8s/test_rate_controller.py). `congestion.AdaptiveRateLimiter`
+paces calls at `rate` and feeds every answer back. Only the adapter uses it, so it lives here and
+not in core: core decides what to create, the adapter how fast it may ask the API server.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from execpods.core.ports import Clock
 
 __all__ = ["CongestionConfig", "RateController", "Signal"]
 
@@ -134,7 +134,7 @@ class _Latency:
 class RateController:
     """AIMD on the API's answers, with a latency signal, within [floor, ceiling] (see module)."""
 
-    def __init__(self, config: CongestionConfig, *, clock: Clock) -> None:
+    def __init__(self, config: CongestionConfig, *, clock: Callable[[], float]) -> None:
         self.config = config
         self._clock = clock
         self._rate = config.start
@@ -156,12 +156,7 @@ class RateController:
 
     def blocked_for(self) -> float:
         """Seconds until a call may start (a 429's Retry-After still running); 0: now."""
-        return max(0.0, self._blocked_until - self._clock.monotonic())
-
-    def latency_floor(self, verb: str) -> float | None:
-        """The least latency of `verb` in the window (None before its first answer)."""
-        latency = self._latency.get(verb)
-        return None if latency is None else latency.floor
+        return max(0.0, self._blocked_until - self._clock())
 
     def answered(
         self,
@@ -174,7 +169,7 @@ class RateController:
     ) -> Signal:
         """One answer (HTTP `status`, 0 when none came) to a `verb` call that took `seconds`;
         `demand`: the client used its rate lately (else a clean answer earns no increase)."""
-        now = self._clock.monotonic()
+        now = self._clock()
         if status == 429:
             if retry_after is not None and retry_after > 0:
                 until = now + min(retry_after, RETRY_AFTER_CAP)

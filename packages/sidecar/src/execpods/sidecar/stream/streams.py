@@ -14,11 +14,11 @@ import logging
 from collections.abc import AsyncIterator
 
 from execpods.core import Position, StreamHandle
-from execpods.sidecar.encoding import EncodingCache, SnapshotEncoder
-from execpods.sidecar.feed import StreamFeed
-from execpods.sidecar.messages import StreamCursor, build_response
-from execpods.sidecar.sendbudget import SendBudget
-from execpods.sidecar.telemetry import StreamTelemetry
+from execpods.sidecar.stream.encoding import EncodingCache, SnapshotEncoder
+from execpods.sidecar.stream.feed import StreamFeed
+from execpods.sidecar.stream.messages import StreamCursor, build_response
+from execpods.sidecar.stream.sendbudget import SendBudget
+from execpods.sidecar.telemetry.hub import StreamTelemetry
 from execpods.sidecar.wiring import Runtime
 
 logger = logging.getLogger(__name__)

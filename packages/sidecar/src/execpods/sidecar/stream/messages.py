@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from execpods.core import NumberedRemoval, Position
-from execpods.sidecar.encoding import (
+from execpods.sidecar.stream.encoding import (
     EncodedSnapshot,
     SnapshotEncoder,
     encode_notice,
     encode_removal,
 )
-from execpods.sidecar.feed import Pending
+from execpods.sidecar.stream.feed import Pending
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)

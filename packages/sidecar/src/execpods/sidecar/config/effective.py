@@ -13,9 +13,9 @@ import logging
 from collections.abc import Mapping
 
 from execpods.core.settingkit import SettingsBase
-from execpods.sidecar.properties import apply_aliases
-from execpods.sidecar.settings import Settings, review_properties
-from execpods.sidecar.sparkkeys import DEPRECATED_ALIASES
+from execpods.sidecar.config.properties import apply_aliases
+from execpods.sidecar.config.settings import Settings, review_properties
+from execpods.sidecar.config.sparkkeys import DEPRECATED_ALIASES
 
 PLACEHOLDER_APP_ID = "unset-app-id"
 """Stands in for a missing spark.app.id, so the rest can still be shown (serve requires one)."""
@@ -25,6 +25,7 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
     parts: list[SettingsBase] = [
         settings.core,
         settings.kubernetes,
+        settings.api_rate,
         settings.sidecar,
         settings.security,
         settings.health,
@@ -40,7 +41,7 @@ def effective_lines(sourced: Mapping[str, tuple[str, str]]) -> list[str]:
     """The lines `--effective` prints; raises `SettingsError` as `serve` would."""
     values = {key: value for key, (value, _) in sourced.items()}
     origins = {key: origin for key, (_, origin) in sourced.items()}
-    renamed = apply_aliases(values, logging.getLogger("execpods.sidecar.effective"))
+    renamed = apply_aliases(values, logging.getLogger("execpods.sidecar.config.effective"))
     for old, new in (
         (o, n) for o, n in DEPRECATED_ALIASES.items() if o in values and n not in values
     ):

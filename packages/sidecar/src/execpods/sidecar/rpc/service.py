@@ -2,7 +2,7 @@
 
 The servicer maps and decides nothing: each handler turns the message into the core's values
 (`mapping.py`, `profiles.py`), calls the backend (the facade `execpods.core.compose_backend`
-builds), the driver view or the open streams (`streaming.py`), and maps the answer back, a
+builds), the driver view or the open streams (`stream/streams.py`), and maps the answer back, a
 `ValueError` to INVALID_ARGUMENT with its message (one wording per rule, the core's or the
 mapping's), a pod operation's failure to its status. A bad request changes nothing. Blocking work
 (the target, deletions through the API) runs on the backend's request scheduler, and the handlers
@@ -23,7 +23,7 @@ from execpods.core import (
     StreamHandle,
 )
 from execpods.core.idlists import clip, summarize_ids
-from execpods.sidecar.mapping import (
+from execpods.sidecar.rpc.mapping import (
     InvalidArgument,
     check_driver_ids,
     parse_executor_ids,
@@ -31,8 +31,8 @@ from execpods.sidecar.mapping import (
     status_of,
     stream_interval,
 )
-from execpods.sidecar.profiles import totals_request
-from execpods.sidecar.streaming import ShuttingDown, Streams
+from execpods.sidecar.rpc.profiles import totals_request
+from execpods.sidecar.stream.streams import ShuttingDown, Streams
 from execpods.sidecar.wiring import Runtime
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
@@ -169,7 +169,7 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         context: Context[pb.StreamSnapshotsRequest, pb.StreamSnapshotsResponse],
     ) -> AsyncIterator[bytes]:
         """Serialized `StreamSnapshotsResponse`s (see `add_to_server`): the snapshots in them are
-        encoded once for all streams (`streaming.py`)."""
+        encoded once for all streams (`stream/streams.py`)."""
         try:
             stream = self._streams.open(
                 interval=stream_interval(

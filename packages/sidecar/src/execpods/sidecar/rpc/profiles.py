@@ -18,7 +18,7 @@ from execpods.core import (
     TotalsRequest,
 )
 from execpods.k8s import parse_pod_template
-from execpods.sidecar.templatepolicy import PolicyRefusal, TemplatePolicy
+from execpods.sidecar.guard.templatepolicy import PolicyRefusal, TemplatePolicy
 from execpods.v1 import allocator_pb2 as pb
 
 
