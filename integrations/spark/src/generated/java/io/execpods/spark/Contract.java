@@ -116,6 +116,7 @@ final class Contract {
     static final String RESOURCE_PROFILE_ID = "resource_profile_id";
     static final String COUNT = "count";
     static final String RETRY_IN_MS = "retry_in_ms";
+    static final String REASON = "reason";
     /** Enum Kind: its value names. */
     static final class Kind {
       private Kind() {}
@@ -129,6 +130,8 @@ final class Contract {
       static final String KIND_RECOVERY_MODE = "KIND_RECOVERY_MODE";
       static final String KIND_NODE_BLOCKED = "KIND_NODE_BLOCKED";
       static final String KIND_NODE_UNBLOCKED = "KIND_NODE_UNBLOCKED";
+      static final String KIND_ALLOCATION_STALLED = "KIND_ALLOCATION_STALLED";
+      static final String KIND_ALLOCATION_RESUMED = "KIND_ALLOCATION_RESUMED";
     }
   }
   /** Message ExecutorPodsSnapshot: its name and its fields' names. */
