@@ -1,7 +1,7 @@
 """Spark 4.3's newest executor-pod behaviours end to end: a sidecar over real HTTP to kubesim (the
 official client), a driver over real gRPC.
 
-Graceful decommission on KillExecutors (label, pod-deletion-cost, terminationGracePeriodSeconds),
+Graceful decommission on KillExecutors (label, no pod-deletion-cost, terminationGracePeriodSeconds),
 the dynamic-allocation floor, the wait for the driver pod's readiness, and OOM recovery mode with
 its notice on the stream.
 """
@@ -32,7 +32,7 @@ DECOMMISSION_LABEL = "spark.example.com/decommissioning"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 
 
-def test_killed_executors_are_labelled_and_costed_then_stop_within_their_grace(
+def test_killed_executors_are_labelled_not_costed_then_stop_within_their_grace(
     slow_stop_sim: KubeSim, make_sidecar_on: SidecarOnFactory
 ) -> None:
     sim = slow_stop_sim
@@ -61,7 +61,8 @@ def test_killed_executors_are_labelled_and_costed_then_stop_within_their_grace(
     assert victim is not None, "still stopping: its grace period is 45 s"
     assert victim["metadata"].get("deletionTimestamp")
     assert victim["metadata"]["labels"][DECOMMISSION_LABEL] == "true"
-    assert victim["metadata"]["annotations"][COST] == "-50"
+    # Spark annotates the cost only under its deployment allocator (issue 33 M3).
+    assert COST not in (victim["metadata"].get("annotations") or {})
     for name in ("decom-exec-1", "decom-exec-3"):
         kept = sim.pod(name)
         assert kept is not None
@@ -69,7 +70,7 @@ def test_killed_executors_are_labelled_and_costed_then_stop_within_their_grace(
         assert COST not in (kept["metadata"].get("annotations") or {})
     patches = [r for r in sim.requests() if r.verb == "patch"]
     deletes = [r for r in sim.requests() if r.verb == "deletecollection"]
-    assert len(patches) == 2, "one label and one annotation patch, on the victim only"
+    assert len(patches) == 1, "one label patch, on the victim only"
     assert patches[-1].at <= deletes[0].at, "marked before it was deleted"
 
 

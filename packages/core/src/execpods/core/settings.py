@@ -344,8 +344,9 @@ class CoreSettings(SettingsBase):
     pod_deletion_cost: int | None = setting(
         "spark.kubernetes.executor.podDeletionCost",
         None,
-        "controller.kubernetes.io/pod-deletion-cost annotation set on the pods of executors the "
-        "driver kills, before they are deleted, so a ReplicaSet-style victim choice prefers them.",
+        "Read and validated as Spark does; Spark sets it as controller.kubernetes.io/"
+        "pod-deletion-cost only under its deployment allocator (a ReplicaSet chooses victims by "
+        "it): execpods makes no Deployment, so it never sets it.",
         parse=parse_int,
         rule=if_set(_int32),
     )
