@@ -170,7 +170,7 @@ def claims_rig(
         templates=claims,
         operations=claims,
         max_claims=max_claims,
-        reuse_after=settings.batch_delay,
+        reuse_after=settings.pod_creation_timeout,
     )
     allocator = ExecutorPodsAllocator(
         settings=settings,

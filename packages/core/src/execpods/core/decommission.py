@@ -27,6 +27,7 @@ from execpods.core.settings import CoreSettings
 
 logger = logging.getLogger(__name__)
 
+
 class DecommissionMarker:
     """Sets the decommission label on pods about to go."""
 

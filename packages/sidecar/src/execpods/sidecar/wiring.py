@@ -241,7 +241,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             if core.dynamic_allocation_enabled
             else core.initial_executors
         ),
-        reuse_after=core.batch_delay,
+        reuse_after=core.pod_creation_timeout,  # Spark's getReusablePVCs
         delete_on_stop=core.delete_on_termination,
         declared=bool(builder.on_demand),
     )
