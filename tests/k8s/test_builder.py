@@ -413,3 +413,36 @@ def test_a_pod_built_by_spark_keeps_its_requests_limits_and_environment() -> Non
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["SPARK_EXECUTOR_ID"] == "4"
     assert env["TEAM_QUEUE"] == "analytics", "Spark's environment, not the sidecar's settings"
+
+
+def test_a_dotted_prefix_names_the_pod_whole_and_its_host_as_a_label() -> None:
+    """Issue 33 M7: Spark's pod is `<prefix>-exec-<id>`, the prefix uncut (a subdomain of at most
+    237 characters); its hostname is `BasicExecutorFeatureStep`'s (the name's last 63
+    characters), with `-` where Spark writes `_`, which the API server refuses in a hostname."""
+    spark_pod = {
+        "kind": "Pod",
+        "metadata": {"name": "team.etl-exec-0", "labels": {"spark-exec-id": "0"}},
+        "spec": {
+            "hostname": "team_etl-exec-0",
+            "containers": [{"name": "spark-kubernetes-executor"}],
+        },
+    }
+    profiles = ResourceProfiles(
+        [ResourceProfile(id=0, pod_template=parse_pod_template(json.dumps(spark_pod), what="x"))]
+    )
+    long_prefix = "team." + "x" * 100
+    for prefix, hostname in (
+        ("team.etl", "team-etl-exec-5"),
+        (long_prefix, ("x" * 100 + "-exec-5")[-63:]),
+    ):
+        settings = KubernetesSettings.from_properties(
+            {
+                "spark.kubernetes.container.image": IMAGE,
+                "spark.kubernetes.executor.podNamePrefix": prefix,
+            }
+        )
+        shaped = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
+        pod = shaped.build(executor_id=5, app_id="app")
+        assert pod["metadata"]["name"] == f"{prefix}-exec-5"
+        assert pod["spec"]["hostname"] == hostname
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hostname)

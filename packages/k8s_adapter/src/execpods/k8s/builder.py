@@ -64,6 +64,16 @@ def executor_pod_name(prefix: str, executor_id: int) -> str:
     return f"{cut}{suffix}"
 
 
+def executor_hostname(pod_name: str) -> str:
+    """The executor's hostname from its pod name, as Spark's `BasicExecutorFeatureStep` derives
+    it (the last 63 characters, leading non-word characters dropped), except that a character
+    Spark turns into `_` becomes `-`: the API server refuses `_` in `spec.hostname` (a DNS-1123
+    label), so Spark's own pods with a dotted podNamePrefix would not be created."""
+    tail = pod_name[max(0, len(pod_name) - MAX_POD_NAME_LENGTH) :]
+    tail = re.sub(r"^[^\w]+", "", tail)
+    return re.sub(r"[^a-z0-9-]+", "-", tail).strip("-")
+
+
 def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
     """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
     replaced = {}
@@ -314,8 +324,11 @@ class ExecutorPodTemplateBuilder:
         return image if isinstance(image, str) else None
 
     def pod_name(self, *, executor_id: int, app_id: str) -> str:
-        prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
-        return executor_pod_name(prefix, executor_id)
+        """`<prefix>-exec-<id>`: as Spark, a configured prefix (a subdomain of at most 237
+        characters) is used whole; the default, from the app id, is cut to keep a label."""
+        if self.settings.pod_name_prefix:
+            return f"{self.settings.pod_name_prefix}-exec-{executor_id}"
+        return executor_pod_name(sanitize_prefix(app_id), executor_id)
 
     def _set_scheduling(self, spec: dict[str, Any]) -> None:
         """Node selector, scheduler, service account and pull secrets, as Spark's executor
@@ -369,7 +382,7 @@ class ExecutorPodTemplateBuilder:
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
-            spec["hostname"] = name
+            spec["hostname"] = executor_hostname(name)
         name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
         self._set_scheduling(spec)
         containers = spec.get("containers")

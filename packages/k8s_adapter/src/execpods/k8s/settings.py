@@ -133,6 +133,21 @@ def _non_empty(value: str) -> str | None:
     return None if value.strip() else "must not be empty"
 
 
+POD_NAME_PREFIX_MAX = 253 - 10 - len("-exec-")
+"""Spark's `Config.isValidExecutorPodNamePrefix`: room for `-exec-` and an int id in 253."""
+
+
+def _pod_name_prefix(value: str) -> str | None:
+    """Spark 4.3's check of spark.kubernetes.executor.podNamePrefix: a DNS-1123 subdomain (dots
+    allowed) of at most 237 characters."""
+    if len(value) <= POD_NAME_PREFIX_MAX and _DNS_SUBDOMAIN.match(value):
+        return None
+    return (
+        "must conform https://kubernetes.io/docs/concepts/overview/working-with-objects/names/"
+        f"#dns-subdomain-names and the value length <= {POD_NAME_PREFIX_MAX}"
+    )
+
+
 def _dns_label(value: str) -> str | None:
     if _DNS_LABEL.match(value) is None:
         return "must be a DNS-1123 label (lowercase letters, digits and '-')"
@@ -202,9 +217,10 @@ class KubernetesSettings(SettingsBase):
     pod_name_prefix: str | None = setting(
         "spark.kubernetes.executor.podNamePrefix",
         None,
-        "Executor pod names are <prefix>-exec-<id> (default prefix: the app id).",
+        "Executor pod names are <prefix>-exec-<id> (default prefix: the app id); as Spark, a DNS "
+        "subdomain (dots allowed) of at most 237 characters.",
         parse=parse_optional_str,
-        rule=if_set(_dns_label),
+        rule=if_set(_pod_name_prefix),
     )
     driver_pod_name: str | None = setting(
         "spark.kubernetes.driver.pod.name",
