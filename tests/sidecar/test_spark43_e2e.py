@@ -101,7 +101,9 @@ def _driver(sim: KubeSim, name: str) -> None:
     )
 
 
-def _sidecar_for(sim: KubeSim, app_id: str, driver: str, timeout: str) -> EmbeddedSidecar:
+def _sidecar_for(
+    sim: KubeSim, app_id: str, driver: str, timeout: str, **conf: str
+) -> EmbeddedSidecar:
     return EmbeddedSidecar(
         simulator_properties(
             sim.url,
@@ -111,6 +113,7 @@ def _sidecar_for(sim: KubeSim, app_id: str, driver: str, timeout: str) -> Embedd
                 "spark.kubernetes.driver.pod.name": driver,
                 "spark.kubernetes.allocation.driver.readinessTimeout": timeout,
                 "spark.kubernetes.allocation.batch.delay": "150ms",
+                **conf,
             },
         ),
         start_timeout=60.0,
@@ -211,3 +214,27 @@ def _raw(pod: Pod) -> dict[str, Any]:
 def _cores(pod: Pod) -> str:
     env = _raw(pod)["spec"]["containers"][0]["env"]
     return str(next(e["value"] for e in env if e["name"] == "SPARK_EXECUTOR_CORES"))
+
+
+def test_a_driver_that_publishes_not_ready_addresses_is_not_waited_for(sim: KubeSim) -> None:
+    """Issue 33 M8, `ExecutorPodsAllocator`'s `shouldWaitForDriverReadiness`: with
+    spark.kubernetes.driver.service.publishNotReadyAddresses=true executors reach the driver
+    through its Service before it is Ready, so Spark does not wait. 128638e always waited (here
+    the whole 30 s for a driver that never gets Ready)."""
+    sim.pause_kubelet()  # the driver pod stays Pending: not Ready
+    _driver(sim, "published-driver")
+    sidecar = _sidecar_for(
+        sim,
+        "published",
+        "published-driver",
+        "30s",
+        **{"spark.kubernetes.driver.service.publishNotReadyAddresses": "true"},
+    )
+    begun = time.monotonic()
+    sidecar.start()
+    try:
+        assert time.monotonic() - begun < 15, "no readiness wait"
+        wait_for(lambda: len(app_pods(sim, "published")) == 2, what="executors at once")
+        assert _driver_reads(sim, "published-driver") < 5, "its readiness was never polled"
+    finally:
+        sidecar.stop()

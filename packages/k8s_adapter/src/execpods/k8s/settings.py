@@ -414,6 +414,13 @@ class KubernetesSettings(SettingsBase):
         "number is seconds, as in Spark.",
         unit="s",
     )
+    driver_publishes_not_ready: bool = setting(
+        "spark.kubernetes.driver.service.publishNotReadyAddresses",
+        False,
+        "The driver's Service publishes its address before the driver pod is Ready, so executors "
+        "reach it at once: as Spark's ExecutorPodsAllocator, the readiness wait is skipped.",
+        parse=parse_bool,
+    )
 
     # Graceful decommission and the container's security context (Spark 4.3's executor step).
     termination_grace_period_seconds: int = setting(

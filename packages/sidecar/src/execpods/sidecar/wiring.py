@@ -280,7 +280,7 @@ def driver_readiness_wait(
     """Spark's wait for the driver pod to be Ready before the first executors
     (`spark.kubernetes.allocation.driver.readinessTimeout`); None without a driver pod."""
     name = k8s.driver_pod_name
-    if name is None:
+    if name is None or k8s.driver_publishes_not_ready:  # Spark's shouldWaitForDriverReadiness
         return None
     driver_pod = name
 

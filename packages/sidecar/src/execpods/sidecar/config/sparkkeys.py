@@ -91,7 +91,6 @@ NOT_APPLICABLE: Mapping[str, str] = MappingProxyType(
         "spark.kubernetes.driver.service.ipFamilies": _DRIVER_POD,
         "spark.kubernetes.driver.service.ipFamilyPolicy": _DRIVER_POD,
         "spark.kubernetes.driver.service.label.": _DRIVER_POD,
-        "spark.kubernetes.driver.service.publishNotReadyAddresses": _DRIVER_POD,
         "spark.kubernetes.driver.volumes.": _DRIVER_POD,
         "spark.kubernetes.driverEnv.": _DRIVER_POD,
         "spark.kubernetes.executor.disableConfigMap": _CONFIG_MAP,
