@@ -127,6 +127,10 @@ class Cluster:
     def _now(self) -> str:
         return rfc3339(self.clock.now())
 
+    def kubelet_later(self, delay: float, action: Callable[[], object]) -> None:
+        """Schedule a kubelet action (a resize's actuation); held back while it is paused."""
+        self._kubelet_later(delay, action)
+
     def _kubelet_later(self, delay: float, action: Callable[[], object]) -> None:
         """Schedule a kubelet action; while the kubelet is paused it is held back."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import calendar
+import contextlib
+import copy
 import threading
 import time
 from collections.abc import Sequence
@@ -34,10 +36,18 @@ from execpods.kubesim.pods import (
     SERVER_META,
     admit_new_pod,
     default_spec,
+    rfc3339,
     validate_pod,
     validate_status,
 )
 from execpods.kubesim.rbac import Authorizer
+from execpods.kubesim.resize import (
+    RESIZE_LATENCY,
+    ResourceUsage,
+    actuated,
+    in_progress,
+    resized_spec,
+)
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
 from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
@@ -242,6 +252,8 @@ class PodApi:
         #: it before the answer is "too large resource version" (kube-apiserver waits 3 s).
         self.fresh_timeout = 3.0
         self._rng_lock = threading.Lock()
+        #: What the metrics API reports each container uses (`resize.ResourceUsage`).
+        self.usage = ResourceUsage()
 
     # -- selectors and versions ----------------------------------------------------------------
 
@@ -445,6 +457,51 @@ class PodApi:
             return self._merge_write(old, patched, name, status=status)
 
         return as_pod(self.store.update(namespace, name, mutate))
+
+    def resize(
+        self, namespace: str, name: str, content_type: str, body: JsonValue, *, patch: bool
+    ) -> Pod:
+        """The `pods/resize` subresource (`resize.py`): only the containers' cpu and memory may
+        change; the kubelet then actuates the new resources."""
+        now = rfc3339(self.cluster.clock.now())
+
+        def mutate(old: Obj) -> Obj:
+            new = apply_patch(content_type, old, body) if patch else body
+            meta = (new.get("metadata") or {}) if isinstance(new, dict) else None
+            if not isinstance(new, dict) or not isinstance(meta, dict):
+                raise ApiError.bad_request("the request body must be a pod object")
+            rv = meta.get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                raise ApiError.conflict(name, "the object has been modified; please apply your "
+                                        "changes to the latest version and try again")  # fmt: skip
+            phase = (old.get("status") or {}).get("phase", "")
+            new_spec = new.get("spec")
+            if not isinstance(new_spec, dict):
+                raise ApiError.bad_request("the pod's spec must be an object")
+            spec = resized_spec(old["spec"], new_spec, name, phase=phase)
+            updated = copy.deepcopy(old)
+            changed = spec != old["spec"]
+            updated["spec"] = spec
+            return in_progress(updated, now) if changed and old["spec"].get("nodeName") else updated
+
+        result = self.store.update(namespace, name, mutate)
+        uid = result["metadata"]["uid"]
+
+        def actuate() -> None:
+            def done(pod: Obj) -> Obj | None:
+                return actuated(pod) if pod["metadata"]["uid"] == uid else None
+
+            with contextlib.suppress(ApiError):
+                self.store.update(namespace, name, done)
+
+        if result["spec"].get("nodeName"):
+            self.cluster.kubelet_later(RESIZE_LATENCY, actuate)
+        return as_pod(result)
+
+    def pod_metrics(self, namespace: str, query: dict[str, str]) -> JsonObject:
+        """metrics.k8s.io/v1beta1 PodMetricsList of the namespace's Running pods."""
+        items, _ = self.store.list(namespace, self.predicate(query))
+        return self.usage.pod_metrics(namespace, items, rfc3339(self.cluster.clock.now()))
 
     @staticmethod
     def _grace(query: dict[str, str], options: JsonValue) -> tuple[int | None, JsonObject]:

@@ -37,7 +37,8 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction)?)?$")
+_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/resize)?)?$")
+_METRICS = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
@@ -325,6 +326,10 @@ class _Handler(BaseHTTPRequestHandler):
         name: str | None
         subresource = False
         watch_path = False
+        if m := _METRICS.match(path):
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+            return self.reply(200, api.pod_metrics(m.group(1), query))
         if path == "/api/v1/pods":
             namespace, name = None, None
         elif m := _POD.match(path):
@@ -334,6 +339,15 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
                 return self.reply(201, api.evict(m.group(1), m.group(2), json_body(body)))
+            if m.group(3) == "/resize" and method in ("PATCH", "PUT"):
+                api.faults.check_request()
+                ctype = self.header("Content-Type")
+                return self.reply(
+                    200,
+                    api.resize(
+                        m.group(1), m.group(2), ctype, json_body(body), patch=method == "PATCH"
+                    ),
+                )
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:
