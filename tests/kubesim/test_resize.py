@@ -136,3 +136,7 @@ def test_the_metrics_api_reports_each_running_container_s_usage(
         sim, "GET", f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods?labelSelector=app%3Db"
     )
     assert (status, body["items"]) == (200, [])
+    status, one = raw(sim, "GET", f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods/e")
+    assert (status, one["kind"], one["containers"]) == (200, "PodMetrics", item["containers"])
+    status, _ = raw(sim, "GET", f"/apis/metrics.k8s.io/v1beta1/namespaces/{NS}/pods/waiting")
+    assert status == 404, "metrics-server has none for a pod that is not running"

@@ -498,10 +498,21 @@ class PodApi:
             self.cluster.kubelet_later(RESIZE_LATENCY, actuate)
         return as_pod(result)
 
-    def pod_metrics(self, namespace: str, query: dict[str, str]) -> JsonObject:
-        """metrics.k8s.io/v1beta1 PodMetricsList of the namespace's Running pods."""
-        items, _ = self.store.list(namespace, self.predicate(query))
-        return self.usage.pod_metrics(namespace, items, rfc3339(self.cluster.clock.now()))
+    def pod_metrics(
+        self, namespace: str, query: dict[str, str], *, name: str | None = None
+    ) -> JsonObject:
+        """metrics.k8s.io/v1beta1 PodMetricsList of the namespace's Running pods, or one pod's
+        PodMetrics (404, as metrics-server, for a pod it has none of)."""
+        now = rfc3339(self.cluster.clock.now())
+        if name is None:
+            items, _ = self.store.list(namespace, self.predicate(query))
+            return self.usage.pod_metrics(namespace, items, now)
+        found = self.usage.pod_metrics(namespace, [self.store.get(namespace, name)], now)["items"]
+        if not found:
+            raise ApiError(404, "NotFound", f'podmetrics.metrics.k8s.io "{name}" not found')
+        metrics: JsonObject = found[0]
+        metrics.update({"kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1"})
+        return metrics
 
     @staticmethod
     def _grace(query: dict[str, str], options: JsonValue) -> tuple[int | None, JsonObject]:

@@ -38,7 +38,7 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 _log = logging.getLogger(__name__)
 
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/resize)?)?$")
-_METRICS = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods$")
+_METRICS = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
@@ -329,7 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m := _METRICS.match(path):
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
-            return self.reply(200, api.pod_metrics(m.group(1), query))
+            return self.reply(200, api.pod_metrics(m.group(1), query, name=m.group(2)))
         if path == "/api/v1/pods":
             namespace, name = None, None
         elif m := _POD.match(path):

@@ -100,6 +100,8 @@ class SidecarServer:
         await self._server.start()
         await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)
+        if self.runtime.resizer is not None:
+            self.runtime.resizer.start()
         await self.ops.running()
         logger.info(
             "Serving %s for application %s on %s (%s).",
@@ -143,6 +145,8 @@ class SidecarServer:
             self.service.close_streams()
             await self._server.stop(grace)
         finally:
+            if self.runtime.resizer is not None:
+                await asyncio.to_thread(self.runtime.resizer.stop)
             self.shutdown_report = await asyncio.to_thread(self.runtime.backend.stop)
             self._stopped.set()
             logger.info("The sidecar for application %s has stopped.", self.runtime.app_id)

@@ -33,6 +33,7 @@ from execpods.core.badnodes import NodeBlocklist
 from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.registration import RegistrationTimeout
+from execpods.core.resize import ExecutorResizer
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -48,10 +49,12 @@ from execpods.k8s import (
     rate_limiter_for,
     resolve_namespace,
 )
+from execpods.k8s.resize import KubernetesResizer
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.resizing import PeriodicResizer
 from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
@@ -78,6 +81,8 @@ class Runtime:
     registration: RegistrationTimeout | None = None
     """The registration timeout a driver may set (UpdateDriverExecutors)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    resizer: PeriodicResizer | None = None
+    """In-place resize of executors' memory, when on (execpods.executor.resize.enabled)."""
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
 
     @property
@@ -258,11 +263,25 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         telemetry=telemetry,
         id_ledger=id_ledger,
     )
+    resizer = None
+    if settings.resize.active:  # Spark's ExecutorResizeDriverPlugin, which cannot run through
+        resizer = PeriodicResizer(  # the plugin (it wants Spark's own allocator)
+            ExecutorResizer(
+                settings=settings.resize,
+                operations=KubernetesResizer(
+                    gateway,
+                    container_name=settings.core.executor_container_name,
+                    labels=settings.core.labels,
+                ),
+                app_id=settings.sidecar.app_id,
+            )
+        )
     return dataclasses.replace(
         runtime,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
+        resizer=resizer,
     )
 
 

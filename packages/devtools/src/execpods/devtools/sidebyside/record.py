@@ -30,7 +30,8 @@ __all__ = [
 ]
 
 _POD_PATH = re.compile(
-    r"^/api/v1/(?:watch/)?namespaces/[^/]+/(pods|persistentvolumeclaims)(?:/([^/]+))?(/[a-z]+)?$"
+    r"^/api(?:/v1|s/metrics\.k8s\.io/v1beta1)/(?:watch/)?namespaces/[^/]+/"
+    r"(pods|persistentvolumeclaims)(?:/([^/]+))?(/[a-z]+)?$"
 )
 _EXEC_NAME = re.compile(r"^(.*)-exec-(\d+)$")
 _RESOURCE_VERSION = re.compile(r'"resourceVersion": "\d+"')
@@ -294,12 +295,15 @@ def record_run(
         if record.verb in ("patch", "update") and body is not None:
             text = body if isinstance(body, str) else json.dumps(body, sort_keys=True)
             call_body = _normalize_text(text)
+        kind = "pod" if resource == "pods" else "claim"
+        if record.path.startswith("/apis/metrics.k8s.io/"):
+            kind = "podmetrics"
         recording.calls.append(
             Call(
                 step=step,
                 who=who(record.user_agent),
                 verb=record.verb,
-                resource="pod" if resource == "pods" else "claim",
+                resource=kind,
                 target=target,
                 label_selector=names.id_list(record.query.get("labelSelector", "")),
                 field_selector=record.query.get("fieldSelector", ""),

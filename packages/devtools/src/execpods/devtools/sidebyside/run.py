@@ -23,6 +23,7 @@ from execpods.devtools.sidebyside.sessions import SparkSessions
 from execpods.devtools.simulated import simulator_properties
 from execpods.devtools.spark import PLUGIN_CLASS
 from execpods.devtools.spark_driver import defaults
+from execpods.k8s.resize import quantity_bytes
 from execpods.kubesim import ClusterConfig, KubeSim, RequestRecord
 from execpods.sidecar.embedded import EmbeddedSidecar
 
@@ -41,6 +42,12 @@ def _env(pod: Mapping[str, Any]) -> dict[str, str]:
     if not containers:
         return {}
     return {str(e["name"]): str(e.get("value", "")) for e in containers[0].get("env", [])}
+
+
+def _executor_container(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    containers = pod["spec"]["containers"]
+    named = [c for c in containers if c["name"] == "spark-kubernetes-executor"]
+    return dict(named[0] if named else containers[0])
 
 
 def executor_id(pod: Mapping[str, Any]) -> int:
@@ -330,6 +337,22 @@ class ScenarioRun:
         pod = self.pod_of(ordinal)
         self.sim.delete_pod(pod["metadata"]["name"], grace_period=grace)
         return executor_id(pod)
+
+    def memory_limit(self, ordinal: int) -> int:
+        """The executor container's memory limit (bytes) of the ``ordinal``-th executor pod."""
+        pod = self.pod_of(ordinal)
+        limit = quantity_bytes(_executor_container(pod)["resources"]["limits"]["memory"])
+        assert limit is not None
+        return limit
+
+    def use_memory(self, ordinal: int, share: float) -> str:
+        """The metrics API reports the ``ordinal``-th executor using ``share`` of its memory
+        limit; returns the pod's name."""
+        pod = self.pod_of(ordinal)
+        name = str(pod["metadata"]["name"])
+        memory = str(int(self.memory_limit(ordinal) * share))
+        self.sim.set_usage(name, str(_executor_container(pod)["name"]), memory=memory)
+        return name
 
     def wait(
         self, predicate: Callable[[list[Mapping[str, Any]]], bool], what: str

@@ -171,6 +171,23 @@ def _restart(run: ScenarioRun, size: int) -> None:
     run.stop_app()
 
 
+RESIZE_PLUGIN = "org.apache.spark.scheduler.cluster.k8s.ExecutorResizePlugin"
+
+
+def _resize(run: ScenarioRun, size: int) -> None:
+    """Spark's ExecutorResizePlugin (direct) against the sidecar's resize (through the plugin,
+    where Spark's refuses to start): an executor using 95% of its memory limit grows in place."""
+    run.step("start")
+    run.start_app(**{"spark.executor.instances": str(size)})
+    run.wait_running(size)
+    run.step("grow")
+    limit = run.memory_limit(1)
+    run.use_memory(1, 0.95)
+    run.wait(lambda pods: run.memory_limit(1) > limit, "the busy executor resized")
+    run.step("stop")
+    run.stop_app()
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="initial",
@@ -210,5 +227,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         describe="a driver restart (with its sidecar) under spark.kubernetes.allocation.maximum",
         script=_restart,
         conf={"spark.kubernetes.allocation.maximum": "50"},
+    ),
+    Scenario(
+        name="resize",
+        describe="in-place memory resize of an executor over the threshold",
+        script=_resize,
+        conf={
+            "spark.plugins": RESIZE_PLUGIN,  # Spark's; through the plugin it refuses to start
+            "execpods.executor.resize.enabled": "true",  # the sidecar's counterpart
+            "spark.kubernetes.executor.resizeInterval": "1s",
+        },
     ),
 )

@@ -33,6 +33,7 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
         settings.claims,
         settings.bad_nodes,
         settings.registration,
+        settings.resize,
     ]
     return {type(part): part for part in parts}
 

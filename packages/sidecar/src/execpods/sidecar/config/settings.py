@@ -17,6 +17,7 @@ from execpods.core import CoreSettings, SettingsError
 from execpods.core.badnodes import NodeBlocklistSettings
 from execpods.core.claims import ClaimSettings
 from execpods.core.registration import RegistrationSettings
+from execpods.core.resize import ResizeSettings
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -126,6 +127,7 @@ SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     ClaimSettings,
     NodeBlocklistSettings,
     RegistrationSettings,
+    ResizeSettings,
     KubernetesSettings,
     ApiRateSettings,
     SidecarSettings,
@@ -267,6 +269,7 @@ class Settings:
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
     registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+    resize: ResizeSettings = field(default_factory=ResizeSettings)
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
@@ -292,4 +295,5 @@ class Settings:
             claims=ClaimSettings.from_properties(properties),
             bad_nodes=NodeBlocklistSettings.from_properties(properties),
             registration=RegistrationSettings.from_properties(properties),
+            resize=ResizeSettings.from_properties(properties),
         )
