@@ -9,11 +9,12 @@ Spark 4.3's rules (`ExecutorPodsAllocator`, `MountVolumesFeatureStep`), kept her
 - the claims are owned by the driver pod when there is one and
   `spark.kubernetes.driver.ownPersistentVolumeClaim` holds (default), else by the executor's pod;
 - with `spark.kubernetes.driver.reusePersistentVolumeClaim` (default, needs ownership), a new
-  executor takes over a claim of the application that no pod in the snapshot names (a pod the API
-  deleted too, until a full list drops it: under watch lag its executor may still hold the
-  volume), of the same storage class and size, created more than the pod creation timeout ago
-  (max(5 x batch.delay, allocation.executor.timeout), 600 s by default: Spark's
-  `ExecutorPodsAllocator.getReusablePVCs`; SPARK-35416, SPARK-41388);
+  executor takes over a claim of the application that no pod in the snapshot uses (a pod the API
+  deleted no longer does; one Terminating still does), of the same storage class and size,
+  created more than the pod creation timeout ago (max(5 x batch.delay,
+  allocation.executor.timeout), 600 s by default: Spark's `ExecutorPodsAllocator.getReusablePVCs`;
+  SPARK-35416, SPARK-41388): a claim made for a pod still unseen under watch lag is not handed to
+  a second pod;
   listing the claims failing (no permission) means no reuse, not an error (SPARK-39688);
 - with `spark.kubernetes.driver.waitToReusePersistentVolumeClaim` as well, once the application
   has made as many claims as it may have executors, a new executor waits for a claim to be freed
@@ -192,8 +193,11 @@ class ExecutorClaims:
         are in use, and the reusable claims are listed again when first needed."""
         names: set[str] = set()
         if self.reusing:  # only a reuse asks which claims are in use
-            names.update(  # every pod of the snapshot, deleted ones too (Spark's rule)
-                name for state in snapshot.executor_pods.values() for name in state.pod.claim_names
+            names.update(
+                name
+                for state in snapshot.executor_pods.values()
+                if not state.pod.gone  # a pod the API deleted no longer holds its claims
+                for name in state.pod.claim_names
             )
         with self._lock:
             self._started = True
