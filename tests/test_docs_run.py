@@ -1,11 +1,16 @@
 """The documented commands run as written: the fenced shell blocks marked runnable.
 
 A block whose info string is `bash runnable` (optionally `needs=TOOL`, skipped without that tool
-on PATH) in README.md or docs/*.md runs here, with `bash -euo pipefail`, from the repository root,
-on a PATH *without* `.venv/bin` (as a reader's shell would be: the 127 of a command that is not
-there fails the test). The ports the docs show (6443 for kubesim, 50551 for the sidecar, 9464 for
-metrics) become free ports, so runs never collide; background jobs a block starts are stopped
-with its process group when it ends. Drift between the docs and the commands fails the check.
+on PATH, or `needs=root`) in README.md or docs/*.md runs here, with `bash -euo pipefail`, from
+the repository root, on a PATH *without* `.venv/bin` (as a reader's shell would be: the 127 of a
+command that is not there fails the test). The ports the docs show (6443 for kubesim, 50551 for
+the sidecar, 9464 for metrics) become free ports, so runs never collide; background jobs a block
+starts are stopped with its process group when it ends. Drift between the docs and the commands
+fails the check.
+
+A block may name itself (`id=NAME`) and the test that runs it instead (`tested-by=PATH`): that
+test runs the same text with `run_block` and checks more than its exit code, so the block is not
+run twice; here it is only checked that the test exists and names the block.
 """
 
 from __future__ import annotations
@@ -28,6 +33,28 @@ _PORTS = ("6443", "50551", "9464")
 _TESTED_SPARK = "4.3.0"
 
 
+def block_attributes(info: str) -> dict[str, str]:
+    """The `key=value` words of a block's info string (`id`, `tested-by`)."""
+    return dict(
+        w.split("=", 1) for w in info.split()[2:] if "=" in w and not w.startswith("needs=")
+    )
+
+
+def block_by_id(name: str) -> tuple[str, str, list[str]]:
+    """(where, script, needs) of the runnable block whose info string says `id=name`."""
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for match in _BLOCK.finditer(text):
+            words = match["info"].split()
+            if (
+                words[:2] == ["bash", "runnable"]
+                and block_attributes(match["info"]).get("id") == name
+            ):
+                needs = [w.removeprefix("needs=") for w in words[2:] if w.startswith("needs=")]
+                return f"{path.relative_to(ROOT)}#{name}", match["body"], needs
+    raise LookupError(f"no runnable block with id={name}")
+
+
 def runnable_blocks() -> list[tuple[str, str, list[str]]]:
     """(where, script, tools needed) of every runnable block, in file order."""
     blocks = []
@@ -39,6 +66,9 @@ def runnable_blocks() -> list[tuple[str, str, list[str]]]:
                 continue
             line = text.count("\n", 0, match.start()) + 1
             needs = [w.removeprefix("needs=") for w in words[2:] if w.startswith("needs=")]
+            attributes = block_attributes(match["info"])
+            if "tested-by" in attributes:
+                needs.append(f"tested-by={attributes['tested-by']}#{attributes.get('id', '')}")
             blocks.append((f"{path.relative_to(ROOT)}:{line}", match["body"], needs))
     return blocks
 
@@ -84,9 +114,32 @@ def test_the_docs_name_one_spark_version() -> None:
 def test_a_documented_command_runs(
     where: str, script: str, needs: list[str], tmp_path: Path
 ) -> None:
-    missing = [tool for tool in needs if shutil.which(tool) is None]
+    if tested_by := [n for n in needs if n.startswith("tested-by=")]:
+        path, _, name = tested_by[0].removeprefix("tested-by=").partition("#")
+        test = ROOT / path
+        assert test.is_file(), f"{where}: {path} does not exist"
+        assert f'block_by_id("{name}")' in test.read_text(encoding="utf-8"), where
+        pytest.skip(f"{where} is run by {path}")
+    missing = [tool for tool in needs if not _have(tool)]
     if missing:
         pytest.skip(f"{where} needs {', '.join(missing)}")
+    code, output = run_block(script, tmp_path)
+    assert code == 0, f"{where} exited {code}:\n{script}\n{output}"
+
+
+def _have(tool: str) -> bool:
+    return os.geteuid() == 0 if tool == "root" else shutil.which(tool) is not None
+
+
+def missing_needs(needs: list[str]) -> list[str]:
+    """What a block needs that this machine lacks (`root` is the user, anything else a tool)."""
+    return [tool for tool in needs if not _have(tool)]
+
+
+def run_block(
+    script: str, tmp_path: Path, *, timeout: float = 100, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run a documented block as the docs test does: (exit code, its output)."""
     for port in _PORTS:
         script = re.sub(rf"\b{port}\b", _free_port(), script)
     log = tmp_path / "output.log"
@@ -96,18 +149,17 @@ def test_a_documented_command_runs(
         subprocess.Popen(
             ["bash", "-euo", "pipefail", "-c", script],
             cwd=ROOT,
-            env=_environment(tmp_path),
+            env={**_environment(tmp_path), **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         ) as process,
     ):
         try:
-            process.wait(timeout=100)
+            process.wait(timeout=timeout)
         finally:
             _stop_group(process.pid)
-    output = log.read_text()
-    assert process.returncode == 0, f"{where} exited {process.returncode}:\n{script}\n{output}"
+    return process.returncode, log.read_text()
 
 
 def _stop_group(pgid: int) -> None:

@@ -11,6 +11,7 @@ and starts against a simulator.
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import shutil
 import subprocess
@@ -182,3 +183,29 @@ def test_the_sidecar_wheel_installs_alone_and_starts(wheels: Path, tmp_path: Pat
                 process.terminate()
                 process.wait(30)
         assert process.returncode == 0
+
+
+def release_tags() -> dict[str, str]:
+    """The CHANGELOG's release tags and their commits (its table at the end)."""
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    return dict(re.findall(r"^\| `(v\d+\.\d+\.\d+)` \| `([0-9a-f]{7,40})` \|$", changelog, re.M))
+
+
+def test_every_release_in_the_changelog_names_its_git_tag_and_commit() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.MULTILINE)
+    assert versions
+    tags = release_tags()
+    for version in versions:
+        link = f"[{version}]: https://github.com/execpods/execpods/releases/tag/v{version}"
+        assert link in changelog, version
+        assert f"v{version}" in tags, f"no commit named for v{version}"
+    assert "[Unreleased]: https://github.com/execpods/execpods/compare/v" in changelog
+    for tag, commit in tags.items():
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:pyproject.toml"],
+            cwd=ROOT, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if shown.returncode != 0:
+            pytest.skip(f"this clone has no history for {commit}")
+        assert f'\nversion = "{tag[1:]}"\n' in shown.stdout, f"{tag} at {commit}"

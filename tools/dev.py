@@ -71,9 +71,25 @@ def _java() -> None:
         _say("java/javac are missing and cannot be installed here: the real-Spark tests will skip")
 
 
+def _promtool() -> None:
+    """promtool for the alert rules' tests (tests/sidecar/test_alert_rules.py): Debian's
+    `prometheus` package when it is missing, as Java is installed; without root, those skip."""
+    if shutil.which("promtool"):
+        return
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        _say("promtool is missing: installing prometheus (Debian)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _run("apt-get", "update", "-qq", env=env)
+        _run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus", env=env)
+    else:
+        _say("promtool is missing and cannot be installed here: the alert rule tests will skip")
+
+
 def bootstrap() -> None:
-    """Create .venv from the lock (and make sure Java is there); a no-op when all is in sync."""
+    """Create .venv from the lock (and make sure Java and promtool are there); a no-op when all
+    is in sync."""
     _java()
+    _promtool()
     _run(*_uv(), "sync", "--locked", "--all-packages", "--quiet")
     if not (GENERATED / "allocator_pb2.py").exists():
         _say("generated gRPC code is missing: generating it")

@@ -40,6 +40,8 @@ MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3,python3-venv"
 BUILD_TOOLS = ("gcc", "cc", "c++", "make", "pip", "pip3", "uv", "hatchling")
 """None may be on the image's PATH (Debian's apt and dpkg stay, as in python:slim images)."""
+JAR_IN_IMAGE = "/opt/execpods/share/spark/execpods-spark.jar"
+"""Where the Dockerfile puts the Spark plugin (the driver template's init container copies it)."""
 UV_VERSION = "0.13.9"
 """The uv the Dockerfile installs to export the lock (`pip install uv==...` there)."""
 
@@ -138,12 +140,46 @@ def wheelhouse() -> None:
     requirements.write_text(exported)
 
 
+def plugin_jar() -> Path:
+    """The Spark plugin's jar the image carries (built with javac when missing or stale)."""
+    from execpods.devtools.spark_plugin import build as build_jar
+
+    return build_jar(ROOT / "integrations" / "spark" / "build")
+
+
+def revision() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
 def build(tag: str) -> None:
     buildah(
         "build", "--isolation", "chroot", "--layers", "--quiet",
         "--build-arg", f"PYTHON_IMAGE={BASE}", "--build-arg", "PIP_NO_INDEX=1",
+        "--build-arg", f"VERSION={version()}", "--build-arg", f"REVISION={revision()}",
         "-f", ROOT / "Dockerfile", "-t", tag, ROOT,
     )  # fmt: skip
+
+
+def check_labels(tag: str) -> None:
+    """The OCI annotations: this version, this commit, the licence."""
+    import json
+
+    labels = json.loads(
+        buildah("inspect", "--type", "image", "--format", "{{json .OCIv1.Config.Labels}}", tag,
+                capture=True)
+    )  # fmt: skip
+    wanted = {
+        "org.opencontainers.image.version": version(),
+        "org.opencontainers.image.revision": revision(),
+        "org.opencontainers.image.licenses": "Apache-2.0",
+    }
+    wrong = {k: labels.get(k) for k, v in wanted.items() if labels.get(k) != v}
+    if wrong:
+        sys.exit(f"the image's labels are not what the build says: {wrong}")
+    _say(f"labels: {', '.join(f'{k}={v}' for k, v in sorted(labels.items()))}")
 
 
 def image_size(tag: str) -> str:
@@ -190,6 +226,16 @@ def run_checks(tag: str) -> None:
         )
         if whoami.strip() != "10001":
             sys.exit(f"the image runs as uid {whoami.strip()}, not 10001")
+        # The driver pod template's init container: cp the jar, as the image's user, into a
+        # folder it may write (the emptyDir there).
+        copied = _run(
+            *run_in(container, "sh", "-c", "d=$(mktemp -d) && cp " + JAR_IN_IMAGE + ' "$d/" && '
+                    'unzip -l "$d/execpods-spark.jar" 2>/dev/null | tail -1 || ls -l "$d"'),
+            capture=True,
+        ).strip()  # fmt: skip
+        if "execpods-spark.jar" not in copied and "files" not in copied:
+            sys.exit(f"the image cannot copy its plugin jar: {copied!r}")
+        _say(f"the plugin jar copies out of the image: {copied}")
         with KubeSim() as sim:
             serve = run_in(
                 container, "execpods-sidecar", "serve", "--app-id", "image-check",
@@ -285,7 +331,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wheelhouse()
     mark = step("wheelhouse", mark)
     if not args.no_build:
+        plugin_jar()
+        mark = step("plugin jar", mark)
         build(tag)
+        check_labels(tag)
         mark = step("image build", mark)
     if not args.no_run:
         run_checks(tag)

@@ -28,6 +28,10 @@ def executor_to_proto(view: ExecutorView) -> pb.ObservedPod:
         node_name=view.node_name,
         pod_ip=view.pod_ip,
         container_reason=view.container_reason,
+        pending_reason=pb.PendingReason.Value(f"PENDING_REASON_{view.pending_reason.upper()}")
+        if view.pending_reason
+        else pb.PendingReason.PENDING_REASON_UNSPECIFIED,
+        pending_message=view.pending_message,
     )
     if view.exit_code is not None:
         message.exit_code = view.exit_code

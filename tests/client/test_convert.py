@@ -61,11 +61,37 @@ def test_every_field_of_an_executor_is_read() -> None:
         "node_name": "node-1",
         "pod_ip": "10.0.0.3",
         "container_reason": "OOMKilled",
+        "pending_message": "Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
     }
     # Every field of the wire message has a value here, so none can be dropped unnoticed.
-    assert set(fields) | {"state"} == set(S.DESCRIPTOR.fields_by_name)
-    message = S(state=E.STATE_FAILED, **fields)
-    assert executor_from_proto(message) == ExecutorView(state=ExecutorState.FAILED, **fields)
+    assert set(fields) | {"state", "pending_reason"} == set(S.DESCRIPTOR.fields_by_name)
+    message = S(
+        state=E.STATE_FAILED,
+        pending_reason=pb.PendingReason.PENDING_REASON_UNSCHEDULABLE,
+        **fields,
+    )
+    assert executor_from_proto(message) == ExecutorView(
+        state=ExecutorState.FAILED, pending_reason="unschedulable", **fields
+    )
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        (0, ""),
+        (1, "unschedulable"),
+        (2, "scheduling_gated"),
+        (3, "image_pull"),
+        (4, "container_config"),
+        (5, "crash_loop"),
+        (6, "failed_mount"),
+        (99, ""),  # a newer server's reason: its words still come in pending_message
+    ],
+)
+def test_pending_reasons(wire: int, reason: str) -> None:
+    assert executor_from_proto(S(state=E.STATE_PENDING, pending_reason=wire)).pending_reason == (  # type: ignore[arg-type]
+        reason
+    )
 
 
 def test_exit_code_zero_is_not_the_same_as_no_exit_code() -> None:

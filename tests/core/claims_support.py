@@ -1,4 +1,4 @@
-"""In-memory claims for the core's tests: a claim registry and OnDemand templates in one."""
+"""In-memory claims for the core's tests: the core's `ClaimOperations` over a claim registry."""
 
 from __future__ import annotations
 
@@ -6,13 +6,21 @@ import copy
 import random
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from execpods.core import ExecutorPod, PodManifest, PodOperationError
+from execpods.core import (
+    Claim,
+    ExecutorPod,
+    ExecutorPodsBackend,
+    FeatureSettings,
+    NeededClaim,
+    PodManifest,
+    PodOperationError,
+)
 from execpods.core.allocator import ExecutorPodsAllocator
-from execpods.core.claims import Claim, ClaimingPodOperations, ClaimSettings, ExecutorClaims
+from execpods.core.claims import ClaimSettings, ExecutorClaims
 from execpods.core.clock import ManualClock
 from execpods.core.labels import SPARK_LABELS
 from execpods.core.settings import CoreSettings
@@ -22,6 +30,7 @@ from execpods.core.testing import (
     InMemoryPodOperations,
     RecordingDriver,
     SimpleExecutorPodBuilder,
+    compose_deterministic,
 )
 
 DRIVER_OWNER = {"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": "driver-uid"}
@@ -29,8 +38,8 @@ START = 1_767_225_600.0
 
 
 class InMemoryClaims:
-    """`ClaimOperations` and `ClaimTemplates`: every executor pod gets one OnDemand claim of
-    `storage_class` and `size`, named `<pod>-pvc-0`."""
+    """`ClaimOperations`: every executor pod gets one OnDemand claim of `storage_class` and
+    `size`, named `<pod>-pvc-0` (as `VOLUMES` names its volume)."""
 
     def __init__(
         self,
@@ -52,12 +61,25 @@ class InMemoryClaims:
         self._lock = threading.Lock()
 
     @property
-    def driver_owner(self) -> Mapping[str, object] | None:
-        return self._owner
+    def declares_on_demand(self) -> bool:
+        return True
 
-    def claims_for(self, pod: PodManifest) -> list[PodManifest]:
-        name = f"{pod['metadata']['name']}-pvc-0"
-        return [self.manifest(name)]
+    @property
+    def has_driver_pod(self) -> bool:
+        return self._owner is not None
+
+    def claims_for(
+        self, *, executor_id: int, app_id: str, resource_profile_id: int
+    ) -> list[NeededClaim]:
+        name = f"{app_id}-exec-{executor_id}-pvc-0"
+        return [
+            NeededClaim(
+                name=name,
+                storage_class=self.storage_class,
+                size=self.size,
+                manifest=self.manifest(name),
+            )
+        ]
 
     def manifest(self, name: str, *, storage_class: str | None = None) -> PodManifest:
         return {
@@ -91,14 +113,17 @@ class InMemoryClaims:
                 for name, m in sorted(self.claims.items())
             ]
 
-    def create_claim(self, manifest: PodManifest) -> None:
+    def create_claim(self, claim: NeededClaim, *, owner_pod: str | None) -> None:
         if self.create_errors:
             raise self.create_errors.pop(0)
-        stored = copy.deepcopy(manifest)
+        stored: dict[str, Any] = copy.deepcopy(dict(claim.manifest))
         stored["metadata"]["created"] = self._clock.time()
+        owner = self._owner if owner_pod is None else {"kind": "Pod", "name": owner_pod}
+        if owner is not None:
+            stored["metadata"]["ownerReferences"] = [dict(owner)]
         with self._lock:
-            self.claims[manifest["metadata"]["name"]] = stored
-            self.created.append(manifest["metadata"]["name"])
+            self.claims[claim.name] = stored
+            self.created.append(claim.name)
 
     def delete_claims(self, app_id: str) -> int:
         with self._lock:
@@ -108,19 +133,8 @@ class InMemoryClaims:
             return count
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VolumeBuilder:
-    """Simple executor pods with one OnDemand volume, named as Spark names it."""
-
-    inner: SimpleExecutorPodBuilder = field(default_factory=SimpleExecutorPodBuilder)
-
-    def build(self, *, executor_id: int, app_id: str, resource_profile_id: int = 0) -> PodManifest:
-        pod = self.inner.build(
-            executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
-        )
-        claim = f"{pod['metadata']['name']}-pvc-0"
-        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
-        return pod
+VOLUMES = SimpleExecutorPodBuilder(claim_volumes=("{pod}-pvc-0",))
+"""Simple executor pods with one OnDemand volume, named as Spark names it."""
 
 
 @dataclass
@@ -131,6 +145,7 @@ class ClaimsRig:
     claims: InMemoryClaims
     policy: ExecutorClaims
     clock: ManualClock
+    backend: ExecutorPodsBackend
 
     def claim_of(self, executor_id: int) -> str:
         """The claim executor `executor_id`'s pod was created with."""
@@ -160,28 +175,24 @@ def claims_rig(
     max_claims: int = 10,
     driver_owner: Mapping[str, object] | None = DRIVER_OWNER,
 ) -> ClaimsRig:
+    """The claims feature as the composition root plugs it: from its settings slice and the
+    claim operations; at most `max_claims` claims (Spark's: the executors it may have)."""
     settings = settings or CoreSettings(batch_size=5, adaptive_batches=False)
+    settings = replace(settings, executor_instances=max_claims)
     clock = ManualClock(START)
-    store = DeterministicSnapshotsStore()
     pods = InMemoryPodOperations()
     claims = InMemoryClaims(clock, driver_owner=driver_owner)
-    policy = ExecutorClaims(
-        settings=claim_settings or ClaimSettings(),
-        templates=claims,
-        operations=claims,
-        max_claims=max_claims,
-        reuse_after=settings.pod_creation_timeout,
-    )
-    allocator = ExecutorPodsAllocator(
+    composed = compose_deterministic(
         settings=settings,
-        pod_builder=VolumeBuilder(),
-        pod_operations=ClaimingPodOperations(
-            pods, policy, executor_id_label=SPARK_LABELS.executor_id
-        ),
-        store=store,
+        pod_operations=pods,
+        pod_builder=VOLUMES,
         clock=clock,
         rng=random.Random(7),
-        claims=policy,
+        claims=claims,
+        features=FeatureSettings(claims=claim_settings or ClaimSettings()),
     )
-    allocator.start(TEST_APP_ID, RecordingDriver())
-    return ClaimsRig(allocator, store, pods, claims, policy, clock)
+    composed.allocator.start(TEST_APP_ID, RecordingDriver())
+    policy = composed.feature(ExecutorClaims)
+    return ClaimsRig(
+        composed.allocator, composed.store, pods, claims, policy, clock, composed.backend
+    )

@@ -11,7 +11,13 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from execpods.core import CoreSettings, ExecutorIdLedger, ManualClock, ResourceProfiles
+from execpods.core import (
+    CoreSettings,
+    ExecutorIdLedger,
+    ExecutorPodsBackend,
+    ManualClock,
+    ResourceProfiles,
+)
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
@@ -34,6 +40,8 @@ class AllocatorRig:
     clock: ManualClock
     settings: CoreSettings
     driver: RecordingDriver
+    backend: ExecutorPodsBackend
+    """The facade over the same parts (its notices are the allocator's)."""
 
 
 @dataclass
@@ -72,7 +80,9 @@ def make_allocator_rig(
         api_rate_ceiling=api_rate_ceiling,
     )
     composed.allocator.start(TEST_APP_ID, driver)
-    return AllocatorRig(composed.allocator, composed.store, pods, clock, settings, driver)
+    return AllocatorRig(
+        composed.allocator, composed.store, pods, clock, settings, driver, composed.backend
+    )
 
 
 def make_lifecycle_rig(settings: CoreSettings | None = None) -> LifecycleRig:

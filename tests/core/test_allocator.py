@@ -391,7 +391,7 @@ def test_max_pending_pods_per_rp_may_not_exceed_max_pending_pods() -> None:
 def test_allocation_maximum_stops_allocation_and_tells_the_driver_once() -> None:
     rig = spark_rig(replace(SPARK_SUITE, allocation_maximum=4))
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.allocator.set_total_expected_executors(5)
     assert created(rig) == [1, 2, 3], "as Spark, no id at or above the maximum is issued"
     (notice,) = notices

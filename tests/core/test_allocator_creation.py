@@ -34,7 +34,7 @@ from .conftest import make_allocator_rig
 def test_a_refused_create_is_counted_reported_and_backed_off_without_ending_the_round() -> None:
     rig = spark_rig(profiles=True)
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.pods.fail_next_create(PodAdmissionRejected("exceeded quota: pods", status=403))
     rig.allocator.set_totals({0: 3, RP: 2})
     # Executor 1 is refused; the rest of the round goes on, the other profile included.
@@ -59,7 +59,7 @@ def test_a_refused_create_is_counted_reported_and_backed_off_without_ending_the_
 def test_refusals_back_off_exponentially_with_jitter() -> None:
     rig = spark_rig()
     waits: list[float] = []
-    rig.allocator.add_notice_listener(lambda n: waits.append(n.retry_in))
+    rig.backend.add_notice_listener(lambda n: waits.append(n.retry_in))
     rig.allocator.set_total_expected_executors(1)
     rig.store.replace_snapshot([pod(rig, 1, "running")])
     for _ in range(4):
@@ -78,7 +78,7 @@ def test_refusals_back_off_exponentially_with_jitter() -> None:
 def test_throttling_pauses_every_create_for_retry_after() -> None:
     rig = spark_rig(profiles=True)
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.pods.fail_next_create(ApiThrottled("too many requests", retry_after=7.0))
     rig.allocator.set_totals({0: 2, RP: 2})
     assert created(rig) == [], "the throttle holds the rest of the step back, unsent"

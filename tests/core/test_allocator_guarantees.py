@@ -107,7 +107,7 @@ def test_defect_6_an_executor_that_ran_then_failed_within_a_batch_started() -> N
 def test_defect_7_the_maximum_notice_counts_the_ids_the_round_issued() -> None:
     rig = spark_rig(CoreSettings(batch_size=10, adaptive_batches=False, allocation_maximum=4))
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.allocator.set_total_expected_executors(5)
     assert created(rig) == [1, 2, 3]
     (notice,) = notices

@@ -15,9 +15,11 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     ExecutorRemoval,
     LifecycleObserver,
+    Machinery,
     ManualClock,
     NumberedRemoval,
     PodSelector,
+    Ports,
     ResourceProfile,
     TotalsRequest,
     compose_backend,
@@ -132,15 +134,16 @@ def make_backend(
     backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=settings,
-        pod_operations=pods,
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=driver,
-        observers=observers,
-        sources=lambda writer: [watch, poll],
-        clock=clock,
-        store=make_store,
-        request_scheduler=requests,
-        close=lambda: log.append("client.close"),
+        ports=Ports(
+            pod_operations=pods,
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=driver,
+            sources=lambda writer: [watch, poll],
+            close=lambda: log.append("client.close"),
+        ),
+        machinery=Machinery(
+            observers=observers, clock=clock, store=make_store, request_scheduler=requests
+        ),
     )
     return BackendRig(backend, stores[0], pods, driver, requests, watch, poll, log)
 
@@ -284,13 +287,17 @@ def test_cancelling_releases_the_store_subscription_and_a_stopped_backend_refuse
     backend = compose_backend(
         app_id=TEST_APP_ID,
         settings=CoreSettings(),
-        pod_operations=InMemoryPodOperations(),
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        sources=fed,
-        clock=clock,
-        store=scheduled_store(DeterministicScheduler(clock)),
-        request_scheduler=DeterministicScheduler(clock),
+        ports=Ports(
+            pod_operations=InMemoryPodOperations(),
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=RecordingDriver(),
+            sources=fed,
+        ),
+        machinery=Machinery(
+            clock=clock,
+            store=scheduled_store(DeterministicScheduler(clock)),
+            request_scheduler=DeterministicScheduler(clock),
+        ),
     )
     store = fed.writer
     assert isinstance(store, ScheduledSnapshotsStore)

@@ -10,8 +10,10 @@ from execpods.core import (
     CoreSettings,
     ExecutorPod,
     ExecutorPodsBackend,
+    Machinery,
     ManualClock,
     PodSelector,
+    Ports,
     compose_backend,
 )
 from execpods.core.kills import KILL_CHUNK
@@ -57,11 +59,10 @@ def _backend(pods: InMemoryPodOperations, clock: ManualClock, **props: str) -> E
     return compose_backend(
         app_id=TEST_APP_ID,
         settings=settings,
-        pod_operations=pods,
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        clock=clock,
-        store=DeterministicSnapshotsStore,
+        ports=Ports(
+            pod_operations=pods, pod_builder=SimpleExecutorPodBuilder(), driver=RecordingDriver()
+        ),
+        machinery=Machinery(clock=clock, store=DeterministicSnapshotsStore),
     )
 
 

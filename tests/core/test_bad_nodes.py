@@ -10,20 +10,22 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any
 
-from execpods.core import AllocatorNotice, CoreSettings, ExecutorPod, ManualClock, NoticeKind
-from execpods.core.allocator import ExecutorPodsAllocator
-from execpods.core.badnodes import (
-    AvoidingPodBuilder,
-    NodeBlocklist,
-    NodeBlocklistSettings,
-    with_node_anti_affinity,
+from execpods.core import (
+    AllocatorNotice,
+    CoreSettings,
+    ExecutorPod,
+    FeatureSettings,
+    ManualClock,
+    NoticeKind,
 )
+from execpods.core.allocator import ExecutorPodsAllocator
+from execpods.core.badnodes import NodeBlocklist, NodeBlocklistSettings
 from execpods.core.testing import (
     TEST_APP_ID,
     DeterministicSnapshotsStore,
     InMemoryPodOperations,
     RecordingDriver,
-    SimpleExecutorPodBuilder,
+    compose_deterministic,
     failed_executor,
     running_executor,
 )
@@ -60,24 +62,26 @@ class Rig:
 
 
 def make_rig(settings: NodeBlocklistSettings = SETTINGS) -> Rig:
+    """The feature as the composition root plugs it, from its settings slice."""
     clock = ManualClock(1_000.0)
-    store = DeterministicSnapshotsStore()
     pods = InMemoryPodOperations()
-    blocklist = NodeBlocklist(settings=settings)
-    allocator = ExecutorPodsAllocator(
+    composed = compose_deterministic(
         settings=CoreSettings(batch_size=10, adaptive_batches=False),
-        pod_builder=AvoidingPodBuilder(SimpleExecutorPodBuilder(), blocklist),
         pod_operations=pods,
-        store=store,
         clock=clock,
         rng=random.Random(1),
-        round_hooks=[blocklist],
+        features=FeatureSettings(bad_nodes=settings),
     )
     notices: list[AllocatorNotice] = []
-    allocator.add_notice_listener(notices.append)
-    blocklist.set_notify(allocator.notify)
-    allocator.start(TEST_APP_ID, RecordingDriver())
-    return Rig(allocator, store, pods, clock, blocklist, notices)
+    composed.backend.add_notice_listener(notices.append)
+    composed.allocator.start(TEST_APP_ID, RecordingDriver())
+    blocklist = composed.feature(NodeBlocklist)
+    return Rig(composed.allocator, composed.store, pods, clock, blocklist, notices)
+
+
+def test_the_feature_is_plugged_only_when_enabled() -> None:
+    composed = compose_deterministic(features=FeatureSettings(bad_nodes=NodeBlocklistSettings()))
+    assert not [f for f in composed.features if isinstance(f, NodeBlocklist)]
 
 
 def on(pod: ExecutorPod, node: str) -> ExecutorPod:
@@ -154,38 +158,3 @@ def test_the_same_failed_executor_counts_once_however_many_rounds_see_it() -> No
         rig.store.notify_subscribers()
         rig.clock.advance(1)
     assert rig.blocklist.blocked() == []
-
-
-def test_anti_affinity_joins_every_existing_node_selector_term() -> None:
-    pod: dict[str, Any] = {
-        "spec": {
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {"key": "zone", "operator": "In", "values": ["a"]}
-                                ]
-                            },
-                            {
-                                "matchExpressions": [
-                                    {"key": "zone", "operator": "In", "values": ["b"]}
-                                ]
-                            },
-                        ]
-                    }
-                }
-            }
-        }
-    }
-    with_node_anti_affinity(pod, ["bad-1", "bad-2"])
-    terms = pod["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    for term in terms["nodeSelectorTerms"]:
-        assert term["matchExpressions"][-1] == {
-            "key": "kubernetes.io/hostname",
-            "operator": "NotIn",
-            "values": ["bad-1", "bad-2"],
-        }

@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from execpods.core import CoreSettings, ExecutorPodsBackend, PodForbidden, compose_backend
+from execpods.core import (
+    ExecutorPodsBackend,
+    PodForbidden,
+)
 from execpods.core.claims import ClaimSettings
-from execpods.core.testing import TEST_APP_ID, DeterministicSnapshotsStore, RecordingDriver
+from execpods.core.testing import TEST_APP_ID
 
-from .claims_support import DRIVER_OWNER, ClaimsRig, VolumeBuilder, claims_rig
+from .claims_support import DRIVER_OWNER, ClaimsRig, claims_rig
 
 WAIT = ClaimSettings(wait_to_reuse=True)
 
@@ -32,7 +35,7 @@ def test_on_demand_claims_are_created_per_executor_and_owned_by_the_driver_pod()
     for executor_id in (1, 2):
         name = rig.claim_of(executor_id)
         assert rig.claims.claims[name]["metadata"]["ownerReferences"] == [DRIVER_OWNER]
-    assert rig.policy.created == 2
+    assert rig.policy.made == 2
 
 
 def test_without_a_driver_pod_the_executor_pod_owns_its_claim_and_none_is_reused() -> None:
@@ -96,10 +99,10 @@ def test_spark_41388_recently_created_pvcs_of_the_previous_batch_are_not_reused(
 def test_spark_41410_support_wait_to_reuse_persistent_volume_claims() -> None:
     """SPARK-41410: at spark.executor.instances claims, a new executor waits for a free one."""
     rig = claims_rig(WAIT, max_claims=1)
-    assert rig.policy.created == 0
+    assert rig.policy.made == 0
     rig.allocator.set_total_expected_executors(1)
     assert rig.allocator.outstanding_pods == 1
-    assert rig.policy.created == 1
+    assert rig.policy.made == 1
     run_round(rig, (1, "Running"))
     assert rig.allocator.outstanding_pods == 0
     assert rig.pods.created_executor_ids() == [1]
@@ -107,7 +110,7 @@ def test_spark_41410_support_wait_to_reuse_persistent_volume_claims() -> None:
     rig.store.notify_subscribers()
     assert rig.allocator.outstanding_pods == 0
     assert rig.pods.created_executor_ids() == [1]
-    assert rig.policy.created == 1
+    assert rig.policy.made == 1
     # Executor 1 goes: its claim is free again (once older than the pod creation timeout),
     # and one replacement takes it over (the other still waits: the application has its one
     # claim).
@@ -116,7 +119,7 @@ def test_spark_41410_support_wait_to_reuse_persistent_volume_claims() -> None:
     rig.store.notify_subscribers()
     assert rig.pods.created_executor_ids() == [1, 2]
     assert rig.claim_of(2) == rig.claim_of(1)
-    assert rig.policy.created == 1
+    assert rig.policy.made == 1
 
 
 def test_spark_41410_an_exception_during_pvc_creation_does_not_increase_the_counter() -> None:
@@ -124,22 +127,14 @@ def test_spark_41410_an_exception_during_pvc_creation_does_not_increase_the_coun
     rig = claims_rig(WAIT, max_claims=1)
     rig.claims.create_errors.append(PodForbidden("PVC fails to create"))
     rig.allocator.set_total_expected_executors(1)
-    assert rig.policy.created == 0
+    assert rig.policy.made == 0
     assert rig.allocator.outstanding_pods == 0
     assert rig.pods.deletes_of(f"{TEST_APP_ID}-exec-1") == 1
     assert rig.allocator.stats.refused == 1
 
 
 def stopping_backend(rig: ClaimsRig) -> ExecutorPodsBackend:
-    return compose_backend(
-        app_id=TEST_APP_ID,
-        settings=CoreSettings(),
-        pod_operations=rig.pods,
-        pod_builder=VolumeBuilder(),
-        driver=RecordingDriver(),
-        store=DeterministicSnapshotsStore,
-        claims=rig.policy,
-    )
+    return rig.backend
 
 
 def test_claims_are_deleted_when_the_backend_stops() -> None:

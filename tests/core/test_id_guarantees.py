@@ -80,7 +80,7 @@ def test_an_unwritable_ledger_issues_no_id_above_its_mark_and_is_retried_with_ba
     ledger.fail_writes = True
     rig = make_allocator_rig(SETTINGS, id_ledger=ledger)
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.allocator.set_total_expected_executors(3)
     assert rig.pods.created == []
     assert [n.kind for n in notices] == [
@@ -115,7 +115,7 @@ def test_defect_9_a_hand_made_pod_with_a_huge_id_does_not_stop_allocation() -> N
     cluster.pods["huge"] = pod_of(2147483646)
     rig = make_allocator_rig(SETTINGS, pods=cluster, id_ledger=InMemoryIdLedger())
     notices: list[AllocatorNotice] = []
-    rig.allocator.add_notice_listener(notices.append)
+    rig.backend.add_notice_listener(notices.append)
     rig.allocator.set_total_expected_executors(2)
     assert rig.pods.created_executor_ids() == [1, 2]
     assert notices == []

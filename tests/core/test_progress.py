@@ -11,6 +11,7 @@ import threading
 
 import pytest
 from execpods.core import (
+    AllocatorNotice,
     CoreSettings,
     DeterministicScheduler,
     ManualClock,
@@ -19,7 +20,6 @@ from execpods.core import (
     ProgressChange,
     ProgressMonitor,
 )
-from execpods.core.creation import AllocatorNotice
 from execpods.core.progress import ID_LEDGER_UNREADABLE, THREAD_DIED, watch_threads
 from execpods.core.testing import InMemoryIdLedger, InMemoryPodOperations, compose_deterministic
 

@@ -3,28 +3,66 @@ a reason of its own, and replaced; one the driver knows never is. Manual clock, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
-from execpods.core.registration import REGISTRATION_TIMEOUT_KEY, RegistrationTimeout
-from execpods.core.testing import deleted_executor, running_executor
+from execpods.core import ExecutorPodsBackend, FeatureSettings, ManualClock
+from execpods.core.registration import (
+    REGISTRATION_TIMEOUT_KEY,
+    RegistrationSettings,
+    RegistrationTimeout,
+)
+from execpods.core.testing import (
+    DeterministicSnapshotsStore,
+    InMemoryPodOperations,
+    RecordingDriver,
+    RecordingObserver,
+    compose_deterministic,
+    deleted_executor,
+    running_executor,
+)
 
-from .conftest import LifecycleRig, make_lifecycle_rig
+
+@dataclass
+class Rig:
+    backend: ExecutorPodsBackend
+    store: DeterministicSnapshotsStore
+    pods: InMemoryPodOperations
+    driver: RecordingDriver
+    clock: ManualClock
+    observer: RecordingObserver
+    registration: RegistrationTimeout
 
 
-def watch(rig: LifecycleRig, timeout: float) -> RegistrationTimeout:
-    registration = RegistrationTimeout(timeout=timeout, clock=rig.clock, pod_operations=rig.pods)
-    registration.attach(driver=rig.driver, expect_removal=rig.manager.expect_removal)
-    rig.store.add_subscriber(1.0, registration.on_new_snapshots)
-    return registration
+def watch(timeout: float) -> Rig:
+    """A started backend (no executors asked for) whose registration timeout is `timeout`, as
+    its settings slice sets it: the feature is plugged by the composition root."""
+    clock, pods, driver, observer = (
+        ManualClock(),
+        InMemoryPodOperations(),
+        RecordingDriver(),
+        RecordingObserver(),
+    )
+    composed = compose_deterministic(
+        pod_operations=pods,
+        driver=driver,
+        clock=clock,
+        observers=[observer],
+        features=FeatureSettings(registration=RegistrationSettings(timeout=timeout)),
+    )
+    composed.backend.start(initial_executors=0)
+    registration = composed.feature(RegistrationTimeout)
+    return Rig(composed.backend, composed.store, pods, driver, clock, observer, registration)
 
 
-def round_(rig: LifecycleRig, seconds: float = 0.0) -> None:
+def round_(rig: Rig, seconds: float = 0.0) -> None:
     rig.clock.advance(seconds)
     rig.store.notify_subscribers()
 
 
 def test_a_running_executor_that_never_registers_is_replaced_with_its_own_reason() -> None:
-    rig = make_lifecycle_rig()
-    registration = watch(rig, 60.0)
+    rig = watch(60.0)
+    registration = rig.registration
     rig.driver.known.add(2)  # executor 2 registered, executor 1 never does
     for executor_id in (1, 2):
         rig.pods.pods[f"spark-executor-{executor_id}"] = running_executor(executor_id)
@@ -50,13 +88,12 @@ def test_a_running_executor_that_never_registers_is_replaced_with_its_own_reason
 
 
 def test_registering_in_time_or_no_timeout_keeps_the_executor() -> None:
-    rig = make_lifecycle_rig()
-    registration = watch(rig, 0.0)
+    rig = watch(0.0)
     rig.store.update_pod(running_executor(1))
     round_(rig)
     round_(rig, 1_000.0)
     assert rig.pods.deletes == []
-    registration.set_timeout(30.0)  # as a driver would, with UpdateDriverExecutors
+    rig.backend.set_registration_timeout(30.0)  # as a driver would, with UpdateDriverExecutors
     round_(rig)
     round_(rig, 20.0)
     rig.driver.known.add(1)  # registers within the 30 s
@@ -65,8 +102,7 @@ def test_registering_in_time_or_no_timeout_keeps_the_executor() -> None:
 
 
 def test_the_clock_starts_when_the_executor_runs_not_when_it_was_created() -> None:
-    rig = make_lifecycle_rig()
-    watch(rig, 10.0)
+    rig = watch(10.0)
     round_(rig, 100.0)  # nothing running yet
     rig.store.update_pod(running_executor(1))
     round_(rig)
@@ -77,6 +113,7 @@ def test_the_clock_starts_when_the_executor_runs_not_when_it_was_created() -> No
 
 
 def test_a_negative_timeout_is_refused() -> None:
-    rig = make_lifecycle_rig()
+    rig = watch(1.0)
     with pytest.raises(ValueError, match="must not be negative"):
-        watch(rig, 1.0).set_timeout(-1)
+        rig.backend.set_registration_timeout(-1)
+    assert rig.registration.timeout == 1.0, "nothing changed"

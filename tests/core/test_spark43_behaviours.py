@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from execpods.core import (
+    AllocatorNotice,
     CoreSettings,
     DeterministicScheduler,
     ExecutorExited,
@@ -26,9 +27,9 @@ from execpods.core import (
     PodNotFound,
     SettingsError,
 )
-from execpods.core.creation import AllocatorNotice
-from execpods.core.kills import GracefulKiller
-from execpods.core.oom_recovery import OomRecoveryMode, RecoveryModePodBuilder
+from execpods.core.features import NewExecutor
+from execpods.core.notices import NoticeHub
+from execpods.core.oom_recovery import OomRecoveryMode
 from execpods.core.ports import ExecutorRemoval
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.testing import (
@@ -146,17 +147,19 @@ class OrderedPods(InMemoryPodOperations):
 
 
 def _kill(settings: CoreSettings, ids: list[int], live: list[int]) -> OrderedPods:
+    """KillExecutors through the backend the composition root assembles (the decommission
+    feature plugged from the settings)."""
     pods = OrderedPods()
     for executor_id in live:
         pod = running_executor(executor_id)
         pods.pods[pod.name] = pod
-    killer = GracefulKiller(
-        settings=settings,
-        pod_operations=pods,
-        scheduler=DeterministicScheduler(ManualClock()),
-        on_killed=lambda _ids: None,
+    scheduler = DeterministicScheduler(ManualClock())
+    composed = compose_deterministic(
+        settings=settings, pod_operations=pods, request_scheduler=scheduler
     )
-    killer.kill(TEST_APP_ID, ids)
+    killed = composed.backend.kill_executors(ids)
+    scheduler.run_until_idle()
+    killed.result(timeout=0)
     return pods
 
 
@@ -217,14 +220,14 @@ def test_a_failed_mark_never_stops_the_kill(caplog: pytest.LogCaptureFixture) ->
     pod = running_executor(1)
     pods.pods[pod.name] = pod
     settings = _core(**{"spark.kubernetes.executor.decommissionLabel": "decom"})
-    killer = GracefulKiller(
-        settings=settings,
-        pod_operations=pods,
-        scheduler=DeterministicScheduler(ManualClock()),
-        on_killed=lambda _ids: None,
-    )
+    scheduler = DeterministicScheduler(ManualClock())
+    backend = compose_deterministic(
+        settings=settings, pod_operations=pods, request_scheduler=scheduler
+    ).backend
     with caplog.at_level(logging.WARNING):
-        assert killer.kill(TEST_APP_ID, [1]) == 1
+        killed = backend.kill_executors([1])
+        scheduler.run_until_idle()
+        assert killed.result(timeout=0) == 1
     assert "Could not mark pod" in caplog.text
     assert pod.name not in pods.pods
 
@@ -280,8 +283,12 @@ def _removal(executor_id: int, *, code: int, message: str, killed: bool = False)
     )
 
 
-def _cores(builder: RecoveryModePodBuilder, executor_id: int) -> str | None:
-    pod = builder.build(executor_id=executor_id, app_id=TEST_APP_ID)
+def _cores(mode: OomRecoveryMode, executor_id: int) -> str | None:
+    """What the pod of `executor_id` announces, built with what the feature decided."""
+    executor = NewExecutor(app_id=TEST_APP_ID, executor_id=executor_id, resource_profile_id=0)
+    pod = SimpleExecutorPodBuilder().build(
+        executor_id=executor_id, app_id=TEST_APP_ID, decisions=mode.shape(executor)
+    )
     env = pod["spec"]["containers"][0].get("env") or []
     values = [e["value"] for e in env if e["name"] == "SPARK_EXECUTOR_CORES"]
     return values[0] if values else None
@@ -289,7 +296,9 @@ def _cores(builder: RecoveryModePodBuilder, executor_id: int) -> str | None:
 
 def _mode(enabled: bool | None, cores: int = 1) -> tuple[OomRecoveryMode, list[AllocatorNotice]]:
     notices: list[AllocatorNotice] = []
-    return OomRecoveryMode(enabled=enabled, cores=cores, notify=notices.append), notices
+    hub = NoticeHub()
+    hub.add_listener(notices.append)
+    return OomRecoveryMode(enabled=enabled, cores=cores, notices=hub), notices
 
 
 @pytest.mark.parametrize(
@@ -302,29 +311,26 @@ def _mode(enabled: bool | None, cores: int = 1) -> tuple[OomRecoveryMode, list[A
 )
 def test_a_loss_to_oom_switches_recovery_mode_on_once(code: int, message: str) -> None:
     mode, notices = _mode(None, cores=2)
-    builder = RecoveryModePodBuilder(
-        SimpleExecutorPodBuilder(), mode, container_name="spark-kubernetes-executor"
-    )
-    assert _cores(builder, 1) is None, "before: the pod as built"
-    mode.executor_removed(_removal(1, code=code, message=message))
-    mode.executor_removed(_removal(2, code=code, message=message))
+    assert _cores(mode, 1) is None, "before: the pod as built"
+    mode.removed(_removal(1, code=code, message=message))
+    mode.removed(_removal(2, code=code, message=message))
     assert mode.active
-    assert _cores(builder, 3) == "2"
+    assert _cores(mode, 3) == "2"
     assert [n.kind for n in notices] == [NoticeKind.RECOVERY_MODE], "told once"
     assert "Executor 1 was lost to OOM" in notices[0].message
 
 
 def test_other_losses_and_kills_leave_it_off() -> None:
     mode, notices = _mode(None)
-    mode.executor_removed(_removal(1, code=1, message="exited with exit code 1 (generic)"))
-    mode.executor_removed(_removal(2, code=137, message="killed (OOMKilled)", killed=True))
+    mode.removed(_removal(1, code=1, message="exited with exit code 1 (generic)"))
+    mode.removed(_removal(2, code=137, message="killed (OOMKilled)", killed=True))
     assert not mode.active
     assert notices == []
 
 
 def test_false_never_and_true_from_the_start() -> None:
     never, notices = _mode(False)
-    never.executor_removed(_removal(1, code=137, message="OOMKilled"))
+    never.removed(_removal(1, code=137, message="OOMKilled"))
     assert not never.active
     assert notices == []
     always, _ = _mode(True)
@@ -344,7 +350,7 @@ def test_through_the_backend_executors_after_an_oom_announce_one_core() -> None:
     composed = compose_deterministic(
         settings=_core(**{"spark.executor.instances": "2"}),
         pod_operations=pods,
-        pod_builder=_FourCores(),
+        pod_builder=SimpleExecutorPodBuilder(cores=4),
     )
     backend, store = composed.backend, composed.store
     notices: list[AllocatorNotice] = []
@@ -358,13 +364,6 @@ def test_through_the_backend_executors_after_an_oom_announce_one_core() -> None:
     store.notify_subscribers()
     assert [n.kind for n in notices] == [NoticeKind.RECOVERY_MODE]
     assert [_env_cores(m) for m in pods.created[2:]] == ["1"]
-
-
-class _FourCores(SimpleExecutorPodBuilder):
-    def build(self, **kwargs: Any) -> dict[str, Any]:
-        pod = super().build(**kwargs)
-        pod["spec"]["containers"][0]["env"] = [{"name": "SPARK_EXECUTOR_CORES", "value": "4"}]
-        return pod
 
 
 def _env_cores(manifest: dict[str, Any]) -> str:

@@ -23,13 +23,6 @@ from execpods.core.testing import (
 from tests.core.conftest import make_allocator_rig
 
 
-class _FourCores(SimpleExecutorPodBuilder):
-    def build(self, **kwargs: Any) -> dict[str, Any]:
-        pod = super().build(**kwargs)
-        pod["spec"]["containers"][0]["env"] = [{"name": "SPARK_EXECUTOR_CORES", "value": "4"}]
-        return pod
-
-
 def _cores_of(manifest: dict[str, Any]) -> str:
     env = manifest["spec"]["containers"][0]["env"]
     return str(next(e["value"] for e in env if e["name"] == "SPARK_EXECUTOR_CORES"))
@@ -49,7 +42,7 @@ def _cores_after_a_137(*, deleted: bool) -> tuple[list[str], list[AllocatorNotic
     composed = compose_deterministic(
         settings=CoreSettings.from_properties({"spark.executor.instances": "2"}),
         pod_operations=pods,
-        pod_builder=_FourCores(),
+        pod_builder=SimpleExecutorPodBuilder(cores=4),
     )
     backend, store = composed.backend, composed.store
     notices: list[AllocatorNotice] = []
@@ -104,7 +97,7 @@ def test_m5_a_restart_under_allocation_maximum_counts_only_its_own_creates() -> 
     cluster.pods.clear()  # the driver and its sidecar restart; the executors went with them
     second = make_allocator_rig(settings, pods=cluster, id_ledger=ledger)
     notices: list[AllocatorNotice] = []
-    second.allocator.add_notice_listener(notices.append)
+    second.backend.add_notice_listener(notices.append)
     second.allocator.set_total_expected_executors(3)
     again = cluster.created_executor_ids()[3:]
     assert len(again) == 3, cluster.created_executor_ids()
@@ -123,7 +116,7 @@ def test_m5_each_life_creates_at_most_maximum_minus_one_pods() -> None:
     cluster.pods.clear()
     second = make_allocator_rig(settings, pods=cluster, id_ledger=ledger)
     notices: list[AllocatorNotice] = []
-    second.allocator.add_notice_listener(notices.append)
+    second.backend.add_notice_listener(notices.append)
     second.allocator.set_total_expected_executors(5)
     assert len(cluster.created_executor_ids()) == 6, "three more: a new life, a new count"
     (notice,) = notices

@@ -138,3 +138,37 @@ def test_it_installs_exactly_the_workspace_packages_the_sidecar_needs() -> None:
 def test_it_exposes_the_ports_of_the_example_pod() -> None:
     exposed = {int(p) for e in FINAL.all("EXPOSE") for p in e.split()}
     assert {50551, 8081, 9464} <= exposed
+
+
+def _template_init_command() -> list[str]:
+    import yaml
+
+    template = ROOT / "deploy" / "overlays" / "cluster-mode" / "driver-pod-template.yaml"
+    doc = yaml.safe_load(template.read_text(encoding="utf-8"))
+    (plugin,) = [c for c in doc["spec"]["initContainers"] if c["name"] == "execpods-plugin"]
+    command: list[str] = plugin["command"]
+    return command
+
+
+def test_the_image_carries_the_plugin_jar_where_the_driver_template_copies_it_from() -> None:
+    jar = _template_init_command()[1]
+    final = [c.split() for c in FINAL.all("COPY")]
+    assert any(parts[-1] == jar for parts in final), f"no COPY to {jar}: {final}"
+    built = [c.split() for c in STAGES[0].all("COPY")]
+    assert ["integrations/spark/build/execpods-spark.jar", "./"] in built
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    assert "!integrations/spark/build/execpods-spark.jar" in ignored  # in the build context
+
+
+def test_the_image_has_the_oci_labels_of_this_release() -> None:
+    labels = dict(
+        re.findall(r'(org\.opencontainers\.image\.[a-z]+)="([^"]*)"', " ".join(FINAL.all("LABEL")))
+    )
+    assert {"title", "version", "revision", "source", "licenses"} <= {
+        k.rsplit(".", 1)[1] for k in labels
+    }
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    defaults = dict(a.split("=", 1) for a in FINAL.all("ARG") if "=" in a)
+    assert defaults["VERSION"] == project["version"]  # a release bumps both: drift fails here

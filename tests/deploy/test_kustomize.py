@@ -147,8 +147,14 @@ def _template() -> Doc:
 def test_the_cluster_mode_driver_template_has_execpods_as_a_native_sidecar(tmp_path: Path) -> None:
     template = _template()
     kubernetes.client.V1Pod.model_validate(template)
-    (sidecar,) = template["spec"]["initContainers"]
+    plugin, sidecar = template["spec"]["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
+    # The plugin's jar: copied from the execpods image into the volume the driver's class path
+    # names (spark.driver.extraClassPath), before the driver starts.
+    assert "restartPolicy" not in plugin
+    assert plugin["image"] == sidecar["image"]
+    (jars,) = plugin["volumeMounts"]
+    assert plugin["command"][-1] == jars["mountPath"] + "/"
     assert sidecar["startupProbe"]["grpc"]["port"] == 8081  # gates the driver's start
     assert [c["name"] for c in template["spec"]["containers"]] == ["spark-kubernetes-driver"]
     # Its command line is one the sidecar accepts, with the downward API's values.
@@ -167,6 +173,12 @@ def test_the_cluster_mode_driver_template_has_execpods_as_a_native_sidecar(tmp_p
         if line.strip() and not line.startswith("#")
     )
     assert conf["spark.execpods.sidecar.address"] == settings.sidecar.listen
+    (driver,) = template["spec"]["containers"]
+    driver_mounts = {m["name"]: m["mountPath"] for m in driver["volumeMounts"]}
+    jar = Path(plugin["command"][1]).name
+    assert conf["spark.driver.extraClassPath"] == f"{driver_mounts[jars['name']]}/{jar}"
+    # The ConfigMap's own template path: where the ConfigMap is mounted (/opt/spark/conf).
+    assert conf["spark.kubernetes.driver.podTemplateFile"] == f"/opt/spark/conf/{TEMPLATE.name}"
     mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
     assert str(Path(conf["spark.execpods.sidecar.auth.tokenFile"]).parent) in mounts
 
@@ -178,7 +190,7 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
     pod["metadata"] |= {"name": "driver", "annotations": {"kubesim.execpods.io/exit-after": "0.3"}}
     pod["spec"]["restartPolicy"] = "Never"
     pod["spec"]["containers"][0]["image"] = "apache/spark:4.3.0"
-    with KubeSim(cluster=FAST_CLUSTER) as sim:
+    with KubeSim(cluster=FAST_CLUSTER, namespaces=["spark"]) as sim:
         # The token Secret the pod mounts (kubesim keeps a pod whose volume is missing Pending).
         secret = {"metadata": {"name": "execpods-sidecar-token"}, "data": {"token": "dG9rZW4="}}
         sim.object_apis["secrets"].create("spark", secret)
@@ -188,13 +200,14 @@ def test_a_driver_pod_with_a_native_sidecar_completes_when_the_driver_exits() ->
                 (p := sim.pod("driver", "spark")) and p["status"].get("phase") == "Running" and p
             )
         )
-        (init,) = running["status"]["initContainerStatuses"]
+        plugin, init = running["status"]["initContainerStatuses"]
+        assert plugin["name"] == "execpods-plugin"
         assert init["name"] == "execpods"
         assert "running" in init["state"]
         done = wait_for(
             lambda: (p := sim.pod("driver", "spark")) and p["status"]["phase"] == "Succeeded" and p
         )
-        (stopped,) = done["status"]["initContainerStatuses"]
+        stopped = done["status"]["initContainerStatuses"][1]
         assert stopped["state"]["terminated"]["exitCode"] == 0
 
 
@@ -204,7 +217,7 @@ def test_the_base_role_covers_the_sidecar_under_enforced_rbac(tmp_path: Path) ->
     from tests.sidecar.test_rbac import DRIVER, properties
 
     manifests = [d for d in yaml.safe_load_all((ROOT / "deploy/base/rbac.yaml").read_text()) if d]
-    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests).start()
+    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests, namespaces=["spark"]).start()
     try:
         sim.create_pod(copy.deepcopy(DRIVER), namespace="spark")
         token = sim.token_for("spark-driver", "spark")

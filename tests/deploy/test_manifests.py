@@ -91,6 +91,7 @@ def test_the_example_pods_run_on_the_simulator() -> None:
     ContainerCreating, as on a cluster: tests/kubesim/test_conformance_validation.py)."""
     with KubeSim(deterministic=True) as sim:
         api = k8s.CoreV1Api(k8s.ApiClient(k8s.Configuration(host=sim.url)))
+        api.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="spark")))
         token = k8s.V1Secret(
             metadata=k8s.V1ObjectMeta(name="execpods-sidecar-token"), string_data={"token": "t"}
         )

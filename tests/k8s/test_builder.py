@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from execpods.core import (
     SPARK_LABELS,
+    PodDecisions,
     PodSelector,
     ResourceProfile,
     ResourceProfiles,
@@ -446,3 +447,73 @@ def test_a_dotted_prefix_names_the_pod_whole_and_its_host_as_a_label() -> None:
         assert pod["metadata"]["name"] == f"{prefix}-exec-5"
         assert pod["spec"]["hostname"] == hostname
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hostname)
+
+
+# --- what the core decided (`PodDecisions`), written by the builder ----------------------------
+
+
+def test_avoided_nodes_join_every_node_selector_term_of_the_template() -> None:
+    """Bad-node avoidance: a `NotIn` on the hostname in every term the template already has."""
+    zones = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}
+        for zone in ("a", "b")
+    ]
+    template = {
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": zones}
+                }
+            },
+            "containers": [{"name": "spark-kubernetes-executor", "image": IMAGE}],
+        }
+    }
+    made = ExecutorPodTemplateBuilder(
+        settings=KubernetesSettings.from_properties({}), namespace="spark", template=template
+    )
+    pod = made.build(
+        executor_id=1, app_id="app", decisions=PodDecisions(avoid_nodes=frozenset({"b2", "b1"}))
+    )
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+    for term in terms:
+        assert term["matchExpressions"][-1] == {
+            "key": "kubernetes.io/hostname",
+            "operator": "NotIn",
+            "values": ["b1", "b2"],
+        }
+    plain = made.build(executor_id=2, app_id="app")["spec"]["affinity"]["nodeAffinity"]
+    assert plain["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == zones
+    assert [len(term["matchExpressions"]) for term in zones] == [1, 1], "the template is kept"
+
+
+def test_a_pod_without_affinity_gets_a_term_of_its_own() -> None:
+    pod = builder().build(
+        executor_id=1, app_id="app", decisions=PodDecisions(avoid_nodes=frozenset({"bad"}))
+    )
+    required = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["bad"]}
+                ]
+            }
+        ]
+    }
+
+
+def test_announced_cores_replace_the_profile_s_but_not_the_cpu_request() -> None:
+    """OOM recovery mode: `SPARK_EXECUTOR_CORES` says 1, the CPU request stays the profile's."""
+    made = builder(**{"spark.executor.cores": "4"})
+    pod = made.build(executor_id=1, app_id="app", decisions=PodDecisions(cores=1))
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SPARK_EXECUTOR_CORES"] == "1"
+    assert container["resources"]["requests"]["cpu"] == "4"
+    plain = made.build(executor_id=2, app_id="app")["spec"]["containers"][0]["env"]
+    assert {e["name"]: e["value"] for e in plain}["SPARK_EXECUTOR_CORES"] == "4"

@@ -7,7 +7,13 @@ import json
 from typing import Any
 
 import pytest
-from execpods.core import PodForbidden, ResourceProfile, ResourceProfiles
+from execpods.core import (
+    NeededClaim,
+    PodDecisions,
+    PodForbidden,
+    ResourceProfile,
+    ResourceProfiles,
+)
 from execpods.k8s import (
     ApiGateway,
     ExecutorPodTemplateBuilder,
@@ -89,7 +95,15 @@ def test_on_demand_volumes_are_named_per_executor_as_spark_names_them(
     pod = made.build(executor_id=7, app_id="app")
     assert volume_claim(pod, "data") == "app-exec-7-pvc-1"  # the second executor volume
     assert volume_claim(pod, "named") == "cache-7"
-    (claim,) = builder_claims(gateway(api_client), made).claims_for(pod)
+    (needed,) = builder_claims(gateway(api_client), made).claims_for(
+        executor_id=7, app_id="app", resource_profile_id=0
+    )
+    assert (needed.name, needed.storage_class, needed.size) == (
+        "app-exec-7-pvc-1",
+        "standard",
+        "2Gi",
+    )
+    claim: Any = needed.manifest
     assert claim["metadata"] == {
         "name": "app-exec-7-pvc-1",
         "labels": {"tier": "scratch", "spark-app-selector": "app"},
@@ -110,10 +124,13 @@ def test_the_legacy_access_mode_is_read_write_once(api_client: KubernetesApiClie
             f"{VOLUMES}persistentVolumeClaim.data.options.sizeLimit": "2Gi",
         }
     )
-    pod = made.build(executor_id=1, app_id="app")
     claims = builder_claims(gateway(api_client), made, read_write_once=True)
-    (claim,) = claims.claims_for(pod)
-    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    (claim,) = claims.claims_for(executor_id=1, app_id="app", resource_profile_id=0)
+    assert claim.manifest["spec"] == {
+        "storageClassName": "standard",
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "2Gi"}},
+    }
 
 
 def test_an_on_demand_volume_without_class_and_size_makes_no_claim(
@@ -127,7 +144,8 @@ def test_an_on_demand_volume_without_class_and_size_makes_no_claim(
     )
     pod = made.build(executor_id=1, app_id="app")
     assert volume_claim(pod, "data") == "app-exec-1-pvc-0"
-    assert builder_claims(gateway(api_client), made).claims_for(pod) == []
+    claims = builder_claims(gateway(api_client), made)
+    assert claims.claims_for(executor_id=1, app_id="app", resource_profile_id=0) == []
 
 
 def test_claims_of_a_spark_built_template_follow_each_executor(
@@ -137,12 +155,22 @@ def test_claims_of_a_spark_built_template_follow_each_executor(
     claims object is made before the template is first parsed (as the sidecar wires it)."""
     made = builder({}, spark_template_profiles())
     claims = builder_claims(gateway(api_client), made)
+    assert claims.claims_for(executor_id=3, app_id="app", resource_profile_id=1) == []
+    (claim,) = claims.claims_for(executor_id=3, app_id="app", resource_profile_id=0)
+    assert (claim.name, claim.storage_class, claim.size) == (
+        "spark-abc-exec-3-pvc-0",
+        "fast",
+        "5Gi",
+    )
     pod = made.build(executor_id=3, app_id="app")
     assert "execpods.io/executor-claims" not in (pod["metadata"].get("annotations") or {})
     assert volume_claim(pod, "data") == "spark-abc-exec-3-pvc-0"
-    (claim,) = claims.claims_for(pod)
-    assert claim["metadata"]["name"] == "spark-abc-exec-3-pvc-0"
-    assert claim["spec"]["storageClassName"] == "fast"
+    reused = made.build(
+        executor_id=4,
+        app_id="app",
+        decisions=PodDecisions(claims={"spark-abc-exec-4-pvc-0": "old"}),
+    )
+    assert volume_claim(reused, "data") == "old", "the core's reuse decision, written"
 
 
 def test_a_claim_both_the_template_and_the_settings_name_is_made_once_as_spark_built_it(
@@ -163,9 +191,9 @@ def test_a_claim_both_the_template_and_the_settings_name_is_made_once_as_spark_b
     )
     claims = builder_claims(gateway(api_client), made)
     pod = made.build(executor_id=2, app_id="app")
-    (claim,) = claims.claims_for(pod)
-    assert claim["metadata"]["name"] == "spark-abc-exec-2-pvc-0" == volume_claim(pod, "data")
-    assert claim["spec"]["storageClassName"] == "fast", "Spark's claim, not the settings' twin"
+    (claim,) = claims.claims_for(executor_id=2, app_id="app", resource_profile_id=0)
+    assert claim.name == "spark-abc-exec-2-pvc-0" == volume_claim(pod, "data")
+    assert claim.storage_class == "fast", "Spark's claim, not the settings' twin"
 
 
 def test_claims_are_created_listed_and_deleted_over_the_api(
@@ -175,7 +203,7 @@ def test_claims_are_created_listed_and_deleted_over_the_api(
     for name, app in (("a-0", "app"), ("a-1", "app"), ("other-0", "other")):
         manifest: dict[str, Any] = json.loads(json.dumps(SPARK_CLAIM))
         manifest["metadata"] = {"name": name, "labels": {"spark-app-selector": app}}
-        claims.create_claim(manifest)
+        claims.create_claim(NeededClaim(name=name, manifest=manifest), owner_pod=None)
     listed = claims.list_claims("app")
     assert [(c.name, c.storage_class, c.size) for c in listed] == [
         ("a-0", "fast", "5Gi"),
@@ -201,3 +229,45 @@ def test_a_refused_claim_list_is_a_typed_error(
     claims = builder_claims(gateway(api_client), builder({}))
     with pytest.raises(PodForbidden):
         claims.list_claims("app")
+
+
+def needed(name: str) -> NeededClaim:
+    manifest: dict[str, Any] = json.loads(json.dumps(SPARK_CLAIM))
+    manifest["metadata"]["name"] = name
+    return NeededClaim(name=name, manifest=manifest)
+
+
+def test_a_claim_is_owned_by_the_driver_pod_or_else_by_its_executor_s_pod(
+    sim: KubeSim, api_client: KubernetesApiClient
+) -> None:
+    """The core says who owns a claim (`owner_pod`: None for the driver pod); the adapter
+    writes the owner reference, with the executor pod's uid read from the API."""
+    api = gateway(api_client)
+    driver = {"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": "driver-uid"}
+    by_driver = builder_claims(
+        api,
+        ExecutorPodTemplateBuilder(
+            settings=KubernetesSettings.from_properties({"spark.kubernetes.container.image": "s"}),
+            namespace="default",
+            owner=driver,
+        ),
+    )
+    assert by_driver.has_driver_pod
+    by_driver.create_claim(needed("c-driver"), owner_pod=None)
+    made = builder({})
+    api.create_pod("app-exec-1", made.build(executor_id=1, app_id="app"))
+    claims = builder_claims(api, made)
+    assert not claims.has_driver_pod
+    claims.create_claim(needed("c-exec"), owner_pod="app-exec-1")
+    claims.create_claim(needed("c-gone"), owner_pod="app-exec-9")
+    stored = {c["metadata"]["name"]: c["metadata"] for c in sim.objects("persistentvolumeclaims")}
+    assert stored["c-driver"]["ownerReferences"] == [driver]
+    (executor_owner,) = stored["c-exec"]["ownerReferences"]
+    pod_uid = api.read_pod("app-exec-1")["metadata"]["uid"]  # type: ignore[index]
+    assert executor_owner == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "app-exec-1",
+        "uid": pod_uid,
+    }
+    assert "ownerReferences" not in stored["c-gone"], "a pod that is gone owns nothing"

@@ -198,3 +198,48 @@ def test_a_true_disruption_target_condition_gives_the_disruption_and_its_reason(
     )
     assert pod_from_dict_strict(pod([{**target, "status": "False"}])).disruption is None
     assert pod_from_dict_strict(pod("odd")).disruption is None
+
+
+def test_conditions_init_containers_and_run_times_are_read() -> None:
+    """Why a pod waits (PodScheduled False, with the scheduler's words), what failure rules match
+    on (conditions, init containers' codes), and how long a container ran (the crash-loop brake)."""
+    raw = full_pod()
+    scheduler_words = "0/3 nodes are available: 3 Insufficient cpu."
+    raw["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": scheduler_words,
+        },
+        {"type": "ConfigIssue", "status": "True", "reason": "", "message": None},
+        {"type": 3, "status": "True"},  # odd entries are left out, never fatal
+        "not a condition",
+    ]
+    raw["status"]["initContainerStatuses"] = [
+        {"name": "fetch", "state": {"terminated": {"exitCode": 2}}}
+    ]
+    terminated = raw["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated.update(startedAt="2026-01-01T00:00:01Z", finishedAt="2026-01-01T00:00:04Z")
+    pod = pod_from_dict_strict(raw)
+    scheduled = pod.condition("PodScheduled")
+    assert scheduled is not None
+    assert (scheduled.status, scheduled.reason, scheduled.message) == (
+        "False",
+        "Unschedulable",
+        scheduler_words,
+    )
+    issue = pod.condition("ConfigIssue")
+    assert issue is not None
+    assert (issue.reason, issue.message) == (None, None)
+    assert [c.type for c in pod.conditions] == ["PodScheduled", "ConfigIssue"]
+    assert pod.condition("Ready") is None
+    (init,) = pod.init_container_statuses
+    assert init.state == ContainerTerminated(exit_code=2)
+    state = pod.container_statuses[0].state
+    assert isinstance(state, ContainerTerminated)
+    assert state.started_at == datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert state.finished_at == datetime(2026, 1, 1, 0, 0, 4, tzinfo=UTC)
+    raw["status"]["initContainerStatuses"] = [{"name": "fetch", "state": {"terminated": {}}}]
+    with pytest.raises(MalformedPod, match=r"status\.initContainerStatuses\[0\]\.terminated"):
+        pod_from_dict_strict(raw)

@@ -150,7 +150,7 @@ class _ReplayingOperations(KubernetesPodOperations):
         )
 
 
-def test_a_list_older_than_the_last_one_applied_is_ignored(
+def test_a_cached_list_older_than_the_last_one_applied_is_replaced_by_a_quorum_list(
     sim: KubeSim, operations: KubernetesPodOperations, store: RecordingStore
 ) -> None:
     running_executors(sim, 1)
@@ -164,10 +164,13 @@ def test_a_list_older_than_the_last_one_applied_is_ignored(
     assert {p.name for p in store.replacements[-1]} == {f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"}
     replaying.replay = old
     scheduler.tick(INTERVAL)
-    assert len(store.replacements) == 1, "the older list must not move the snapshot back"
-    assert source.stale == 1
-    scheduler.tick(INTERVAL)
+    # The older list never moves the snapshot back: a quorum list (never stale) replaces it.
     assert len(store.replacements) == 2
+    assert {p.name for p in store.replacements[-1]} == {f"{APP_ID}-exec-1", f"{APP_ID}-exec-2"}
+    assert source.stale == 1
+    assert source.went_back == 0
+    requests = [r for r in sim.requests() if r.verb == "list"]
+    assert "resourceVersion" not in requests[-1].query, "the second list is a quorum read"
     source.stop()
 
 

@@ -48,6 +48,7 @@ def test_namespaces_are_created_listed_patched_and_deleted(sim: KubeSim) -> None
 
 def test_service_accounts_roles_and_bindings_are_served_under_their_groups(sim: KubeSim) -> None:
     core, rbac, api = _clients(sim)
+    sim.create_namespace("spark")
     core.create_namespaced_service_account(
         "spark", k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="driver"))
     )
@@ -75,7 +76,7 @@ def test_service_accounts_roles_and_bindings_are_served_under_their_groups(sim: 
         urllib.request.urlopen(f"{sim.url}/api/v1/namespaces/spark/roles", timeout=10)
     assert wrong_group.value.code == 404
     groups = _plain(api, k8s.ApisApi(api).get_api_versions())["groups"]
-    assert [g["name"] for g in groups] == ["rbac.authorization.k8s.io"]
+    assert [g["name"] for g in groups] == ["networking.k8s.io", "rbac.authorization.k8s.io"]
     resources = {r["name"] for r in _plain(api, rbac.get_api_resources())["resources"]}
     assert resources == {"roles", "rolebindings"}
     core_resources = {r["name"] for r in _plain(api, core.get_api_resources())["resources"]}

@@ -181,6 +181,7 @@ DELETE_ANSWERS = {
     "namespaces": "object",
     "configmaps": "Status",
     "secrets": "Status",
+    "resourcequotas": "Status",  # ReturnDeletedObject is gone from its registry (1.27+)
     "events": "Status",
     "serviceaccounts": "Status",
     "roles": "Status",

@@ -104,6 +104,7 @@ def test_field_selectors(sim: KubeSim, core: CoreApi) -> None:
         core.create_namespaced_pod(NS, pod_body(f"p{i}"))
     sim.run_until_idle()
     core.create_namespaced_pod(NS, pod_body("late"))
+    core.create_namespace({"metadata": {"name": "other"}})
     core.create_namespaced_pod("other", pod_body("elsewhere"))
     assert names(core.list_namespaced_pod(NS, field_selector="metadata.name=p1")) == ["p1"]
     assert names(core.list_namespaced_pod(NS, field_selector="status.phase=Pending")) == ["late"]

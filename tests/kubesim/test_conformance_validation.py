@@ -41,7 +41,23 @@ def test_a_namespace_name_that_is_no_dns_label_does_not_exist(
     assert core.list_namespaced_pod(namespace).items == []  # a list of nothing, as a cluster
 
 
-def test_a_valid_namespace_name_is_served(core: CoreApi) -> None:
+def test_a_namespace_exists_once_created_and_not_before(core: CoreApi) -> None:
+    """As kube-apiserver: a valid name is no namespace until created; a create inside a missing
+    namespace gets the NamespaceLifecycle admission plugin's 404 (for pods and other kinds)."""
+    for call, body in (
+        (core.create_namespaced_pod, pod_body("p")),
+        (core.create_namespaced_config_map, {"metadata": {"name": "c"}}),
+    ):
+        code, status = _refused(call, "team-a1", body)
+        assert (code, status["reason"], status["message"]) == (
+            404,
+            "NotFound",
+            'namespaces "team-a1" not found',
+        )
+        assert status["details"] == {"name": "team-a1", "kind": "namespaces"}
+    assert _refused(core.read_namespace, "team-a1")[0] == 404
+    assert core.list_namespaced_pod("team-a1").items == []  # a list of nothing, as a cluster
+    core.create_namespace({"metadata": {"name": "team-a1"}})
     core.create_namespaced_pod("team-a1", pod_body("p"))
     assert core.read_namespace("team-a1").status.phase == "Active"
 

@@ -47,7 +47,7 @@ def core_with_token(sim: KubeSim, token: str | None) -> Iterator[CoreApi]:
 
 @pytest.fixture
 def rbac_sim() -> Iterator[KubeSim]:
-    with KubeSim(deterministic=True, rbac=manifests()) as sim:
+    with KubeSim(deterministic=True, rbac=manifests(), namespaces=["spark"]) as sim:
         yield sim
 
 
@@ -138,6 +138,7 @@ def test_the_admin_kubeconfig_and_in_process_calls_are_never_refused(rbac_sim: K
     api_client = loader(config_file=str(rbac_sim.kubeconfig_path))
     try:
         core = core_api(api_client)
+        core.create_namespace({"metadata": {"name": "elsewhere"}})
         core.create_namespaced_pod("elsewhere", pod_body("admin-made"))
         assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["admin-made"]
     finally:
@@ -157,7 +158,7 @@ def test_a_role_missing_a_verb_refuses_exactly_that_verb() -> None:
     docs = manifests()
     role = next(d for d in docs if d["kind"] == "Role")
     role["rules"][0]["verbs"].remove("deletecollection")
-    with KubeSim(deterministic=True, rbac=docs) as sim:
+    with KubeSim(deterministic=True, rbac=docs, namespaces=["spark"]) as sim:
         token = sim.token_for("execpods-sidecar", "spark")
         with core_with_token(sim, token) as core:
             core.create_namespaced_pod("spark", pod_body("p"))
@@ -179,7 +180,8 @@ def test_control_endpoint_and_cli_load_the_manifests(sim: KubeSim, tmp_path: Pat
     assert raw(sim, "GET", "/api/v1/namespaces/default/pods", **auth)[0] == 403
     assert raw(sim, "GET", "/_kubesim/state")[1]["rbac"] is True
     token_flag = "spark/execpods-sidecar=s3cret"
-    with cli(tmp_path / "kc", "--rbac", str(RBAC_YAML), "--sa-token", token_flag) as (proc, url):
+    flags = ("--rbac", str(RBAC_YAML), "--sa-token", token_flag, "--namespace", "spark")
+    with cli(tmp_path / "kc", *flags) as (proc, url):
         port = int(url.rsplit(":", 1)[1])
         auth = {"Authorization": "Bearer s3cret"}
         path = "/api/v1/namespaces/spark/pods"

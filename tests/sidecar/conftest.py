@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from execpods.client import ExecutorRemoval, StreamUpdate
 from execpods.devtools.simulated import simulator_properties
+from execpods.k8s import connect
+from execpods.k8s.ledger import DATA_KEY, ledger_config_map_name
 from execpods.kubesim import ClusterConfig, KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar
+from kubernetes import client as k8s_client
 
 FAST_CLUSTER = ClusterConfig(start_latency=0.15, start_jitter=0.1, stop_latency=0.05)
 """Quick enough that a test of a few batches takes about a second."""
@@ -135,6 +138,18 @@ def running_ids(sim: KubeSim, app_id: str) -> set[int]:
         if pod.get("status", {}).get("phase") == "Running"
         and not pod["metadata"].get("deletionTimestamp")
     }
+
+
+def reserve_ids(sim: KubeSim, app_id: str, through: int) -> None:
+    """The id ledger as an earlier life left it: ids up to `through` were issued. What a driver
+    says of ids never issued is not kept (issue 32), so a test about executors of an earlier
+    life says first that they existed."""
+    core = k8s_client.CoreV1Api(connect(api_url=sim.url))
+    name = ledger_config_map_name(app_id)
+    body = k8s_client.V1ConfigMap(
+        metadata=k8s_client.V1ObjectMeta(name=name), data={DATA_KEY: str(through)}
+    )
+    core.create_namespaced_config_map("default", body)
 
 
 def live_subscriptions(sidecar: EmbeddedSidecar) -> int:

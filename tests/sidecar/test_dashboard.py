@@ -20,7 +20,14 @@ from execpods.client import AllocatorClient
 from execpods.kubesim import KubeSim
 
 from tests.sidecar.conftest import SidecarFactory, running_ids, wait_for
-from tests.sidecar.test_observability import METRICS_CONF, pod_name, scrape, scrape_until, total
+from tests.sidecar.test_observability import (
+    METRICS_CONF,
+    Samples,
+    pod_name,
+    scrape,
+    scrape_until,
+    total,
+)
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 _METRIC = re.compile(r"\b(?:execpods|rest_client)_[a-z0-9_]+\b")
@@ -54,15 +61,21 @@ def test_the_dashboard_is_well_formed() -> None:
     )
 
 
-def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
-    sim: KubeSim, make_sidecar: SidecarFactory
-) -> None:
+def dashboard_scenario(sim: KubeSim, make_sidecar: SidecarFactory) -> tuple[Samples, Samples]:
+    """A live sidecar through each case the dashboard shows: (a scrape once 3 executors run,
+    a scrape after a bad RPC, a refused create, a driver kill, an OOM kill and a 429).
+    The alert rules' tests (test_alert_rules.py) use these series too."""
     sidecar = make_sidecar("dashboard", conf=METRICS_CONF)
     address = sidecar.server.ops.metrics_address
     with AllocatorClient(sidecar.address) as client:
         stream = client.stream_snapshots(batch_interval_ms=50)
         client.request_total(3)
         wait_for(lambda: len(running_ids(sim, "dashboard")) == 3, what="3 running")
+        baseline = scrape_until(
+            address,
+            lambda s: total(s, "execpods_executors", state="running") == 3,
+            "3 running in the metrics",
+        )
         with pytest.raises(grpc.RpcError) as refused:
             client.request_total(-1)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -76,11 +89,19 @@ def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
                 total(s, "execpods_executor_removals_total") == 2
                 and total(s, "execpods_target_reached_seconds_count") >= 1
                 and total(s, "execpods_api_throttled_total") >= 1
+                and total(s, "execpods_pods_refused_total", reason="PodAdmissionRejected") >= 1
             ),
-            "two removals, the target reached and a 429",
+            "two removals, the target reached, a 429 and the refused create",
         )
         stream.cancel()
-    served = {name for name, _ in samples} | {name for name, _ in scrape(address)}
+    return baseline, {**scrape(address), **samples}
+
+
+def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    _, samples = dashboard_scenario(sim, make_sidecar)
+    served = {name for name, _ in samples}
     missing = sorted(queried_metrics() - served)
     assert not missing, f"the dashboard queries metrics no sidecar serves: {missing}"
     assert total(samples, "execpods_grpc_server_calls_total", code="INVALID_ARGUMENT") == 1

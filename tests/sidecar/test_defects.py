@@ -20,7 +20,7 @@ from execpods.devtools.simulated import simulator_properties
 from execpods.kubesim import KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
 
-from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
+from tests.sidecar.conftest import SidecarFactory, app_pods, reserve_ids, running_ids, wait_for
 from tests.sidecar.serve_process import serve
 
 
@@ -110,8 +110,9 @@ def test_a_pod_with_an_id_beyond_64_bits_is_skipped_and_streams_work(
 def test_a_kill_of_ten_thousand_ids_goes_in_bounded_requests(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
+    reserve_ids(sim, "bulk", 9_998)  # the two executors are 9,999 and 10,000
     sidecar = make_sidecar("bulk", conf={"spark.executor.instances": "2"})
-    wait_for(lambda: running_ids(sim, "bulk") == {1, 2}, what="two running")
+    wait_for(lambda: len(running_ids(sim, "bulk")) == 2, what="two running")
     sim.clear_requests()
     with AllocatorClient(sidecar.address) as client:
         assert client.kill_executors(range(1, 10_001)) == 2
@@ -124,7 +125,9 @@ def test_a_kill_of_ten_thousand_ids_goes_in_bounded_requests(
 def test_a_failed_kill_of_many_ids_reports_a_bounded_message(
     sim: KubeSim, make_sidecar: SidecarFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    reserve_ids(sim, "bulkfail", 5_000)
     sidecar = make_sidecar("bulkfail")
+    wait_for(lambda: sidecar.runtime.backend.highest_executor_id() == 5_000, what="the ledger")
     sim.fail_requests(500, seconds=30)
     caplog.set_level(logging.INFO)
     with AllocatorClient(sidecar.address) as client, pytest.raises(grpc.RpcError) as failed:

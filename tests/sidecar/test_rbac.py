@@ -50,7 +50,7 @@ def granted_verbs() -> set[str]:
 
 
 def start_simulator(manifests: list[dict[str, Any]], tmp_path: Path) -> tuple[KubeSim, Path]:
-    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests).start()
+    sim = KubeSim(cluster=FAST_CLUSTER, rbac=manifests, namespaces=[NAMESPACE]).start()
     sim.create_pod(copy.deepcopy(DRIVER), namespace=NAMESPACE)
     token = sim.token_for(ACCOUNT, NAMESPACE)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", namespace=NAMESPACE, token=token)

@@ -49,7 +49,19 @@ def executor_from_proto(message: pb.ObservedPod) -> ExecutorView:
         node_name=message.node_name,
         pod_ip=message.pod_ip,
         container_reason=message.container_reason,
+        pending_reason=_pending_reason(message.pending_reason),
+        pending_message=message.pending_message,
     )
+
+
+def _pending_reason(value: int) -> str:
+    """The reason's name without its prefix, lower-case; "" when unspecified or unknown to this
+    client (a newer server's reason still shows in `pending_message`)."""
+    try:
+        name = pb.PendingReason.Name(value)  # type: ignore[arg-type]
+    except ValueError:
+        return ""
+    return "" if value == 0 else name.removeprefix("PENDING_REASON_").lower()
 
 
 def removal_from_proto(message: pb.ExecutorRemoved) -> ExecutorRemoval:

@@ -52,6 +52,12 @@ class ExecutorView:
     node_name: str = ""
     pod_ip: str = ""
     container_reason: str = ""
+    pending_reason: str = ""
+    """Why a pending executor waits, the contract's `PendingReason` without its prefix:
+    "unschedulable", "scheduling_gated", "image_pull", "container_config", "crash_loop",
+    "failed_mount"; empty when it is not waiting for anything Kubernetes reports."""
+    pending_message: str = ""
+    """Kubernetes' own words for it ("Unschedulable: 0/3 nodes are available: ...")."""
 
 
 def _empty_executors() -> Mapping[int, ExecutorView]:

@@ -76,6 +76,44 @@ STATE_TERMINATING: ExecutorState.ValueType  # 7
 """
 Global___ExecutorState: _TypeAlias = ExecutorState  # noqa: Y015
 
+class _PendingReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PendingReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PendingReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PENDING_REASON_UNSPECIFIED: _PendingReason.ValueType  # 0
+    PENDING_REASON_UNSCHEDULABLE: _PendingReason.ValueType  # 1
+    """No node fits (PodScheduled=False, Unschedulable); the message is the scheduler's."""
+    PENDING_REASON_SCHEDULING_GATED: _PendingReason.ValueType  # 2
+    """A scheduling gate holds the pod (PodScheduled=False, SchedulingGated)."""
+    PENDING_REASON_IMAGE_PULL: _PendingReason.ValueType  # 3
+    """An image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+    PENDING_REASON_CONTAINER_CONFIG: _PendingReason.ValueType  # 4
+    """A container cannot be made (CreateContainerConfigError, CreateContainerError)."""
+    PENDING_REASON_CRASH_LOOP: _PendingReason.ValueType  # 5
+    """An init or sidecar container keeps crashing (CrashLoopBackOff)."""
+    PENDING_REASON_FAILED_MOUNT: _PendingReason.ValueType  # 6
+    """A volume cannot be mounted (a FailedMount warning while the containers are being made)."""
+
+class PendingReason(_PendingReason, metaclass=_PendingReasonEnumTypeWrapper):
+    """Why a pending executor waits."""
+
+PENDING_REASON_UNSPECIFIED: PendingReason.ValueType  # 0
+PENDING_REASON_UNSCHEDULABLE: PendingReason.ValueType  # 1
+"""No node fits (PodScheduled=False, Unschedulable); the message is the scheduler's."""
+PENDING_REASON_SCHEDULING_GATED: PendingReason.ValueType  # 2
+"""A scheduling gate holds the pod (PodScheduled=False, SchedulingGated)."""
+PENDING_REASON_IMAGE_PULL: PendingReason.ValueType  # 3
+"""An image cannot be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+PENDING_REASON_CONTAINER_CONFIG: PendingReason.ValueType  # 4
+"""A container cannot be made (CreateContainerConfigError, CreateContainerError)."""
+PENDING_REASON_CRASH_LOOP: PendingReason.ValueType  # 5
+"""An init or sidecar container keeps crashing (CrashLoopBackOff)."""
+PENDING_REASON_FAILED_MOUNT: PendingReason.ValueType  # 6
+"""A volume cannot be mounted (a FailedMount warning while the containers are being made)."""
+Global___PendingReason: _TypeAlias = PendingReason  # noqa: Y015
+
 @_typing.final
 class RequestTotalRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -503,6 +541,39 @@ class AllocatorNotice(_message.Message):
         """
         KIND_NODE_UNBLOCKED: AllocatorNotice._Kind.ValueType  # 21
         """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
+        KIND_QUOTA_EXCEEDED: AllocatorNotice._Kind.ValueType  # 30
+        """Kinds 30-49: capacity (quota, why executors wait, the crash-loop brake, failure rules).
+        The namespace's ResourceQuota refused creates ("exceeded quota"): not counted as executor
+        failures. The profile's effective target is capped at the executors the namespace admitted;
+        one create tries again in `retry_in_ms` (the back-off grows), and creates resume at once as
+        its executors go. The message names the quota and its figures (requested, used, limited).
+        """
+        KIND_QUOTA_CAP_LIFTED: AllocatorNotice._Kind.ValueType  # 31
+        """A quota-capped profile reached its target (or the driver lowered it within the cap): the
+        cap is lifted.
+        """
+        KIND_ADMISSION_POLICY_REFUSED: AllocatorNotice._Kind.ValueType  # 32
+        """A namespace policy refused creates: a LimitRange's bound, or a quota the pod does not
+        satisfy (it names no request or limit the quota needs). Not counted as executor failures;
+        backed off for `retry_in_ms`. The message has the API's words.
+        """
+        KIND_PENDING_TIMEOUT: AllocatorNotice._Kind.ValueType  # 33
+        """Executors were pending longer than execpods.executor.pendingTimeout; the message says why
+        they wait and what was done (execpods.executor.pendingTimeoutAction: kept waiting, deleted
+        and requested again, or the effective target lowered); `count` is how many.
+        """
+        KIND_CRASH_LOOP_PAUSED: AllocatorNotice._Kind.ValueType  # 34
+        """Executors failed at start faster than execpods.crashLoop.maxFailureRate: new executors are
+        not requested for `retry_in_ms` (the pause grows while the failures go on). The message
+        names the last failure.
+        """
+        KIND_CRASH_LOOP_RESUMED: AllocatorNotice._Kind.ValueType  # 35
+        """The crash-loop pause ended: requests resume (a few executors at a time until one starts)."""
+        KIND_FAILURE_RULE: AllocatorNotice._Kind.ValueType  # 36
+        """A failure rule (execpods.executor.failureRules.*) decided a failed executor's failure:
+        FailApplication (the application fails) or Ignore (not counted). The message names the
+        rule and the executor.
+        """
         KIND_ALLOCATION_STALLED: AllocatorNotice._Kind.ValueType  # 50
         """Allocation cannot make progress for `reason` (the id ledger unreadable, a worker thread
         dead, the API's credentials refused...); the message says what and what to do. While any
@@ -542,6 +613,39 @@ class AllocatorNotice(_message.Message):
     """
     KIND_NODE_UNBLOCKED: AllocatorNotice.Kind.ValueType  # 21
     """A blocked node's cool-down ended: new executor pods may be scheduled on it again."""
+    KIND_QUOTA_EXCEEDED: AllocatorNotice.Kind.ValueType  # 30
+    """Kinds 30-49: capacity (quota, why executors wait, the crash-loop brake, failure rules).
+    The namespace's ResourceQuota refused creates ("exceeded quota"): not counted as executor
+    failures. The profile's effective target is capped at the executors the namespace admitted;
+    one create tries again in `retry_in_ms` (the back-off grows), and creates resume at once as
+    its executors go. The message names the quota and its figures (requested, used, limited).
+    """
+    KIND_QUOTA_CAP_LIFTED: AllocatorNotice.Kind.ValueType  # 31
+    """A quota-capped profile reached its target (or the driver lowered it within the cap): the
+    cap is lifted.
+    """
+    KIND_ADMISSION_POLICY_REFUSED: AllocatorNotice.Kind.ValueType  # 32
+    """A namespace policy refused creates: a LimitRange's bound, or a quota the pod does not
+    satisfy (it names no request or limit the quota needs). Not counted as executor failures;
+    backed off for `retry_in_ms`. The message has the API's words.
+    """
+    KIND_PENDING_TIMEOUT: AllocatorNotice.Kind.ValueType  # 33
+    """Executors were pending longer than execpods.executor.pendingTimeout; the message says why
+    they wait and what was done (execpods.executor.pendingTimeoutAction: kept waiting, deleted
+    and requested again, or the effective target lowered); `count` is how many.
+    """
+    KIND_CRASH_LOOP_PAUSED: AllocatorNotice.Kind.ValueType  # 34
+    """Executors failed at start faster than execpods.crashLoop.maxFailureRate: new executors are
+    not requested for `retry_in_ms` (the pause grows while the failures go on). The message
+    names the last failure.
+    """
+    KIND_CRASH_LOOP_RESUMED: AllocatorNotice.Kind.ValueType  # 35
+    """The crash-loop pause ended: requests resume (a few executors at a time until one starts)."""
+    KIND_FAILURE_RULE: AllocatorNotice.Kind.ValueType  # 36
+    """A failure rule (execpods.executor.failureRules.*) decided a failed executor's failure:
+    FailApplication (the application fails) or Ignore (not counted). The message names the
+    rule and the executor.
+    """
     KIND_ALLOCATION_STALLED: AllocatorNotice.Kind.ValueType  # 50
     """Allocation cannot make progress for `reason` (the id ledger unreadable, a worker thread
     dead, the API's credentials refused...); the message says what and what to do. While any
@@ -658,6 +762,8 @@ class ObservedPod(_message.Message):
     NODE_NAME_FIELD_NUMBER: _builtins.int
     POD_IP_FIELD_NUMBER: _builtins.int
     CONTAINER_REASON_FIELD_NUMBER: _builtins.int
+    PENDING_REASON_FIELD_NUMBER: _builtins.int
+    PENDING_MESSAGE_FIELD_NUMBER: _builtins.int
     state: Global___ExecutorState.ValueType
     pod_name: _builtins.str
     """The executor's pod name."""
@@ -675,6 +781,17 @@ class ObservedPod(_message.Message):
     """The pod's IP address, once it has one."""
     container_reason: _builtins.str
     """Reason of the executor container's current state (e.g. "OOMKilled", "ErrImagePull")."""
+    pending_reason: Global___PendingReason.ValueType
+    """Fields 10-19: why a pending executor waits.
+    Set while the executor is pending for a reason Kubernetes reports (unspecified when it is
+    simply starting, and once it runs): it arrives with the pod event that says it and clears
+    with the one that clears it.
+    """
+    pending_message: _builtins.str
+    """Kubernetes' own words for it: the reason as the API spelled it and its message, e.g.
+    "Unschedulable: 0/3 nodes are available: 3 Insufficient cpu." or
+    "ImagePullBackOff: container spark-kubernetes-executor: Back-off pulling image ...".
+    """
     def __init__(
         self,
         *,
@@ -687,10 +804,12 @@ class ObservedPod(_message.Message):
         node_name: _builtins.str = ...,
         pod_ip: _builtins.str = ...,
         container_reason: _builtins.str = ...,
+        pending_reason: Global___PendingReason.ValueType = ...,
+        pending_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "container_reason", b"container_reason", "exit_code", b"exit_code", "message", b"message", "node_name", b"node_name", "phase", b"phase", "pod_ip", b"pod_ip", "pod_name", b"pod_name", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "container_reason", b"container_reason", "exit_code", b"exit_code", "message", b"message", "node_name", b"node_name", "pending_message", b"pending_message", "pending_reason", b"pending_reason", "phase", b"phase", "pod_ip", b"pod_ip", "pod_name", b"pod_name", "reason", b"reason", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015

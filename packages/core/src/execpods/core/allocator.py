@@ -6,7 +6,7 @@ Newest Spark's rules (`ExecutorPodsAllocator`, 4.2), in one round per batch of s
 2. an unseen request older than the creation timeout (max(5 x batch.delay,
    allocation.executor.timeout)) is assumed lost: its pod is deleted by label and it is forgotten;
 3. every profile, in ascending id, deletes its excess (scale-down, see `allocation.py`) and then
-   asks for what it misses, within the batch size, the pending caps and the lifetime id cap;
+   asks for what it misses, within the batch size, the pending caps and the creation cap;
 4. executors deleted by scale-down are remembered until they leave the snapshots, so `is_deleted`
    can refuse a late registration.
 
@@ -22,9 +22,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocation import (
@@ -34,18 +33,14 @@ from execpods.core.allocation import (
     excess_to_delete,
     request_counts,
 )
-from execpods.core.claims import ExecutorClaims
-from execpods.core.creation import (
-    AllocatorNotice,
-    CreateRunner,
-    NoticeKind,
-    NoticeListener,
-)
+from execpods.core.creation import CreateRunner
 from execpods.core.creator import PodCreator
 from execpods.core.errors import PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.features import FeatureSet, RoundFacts
 from execpods.core.ids import ExecutorIds
 from execpods.core.labels import ExecutorLabels
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
@@ -72,22 +67,6 @@ def _still_running(phase: str | None) -> bool:
 __all__ = ["AllocatorStats", "ExecutorCounts", "ExecutorPodsAllocator"]
 
 logger = logging.getLogger(__name__)
-
-
-class RoundHook(Protocol):
-    """Something told of each allocation round's snapshot before the round decides."""
-
-    def begin_round(
-        self,
-        snapshot: ExecutorPodsSnapshot,
-        *,
-        app_id: str,
-        now: float,
-        batch: Sequence[ExecutorPodsSnapshot] = (),
-    ) -> None:
-        """`snapshot` is the round's latest, `batch` every snapshot since the last round (a pod
-        may have passed through states the latest no longer shows); `now` is wall-clock
-        seconds."""
 
 
 @dataclass(slots=True)
@@ -119,24 +98,23 @@ class ExecutorPodsAllocator:
         pod_operations: PodOperations,
         store: SnapshotsReader,
         clock: Clock,
+        notices: NoticeHub,
+        features: FeatureSet | None = None,
         profiles: ResourceProfiles | None = None,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
-        claims: ExecutorClaims | None = None,
-        round_hooks: Sequence[RoundHook] = (),
         id_ledger: ExecutorIdLedger | None = None,
         progress: ProgressMonitor | None = None,
         api_rate_ceiling: float = API_RATE_CEILING,
     ) -> None:
         self._settings = settings
+        self._notices = notices
+        self._features = features if features is not None else FeatureSet(())
+        """Told of every round first, asked to cap each profile's creates and to shape each
+        pod (`features.py`)."""
         self._progress = progress if progress is not None else ProgressMonitor(clock=clock)
         """Told when the id ledger keeps allocation from progressing (`progress.py`)."""
-        self._claims = claims
-        """The executors' OnDemand claims (`claims.py`): reusable ones are found per round, and
-        waiting to reuse them can hold creates back."""
-        self._round_hooks = list(round_hooks) if round_hooks else ([claims] if claims else [])
-        """Told of every round's snapshot first (claims in use, failures per node)."""
         self._failures = failure_tracker
         """Shared with the lifecycle manager: refused and failed creates count as executor
         failures, and once too many executors failed no more are created."""
@@ -170,6 +148,8 @@ class ExecutorPodsAllocator:
             pod_builder=pod_builder,
             pod_operations=pod_operations,
             clock=clock,
+            notices=notices,
+            features=self._features,
             runner=runner,
             rng=rng,
             failure_tracker=failure_tracker,
@@ -232,6 +212,12 @@ class ExecutorPodsAllocator:
         return executor_id in self._deleted
 
     @property
+    def highest_executor_id(self) -> int:
+        """The highest executor id that may exist: issued by this life, or by an earlier one as
+        the ledger's mark and the adopted pods say (0 before recovery)."""
+        return self._ids.highest
+
+    @property
     def outstanding_pods(self) -> int:
         """Pending pods the driver does not know plus requested-but-unseen ones (Spark's count)."""
         with self._lock:
@@ -248,14 +234,6 @@ class ExecutorPodsAllocator:
             start_failures=counts["starts"],
             ids_issued=self._ids.issued,
         )
-
-    def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
-        """Call `listener` with every later notice; returns a function that unregisters it."""
-        return self._creator.add_listener(listener)
-
-    def notify(self, notice: AllocatorNotice) -> None:
-        """Tell every notice listener (also other policies' notices: OOM recovery mode)."""
-        self._creator.notify(notice)
 
     # One round (the store calls it serially).
 
@@ -282,13 +260,15 @@ class ExecutorPodsAllocator:
         self._deleted.revisit(self._last_snapshot, self._delete_pending, self._clock.monotonic())
         self._deleted.forget_gone(self._last_snapshot)
         self._creator.observe_starts(snapshots)
-        for hook in self._round_hooks:
-            hook.begin_round(
-                self._last_snapshot,
+        self._features.observe(
+            RoundFacts(
                 app_id=self._app_or_fail(),
-                now=self._clock.time(),
+                snapshot=self._last_snapshot,
                 batch=snapshots,
+                known=known,
+                now=self._clock.time(),
             )
+        )
         states = self._profile_states(known)
         states = [self._scale_down(state) for state in states]
         self._scale_up(states)
@@ -515,10 +495,9 @@ class ExecutorPodsAllocator:
                 self._reservation_reported = False
             if allowed <= 0:
                 continue
-            if self._claims is not None:  # waiting to reuse claims can hold creates back
-                allowed = min(allowed, self._claims.creatable(allowed))
-                if allowed <= 0:
-                    continue
+            allowed = self._features.cap(profile_id, allowed)  # e.g. waiting to reuse claims
+            if allowed <= 0:
+                continue
             state = all_states[profile_id]
             logger.info(
                 "Going to request %d executors from Kubernetes for resource profile %d "
@@ -578,7 +557,7 @@ class ExecutorPodsAllocator:
 
     def _tell(self, kind: NoticeKind, message: str, profile_id: int, count: int) -> None:
         logger.error(message)
-        self._creator.notify(
+        self._notices.notify(
             AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
         )
 

@@ -25,11 +25,12 @@ from typing import TypeVar
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
 from execpods.core.clock import SystemClock
-from execpods.core.creation import AllocatorNotice, NoticeKind, NoticeListener
 from execpods.core.errors import PodOperationError
+from execpods.core.features import FeatureSet
 from execpods.core.idlists import summarize_ids
 from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind, NoticeListener
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
@@ -42,7 +43,9 @@ from execpods.core.ports import (
     SnapshotsStore,
     Subscription,
 )
+from execpods.core.profiles import ResourceProfile
 from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import (
     FailureListener,
     InvalidPosition,
@@ -157,6 +160,8 @@ class ExecutorPodsBackend:
         pod_operations: PodOperations,
         driver: DriverView,
         removals: RemovalChannel,
+        notices: NoticeHub,
+        features: FeatureSet,
         request_scheduler: Scheduler,
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
@@ -174,6 +179,8 @@ class ExecutorPodsBackend:
         self._sources = tuple(sources)
         self._close = close
         self._removals = removals
+        self._notices = notices
+        self._registration = next((f for f in features if isinstance(f, RegistrationTimeout)), None)
         self._live: set[object] = set()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self.progress = progress if progress is not None else ProgressMonitor(clock=self._clock)
@@ -187,6 +194,7 @@ class ExecutorPodsBackend:
             pod_operations=pod_operations,
             scheduler=request_scheduler,
             on_killed=lifecycle.executors_killed,
+            before_delete=features.killing,
         )
 
     # Start and stop.
@@ -209,17 +217,24 @@ class ExecutorPodsBackend:
             source.start(self.app_id)
         logger.info("Started allocating executors for application %s.", self.app_id)
 
-    def stop(self, *, wait: Callable[[float], None] = time.sleep) -> ShutdownReport:
+    def stop(
+        self,
+        *,
+        wait: Callable[[float], None] = time.sleep,
+        hopeless: Callable[[], str | None] = lambda: None,
+    ) -> ShutdownReport:
         """Stop in Spark's order; returns what happened to the executor pods.
 
         Deleting them is retried with back-off for `execpods.shutdown.deleteGrace` while the API
-        fails (`wait` sleeps between attempts); a backend that was never started deletes nothing.
+        fails (`wait` sleeps between attempts), unless `hopeless` gives a reason not to after a
+        failed attempt (the sidecar's: the API server never answered, so no retry can reach it
+        and no pod of this run exists); a backend that was never started deletes nothing.
         """
         report = ShutdownReport(complete=True)
 
         def delete() -> None:
             nonlocal report
-            report = self._delete_all_executors(wait)
+            report = self._delete_all_executors(wait, hopeless)
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("stop the snapshots store", self._store.stop)
@@ -238,7 +253,9 @@ class ExecutorPodsBackend:
         logger.info("Stopped allocating executors for application %s.", self.app_id)
         return report
 
-    def _delete_all_executors(self, wait: Callable[[float], None]) -> ShutdownReport:
+    def _delete_all_executors(
+        self, wait: Callable[[float], None], hopeless: Callable[[], str | None]
+    ) -> ShutdownReport:
         selector = PodSelector.executors_of(self.settings.labels, self.app_id)
         deadline = self._clock.monotonic() + self.settings.delete_grace
         delay = _FIRST_RETRY_S
@@ -252,6 +269,11 @@ class ExecutorPodsBackend:
             else:
                 logger.info("Deleted %d executor pods of application %s.", deleted, self.app_id)
                 return ShutdownReport(complete=True, deleted=deleted, attempts=attempts)
+            reason = hopeless()
+            if reason is not None:
+                report = ShutdownReport(complete=False, attempts=attempts, error=reason, left=None)
+                logger.error("Stopping without retrying: %s.", report.describe(self.app_id))
+                return report
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 break
@@ -307,6 +329,10 @@ class ExecutorPodsBackend:
         tracker = self._lifecycle.failures
         return tracker.max_failures, tracker.validity_interval
 
+    def declared_profile(self, profile_id: int) -> ResourceProfile | None:
+        """The resource profile declared under this id, if any."""
+        return self._allocator.profiles.get(profile_id)
+
     def declared_profile_ids(self) -> list[int]:
         """The ids of every declared resource profile (0, the default, always)."""
         return self._allocator.profiles.ids()
@@ -321,11 +347,27 @@ class ExecutorPodsBackend:
         return self._allocator.targets()
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
-        """Hear every later allocator notice (refused or throttled creates, the id cap)."""
-        return self._allocator.add_notice_listener(listener)
+        """Hear every later allocator notice (refused or throttled creates, the id cap, the
+        features' notices)."""
+        return self._notices.add_listener(listener)
+
+    def set_registration_timeout(self, seconds: float) -> None:
+        """The driver's registration timeout (`UpdateDriverExecutors`; 0 turns it off):
+        `ValueError` when negative, and nothing changes."""
+        if self._registration is None:
+            raise RuntimeError("this backend was composed without a registration timeout")
+        self._registration.set_timeout(seconds)
 
     def _progress_changed(self, change: ProgressChange) -> None:
-        self._allocator.notify(stall_notice(change.stall, stalled=change.stalled))
+        self._notices.notify(stall_notice(change.stall, stalled=change.stalled))
+
+    def highest_executor_id(self) -> int:
+        """The highest executor id that may exist for this application: issued (by this process
+        or, as the id ledger and the adopted pods say, an earlier one) or in the current
+        snapshot. A driver cannot know an executor above it: what it says of such ids is kept
+        nowhere (issue 32: driver input stays bounded)."""
+        pods = self._store.current_snapshot.executor_pods
+        return max(self._allocator.highest_executor_id, max(pods, default=0))
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
@@ -405,7 +447,7 @@ class ExecutorPodsBackend:
         try:
             if on_notice is not None:
                 with self.progress.held() as stalls:  # opened while stalled: it hears why
-                    handle._cancels.append(self._allocator.add_notice_listener(on_notice))
+                    handle._cancels.append(self._notices.add_listener(on_notice))
                     for stall in stalls:
                         on_notice(stall_notice(stall, stalled=True))
             handle._cancels.append(self._store.add_subscriber(interval, on_snapshots).cancel)

@@ -4,7 +4,8 @@ Flink's blocklist, for executor pods: every executor that fails on a node (its p
 its container unable to start: an image that cannot be pulled, a container that cannot be made)
 counts against that node; once a node has `execpods.badNodes.maxFailures` failures within
 `execpods.badNodes.failureWindow`, it is blocked for `execpods.badNodes.coolDown`: new executor
-pods get a required node anti-affinity (`kubernetes.io/hostname NotIn`) for every blocked node.
+pods avoid every blocked node (`PodDecisions.avoid_nodes`, which the adapter's builder writes as a
+required node anti-affinity on the hostname).
 Executors already running there are left alone. Blocking and lifting are `AllocatorNotice`s
 (NODE_BLOCKED, NODE_UNBLOCKED) on every stream, and counted in the metrics.
 
@@ -20,13 +21,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from execpods.core.adaptive import start_failed
-from execpods.core.creation import AllocatorNotice, NoticeKind
-from execpods.core.pods import PodManifest
-from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, ExecutorPodBuilder
+from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundFacts
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, NO_DECISIONS, PodDecisions
 from execpods.core.settingkit import (
     SettingsBase,
     duration_setting,
@@ -35,13 +35,10 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.core.snapshot import ExecutorPodsSnapshot
 
-__all__ = ["HOSTNAME_LABEL", "AvoidingPodBuilder", "NodeBlocklist", "NodeBlocklistSettings"]
+__all__ = ["NodeBlocklist", "NodeBlocklistSettings", "plug"]
 
 logger = logging.getLogger(__name__)
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,42 +83,32 @@ def _node_to_blame(disruption: str | None) -> bool:
     return disruption not in _NOT_THE_NODE
 
 
-class NodeBlocklist:
+def plug(settings: NodeBlocklistSettings, parts: FeatureParts) -> NodeBlocklist | None:
+    """The feature when `execpods.badNodes.enabled`."""
+    return NodeBlocklist(settings=settings, notices=parts.notices) if settings.enabled else None
+
+
+class NodeBlocklist(Feature):
     """Failures per node and the nodes blocked now; fed by the allocator's rounds."""
 
-    def __init__(
-        self,
-        *,
-        settings: NodeBlocklistSettings,
-        notify: Callable[[AllocatorNotice], None] | None = None,
-    ) -> None:
+    def __init__(self, *, settings: NodeBlocklistSettings, notices: NoticeHub) -> None:
         self._settings = settings
-        self._notify = notify
+        self._notices = notices
         self._lock = threading.Lock()
         self._failures: dict[str, deque[float]] = {}
         self._counted: set[int] = set()
         self._blocked: dict[str, float] = {}
-        """Node -> monotonic time its block ends."""
+        """Node -> wall-clock time its block ends."""
         self.blocks = 0
         """Times a node was blocked since start."""
 
-    def set_notify(self, notify: Callable[[AllocatorNotice], None]) -> None:
-        self._notify = notify
-
-    def begin_round(
-        self,
-        snapshot: ExecutorPodsSnapshot,
-        *,
-        app_id: str,
-        now: float,
-        batch: Sequence[ExecutorPodsSnapshot] = (),
-    ) -> None:
+    def observe(self, facts: RoundFacts) -> None:
         """Count executors that failed on a node since the last round (in any snapshot of the
         batch: a failed pod may be deleted before the round); block and lift nodes."""
-        del app_id
+        now = facts.now
         notices: list[AllocatorNotice] = []
         with self._lock:
-            for seen in batch or (snapshot,):
+            for seen in facts.batch or (facts.snapshot,):
                 pods = seen.executor_pods
                 ids = pods.keys() if seen.changed_ids is None else seen.changed_ids
                 for executor_id in ids:
@@ -149,8 +136,13 @@ class NodeBlocklist:
                     notices.append(self._notice(NoticeKind.NODE_UNBLOCKED, node))
         for notice in notices:
             logger.warning(notice.message)
-            if self._notify is not None:
-                self._notify(notice)
+            self._notices.notify(notice)
+
+    def shape(self, executor: NewExecutor) -> PodDecisions:
+        """New executors keep off every node blocked now."""
+        with self._lock:
+            blocked = frozenset(self._blocked)
+        return PodDecisions(avoid_nodes=blocked) if blocked else NO_DECISIONS
 
     def _notice(self, kind: NoticeKind, node: str) -> AllocatorNotice:
         settings = self._settings
@@ -176,41 +168,3 @@ class NodeBlocklist:
         """The nodes blocked now, sorted."""
         with self._lock:
             return sorted(self._blocked)
-
-
-def with_node_anti_affinity(pod: PodManifest, nodes: list[str]) -> None:
-    """Require (in place) that `pod` run on none of `nodes`: a `NotIn` on the hostname label,
-    added to every node selector term the pod already has (or in a term of its own)."""
-    if not nodes:
-        return
-    expression = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(nodes)}
-    spec = pod.setdefault("spec", {})
-    affinity = spec.setdefault("affinity", {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.setdefault("nodeSelectorTerms", [])
-    if not terms:
-        terms.append({"matchExpressions": []})
-    for term in terms:
-        term.setdefault("matchExpressions", []).append(dict(expression))
-
-
-class AvoidingPodBuilder:
-    """An `ExecutorPodBuilder` whose pods keep off the blocked nodes."""
-
-    def __init__(self, inner: ExecutorPodBuilder, blocklist: NodeBlocklist) -> None:
-        self._inner = inner
-        self._blocklist = blocklist
-
-    def build(
-        self,
-        *,
-        executor_id: int,
-        app_id: str,
-        resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
-    ) -> PodManifest:
-        pod = self._inner.build(
-            executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
-        )
-        with_node_anti_affinity(pod, self._blocklist.blocked())
-        return pod

@@ -29,24 +29,22 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from types import MappingProxyType
 
 from execpods.core.errors import PodOperationError
-from execpods.core.pods import ExecutorPod, PodManifest
-from execpods.core.ports import PodOperations, PodSelector
+from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundFacts
+from execpods.core.ports import (
+    NO_DECISIONS,
+    Claim,
+    ClaimOperations,
+    NeededClaim,
+    PodDecisions,
+    PodOperations,
+)
 from execpods.core.settingkit import SettingsBase, parse_bool, setting
-from execpods.core.snapshot import ExecutorPodsSnapshot
 
-__all__ = [
-    "Claim",
-    "ClaimOperations",
-    "ClaimSettings",
-    "ClaimTemplates",
-    "ClaimingPodOperations",
-    "ExecutorClaims",
-]
+__all__ = ["ClaimSettings", "ExecutorClaims", "plug"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,91 +83,63 @@ class ClaimSettings(SettingsBase):
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Claim:
-    """A claim of the application, as listed."""
-
-    name: str
-    storage_class: str | None = None
-    size: str | None = None
-    created_at: float | None = None
-    """Wall-clock seconds of its creation timestamp."""
-
-
-class ClaimOperations(Protocol):
-    """The claims the API holds for an application. Failures raise `PodOperationError`s."""
-
-    def list_claims(self, app_id: str) -> list[Claim]:
-        """The application's claims (labelled with its id)."""
-
-    def create_claim(self, manifest: PodManifest) -> None:
-        """Create one claim."""
-
-    def delete_claims(self, app_id: str) -> int:
-        """Delete every claim of the application; returns how many."""
+def plug(settings: ClaimSettings, parts: FeatureParts) -> ExecutorClaims | None:
+    """The feature when the adapter gave claim operations (it makes none without claims)."""
+    if parts.claims is None:
+        return None
+    core = parts.settings
+    return ExecutorClaims(
+        settings=settings,
+        operations=parts.claims,
+        pod_operations=parts.pod_operations,
+        app_id=parts.app_id,
+        max_claims=(
+            core.dynamic_allocation_max_executors
+            if core.dynamic_allocation_enabled
+            else core.initial_executors
+        ),
+        reuse_after=core.pod_creation_timeout,  # Spark's getReusablePVCs (M4)
+        delete_on_stop=core.delete_on_termination,
+    )
 
 
-class ClaimTemplates(Protocol):
-    """What an executor's pod needs made: the claims of its OnDemand volumes."""
-
-    def claims_for(self, pod: PodManifest) -> list[PodManifest]:
-        """The claim manifests `pod` (as built) names and needs created, each named as its
-        volume's `claimName` and labelled with the application id; none when it has no
-        OnDemand volume."""
-
-    @property
-    def driver_owner(self) -> Mapping[str, object] | None:
-        """An owner reference to the driver pod, or None when there is no driver pod."""
-
-
-def _size(manifest: PodManifest) -> str | None:
-    requests = ((manifest.get("spec") or {}).get("resources") or {}).get("requests") or {}
-    size = requests.get("storage")
-    return None if size is None else str(size)
-
-
-def _storage_class(manifest: PodManifest) -> str | None:
-    value = (manifest.get("spec") or {}).get("storageClassName")
-    return None if value is None else str(value)
-
-
-class ExecutorClaims:
-    """The claims policy of one application, shared by the allocator's rounds and its creates."""
+class ExecutorClaims(Feature):
+    """The claims policy of one application: reuse decided per pod, claims made after it."""
 
     def __init__(
         self,
         *,
         settings: ClaimSettings,
-        templates: ClaimTemplates,
         operations: ClaimOperations,
+        pod_operations: PodOperations,
+        app_id: str,
         max_claims: int,
         reuse_after: float,
         delete_on_stop: bool = True,
-        declared: bool = True,
     ) -> None:
         self._settings = settings
-        self._templates = templates
         self._operations = operations
+        self._pods = pod_operations
+        self._app_id = app_id
         self._max_claims = max_claims
         self._reuse_after = reuse_after
         self._delete_on_stop = delete_on_stop
-        self._declared = declared
-        """The settings declare OnDemand volumes (claims may exist from before a restart)."""
         self._started = False
         self._lock = threading.Lock()
         self._in_use: frozenset[str] = frozenset()
         self._reusable: list[Claim] | None = None
         self._now = 0.0
-        self._app_id = ""
         self._per_executor: int | None = None
-        """Claims an executor needs to make, once a pod was built (None: none built yet)."""
-        self.created = 0
+        """Claims an executor needs to make, once a pod was shaped (None: none yet)."""
+        self._to_make: dict[int, list[NeededClaim]] = {}
+        """Per executor being created this round: the claims to make once its pod exists."""
+        self.made = 0
         """Claims this application made (Spark's PVC_COUNTER): a failed create is not counted."""
         self.reused = 0
 
     @property
     def owned_by_driver(self) -> bool:
-        return self._settings.own and self._templates.driver_owner is not None
+        return self._settings.own and self._operations.has_driver_pod
 
     @property
     def reusing(self) -> bool:
@@ -181,21 +151,14 @@ class ExecutorClaims:
 
     # The allocator's round.
 
-    def begin_round(
-        self,
-        snapshot: ExecutorPodsSnapshot,
-        *,
-        app_id: str,
-        now: float,
-        batch: Sequence[ExecutorPodsSnapshot] = (),
-    ) -> None:
-        """A round of `app_id` starts on `snapshot` (at wall-clock `now`): claims its pods name
-        are in use, and the reusable claims are listed again when first needed."""
+    def observe(self, facts: RoundFacts) -> None:
+        """A round starts: claims its pods name are in use, and the reusable claims are listed
+        again when first needed."""
         names: set[str] = set()
         if self.reusing:  # only a reuse asks which claims are in use
             names.update(
                 name
-                for state in snapshot.executor_pods.values()
+                for state in facts.snapshot.executor_pods.values()
                 if not state.pod.gone  # a pod the API deleted no longer holds its claims
                 for name in state.pod.claim_names
             )
@@ -203,8 +166,8 @@ class ExecutorClaims:
             self._started = True
             self._in_use = frozenset(names)
             self._reusable = None
-            self._now = now
-            self._app_id = app_id
+            self._now = facts.now
+            self._to_make.clear()  # the last round's creates are all done
 
     def _reusable_claims(self) -> list[Claim]:
         # Caller holds the lock.
@@ -228,78 +191,89 @@ class ExecutorClaims:
         logger.info("Found %d reusable PVCs from %d PVCs", len(reusable), len(claims))
         return reusable
 
-    def creatable(self, wanted: int) -> int:
-        """How many of `wanted` new executors may be created this round: all of them, unless
-        waiting to reuse and the application already has its most claims."""
+    def cap(self, profile_id: int, wanted: int) -> int:
+        """All of `wanted`, unless waiting to reuse and the application already has its most
+        claims."""
         if wanted <= 0 or not self.waiting_to_reuse or self._per_executor == 0:
             return wanted
         if self._per_executor is None:
             return 1  # one executor first, to learn how many claims each one makes
         with self._lock:
             free = len(self._reusable_claims())
-            room = max(0, self._max_claims - self.created)
+            room = max(0, self._max_claims - self.made)
             allowed = free + math.ceil(room / self._per_executor)
         if allowed < wanted:
-            logger.info("Wait to reuse one of the existing %d PVCs.", self.created)
+            logger.info("Wait to reuse one of the existing %d PVCs.", self.made)
         return min(wanted, allowed)
 
     # One executor's create.
 
-    def prepare(self, pod: PodManifest) -> list[PodManifest]:
-        """Point `pod`'s OnDemand volumes at reusable claims where one fits (in place), and
-        return the claims still to make for it."""
-        needed = self._templates.claims_for(pod)
+    def shape(self, executor: NewExecutor) -> PodDecisions:
+        """Reuse a free claim for each claim the pod needs where one fits (same storage class
+        and size); the others are made once the pod exists (`created`)."""
+        needed = self._operations.claims_for(
+            executor_id=executor.executor_id,
+            app_id=executor.app_id,
+            resource_profile_id=executor.resource_profile_id,
+        )
         self._per_executor = len(needed)
         if not needed:
-            return []
-        to_make = []
+            return NO_DECISIONS
+        reuse: dict[str, str] = {}
+        to_make: list[NeededClaim] = []
         with self._lock:
             reusable = self._reusable_claims() if self.reusing else []
-            for manifest in needed:
+            for claim in needed:
                 match = next(
                     (
                         c
                         for c in reusable
-                        if c.storage_class == _storage_class(manifest) and c.size == _size(manifest)
+                        if c.storage_class == claim.storage_class and c.size == claim.size
                     ),
                     None,
                 )
-                if match is not None and _rename_claim(
-                    pod, manifest["metadata"]["name"], match.name
-                ):
+                if match is not None:
                     reusable.remove(match)
+                    reuse[claim.name] = match.name
                     self.reused += 1
                     logger.info("Reuse PersistentVolumeClaim %s", match.name)
                 else:
-                    to_make.append(manifest)
-        return to_make
+                    to_make.append(claim)
+            self._to_make[executor.executor_id] = to_make
+        return PodDecisions(claims=MappingProxyType(reuse)) if reuse else NO_DECISIONS
 
-    def make(
-        self, claims: list[PodManifest], *, executor_owner: Mapping[str, object] | None
-    ) -> None:
-        """Create the claims, owned by the driver pod (or else `executor_owner`); raises the
-        first failure."""
-        owner = self._templates.driver_owner if self._settings.own else None
-        owner = owner if owner is not None else executor_owner
-        for manifest in claims:
-            if owner is not None:
-                manifest.setdefault("metadata", {})["ownerReferences"] = [dict(owner)]
-            logger.info(
-                "Trying to create PersistentVolumeClaim %s with StorageClass %s",
-                manifest["metadata"]["name"],
-                _storage_class(manifest),
-            )
-            self._operations.create_claim(manifest)
-            with self._lock:
-                self.created += 1
+    def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
+        """Make the pod's remaining claims, owned by the driver pod (or else the executor's);
+        a claim that cannot be made deletes the pod, and its error fails the create."""
+        with self._lock:
+            to_make = self._to_make.pop(executor.executor_id, [])
+        owner = None if self.owned_by_driver else pod_name
+        try:
+            for claim in to_make:
+                logger.info(
+                    "Trying to create PersistentVolumeClaim %s with StorageClass %s",
+                    claim.name,
+                    claim.storage_class,
+                )
+                self._operations.create_claim(claim, owner_pod=owner)
+                with self._lock:
+                    self.made += 1
+        except Exception:
+            logger.warning("Deleting executor pod %s: its claims could not be created.", pod_name)
+            try:
+                self._pods.delete(pod_name)
+            except PodOperationError as error:
+                logger.warning("Could not delete executor pod %s: %s", pod_name, error)
+            raise
 
-    def stop(self, app_id: str) -> None:
+    def close(self) -> None:
         """Delete the application's claims (with deleteOnTermination, once allocation ran, and
-        only if it has OnDemand claims: declared, or seen in a pod it built); failures are
+        only if it has OnDemand claims: declared, or seen in a pod it shaped); failures are
         logged."""
-        uses_claims = self._declared or bool(self._per_executor)
+        uses_claims = self._operations.declares_on_demand or bool(self._per_executor)
         if not (self._delete_on_stop and self._started and uses_claims):
             return
+        app_id = self._app_id
         try:
             deleted = self._operations.delete_claims(app_id)
         except PodOperationError as error:
@@ -307,69 +281,3 @@ class ExecutorClaims:
             return
         if deleted:
             logger.info("Deleted %d PersistentVolumeClaims of %s.", deleted, app_id)
-
-
-def _rename_claim(pod: PodManifest, old: str, new: str) -> bool:
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        source = volume.get("persistentVolumeClaim") if isinstance(volume, dict) else None
-        if isinstance(source, dict) and source.get("claimName") == old:
-            source["claimName"] = new
-            return True
-    return False
-
-
-class ClaimingPodOperations:
-    """`PodOperations` whose create also makes the pod's OnDemand claims (the allocator's)."""
-
-    def __init__(
-        self, inner: PodOperations, claims: ExecutorClaims, *, executor_id_label: str
-    ) -> None:
-        self._inner = inner
-        self._claims = claims
-        self._executor_id_label = executor_id_label
-
-    def create(self, manifest: PodManifest) -> None:
-        to_make = self._claims.prepare(manifest)
-        self._inner.create(manifest)
-        if not to_make:
-            return
-        try:
-            self._claims.make(to_make, executor_owner=self._executor_owner(manifest))
-        except Exception:
-            name = manifest["metadata"]["name"]
-            logger.warning("Deleting executor pod %s: its claims could not be created.", name)
-            try:
-                self._inner.delete(name)
-            except PodOperationError as error:
-                logger.warning("Could not delete executor pod %s: %s", name, error)
-            raise
-
-    def _executor_owner(self, manifest: PodManifest) -> Mapping[str, object] | None:
-        if self._claims.owned_by_driver:
-            return None
-        meta = manifest["metadata"]
-        labels = meta.get("labels") or {}
-        selector = PodSelector(
-            labels={self._executor_id_label: labels.get(self._executor_id_label, "")}
-        )
-        found = [p for p in self._inner.list(selector) if p.name == meta["name"]]
-        if not found or found[0].uid is None:
-            return None
-        return {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": found[0].uid}
-
-    def delete(self, name: str) -> None:
-        self._inner.delete(name)
-
-    def delete_by_selector(
-        self, selector: PodSelector, *, grace_period_seconds: int | None = None
-    ) -> int:
-        return self._inner.delete_by_selector(selector, grace_period_seconds=grace_period_seconds)
-
-    def patch_labels(self, name: str, labels: Mapping[str, str]) -> None:
-        self._inner.patch_labels(name, labels)
-
-    def patch_annotations(self, name: str, annotations: Mapping[str, str]) -> None:
-        self._inner.patch_annotations(name, annotations)
-
-    def list(self, selector: PodSelector) -> list[ExecutorPod]:
-        return self._inner.list(selector)

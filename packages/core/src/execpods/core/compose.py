@@ -1,43 +1,50 @@
 """The composition root: the one place a running allocation is assembled from its ports.
 
 Every caller (the sidecar's wiring, the embedded sidecar, the benchmarks, the tests) hands
-`compose_backend` the parts that face the world, and hooks for what it must vary (how the store
-delivers, how rounds are timed), and gets back one `ExecutorPodsBackend`, not yet started. What
-is built here, and only here:
+`compose_backend` three values: the `Ports` that face the world (pod operations, the pod builder,
+the driver view, the sources...), the `FeatureSettings` (every feature's settings slice) and the
+`Machinery` it may vary (the clock, the store, the threads, who hears each round), and gets back
+one `ExecutorPodsBackend`, not yet started. What is built here, and only here:
 
 - the snapshot store, by the `store` factory, which is handed the labels, the pod classifier and
   the clock that the settings derive, so that every store (threaded, deterministic, timed)
   classifies pods alike;
 - the sources (watch, poll), made by `sources` over the store's write side;
+- the one `NoticeHub` and every feature (`_features`: one line each, `features.py` says how a
+  feature plugs in), each handed the backend's own pod operations, so what a feature does to the
+  cluster is counted as everything else;
 - the allocator and the lifecycle manager over the store's read side, sharing one
   `ExecutorFailureTracker` (refused creations and failed pods both count), each round reported to
   `on_round` when given;
 - the lifecycle manager's one observer, the removal channel (`removals.py`): it numbers each
   removal once, keeps the newest `removal_window` for streams that resume, hands each to every
-  open stream and to the given `observers`, and each round to `round_observers` (the sidecar's
-  driver view, which hears removals only as the `DriverView`);
+  open stream, to the features and to the given `observers`, and each round to `round_observers`
+  (the sidecar's driver view, which hears removals only as the `DriverView`);
 - the backend, which owns the start and stop order.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Protocol
 
+from execpods.core import badnodes, claims, decommission, oom_recovery, registration
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
-from execpods.core.badnodes import AvoidingPodBuilder, NodeBlocklist
-from execpods.core.claims import ClaimingPodOperations, ExecutorClaims
+from execpods.core.badnodes import NodeBlocklistSettings
+from execpods.core.claims import ClaimSettings
 from execpods.core.clock import SystemClock
 from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.features import FeatureParts, FeatureSet
 from execpods.core.labels import ExecutorLabels
-from execpods.core.lifecycle import ExecutorPodsLifecycleManager
-from execpods.core.oom_recovery import OomRecoveryMode, RecoveryModePodBuilder
+from execpods.core.lifecycle import ExecutorPodsLifecycleManager, RemovalReasons
+from execpods.core.notices import NoticeHub
 from execpods.core.ports import (
+    ClaimOperations,
     Clock,
     DriverView,
     ExecutorIdLedger,
@@ -55,9 +62,10 @@ from execpods.core.ports import (
 )
 from execpods.core.profiles import ResourceProfiles
 from execpods.core.progress import ProgressMonitor
-from execpods.core.registration import RegistrationTimeout
+from execpods.core.registration import RegistrationSettings
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
+from execpods.core.settingkit import SettingsBase
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import PodClassifier
@@ -105,55 +113,111 @@ def no_sources(store: SnapshotsWriter) -> Sequence[SnapshotSource]:
     return ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """What the allocation reaches the world through: the adapter's, or in-memory ones."""
+
+    pod_operations: PodOperations
+    pod_builder: ExecutorPodBuilder
+    driver: DriverView
+    sources: SourcesFactory = no_sources
+    id_ledger: ExecutorIdLedger | None = None
+    """Keeps the highest reserved executor id beyond the process (the adapter's keeps it in the
+    cluster): ids are reserved through it before use and never issued twice across restarts;
+    None keeps the mark in the process only (restarts are then safe only while the pods of the
+    highest ids exist)."""
+    claims: ClaimOperations | None = None
+    """The executors' claim calls: with them, creates also make the executors' OnDemand claims,
+    and stop deletes the application's claims."""
+    profiles: ResourceProfiles | None = None
+    """The declared resource profiles (shared with the pod builder)."""
+    close: Callable[[], None] | None = None
+    """Runs last on stop (the API client)."""
+    api_rate_ceiling: float = API_RATE_CEILING
+    """The most API calls a second the client's rate policy may ever allow (the adapter's
+    settings): it sizes a round."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Machinery:
+    """How the backend runs: its clock, store and threads, and who hears its rounds."""
+
+    clock: Clock | None = None
+    store: StoreFactory | None = None
+    """Makes the snapshot store (by default `scheduled_store()`: two worker threads)."""
+    request_scheduler: Scheduler | None = None
+    """Runs the driver's requests (by default one worker thread, as in production)."""
+    concurrent_creates: bool = False
+    """A round's creates on up to `execpods.allocation.batch.concurrency` threads (else one after
+    another, or through `runner`)."""
+    runner: CreateRunner | None = None
+    rng: random.Random | None = None
+    """Draws the back-off jitter."""
+    on_round: RoundHook | None = None
+    observers: Sequence[LifecycleObserver] = ()
+    round_observers: Sequence[RoundObserver] = ()
+    removal_window: int = DEFAULT_REMOVAL_WINDOW
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeatureSettings:
+    """Every feature's own settings slice, read from the same properties as `CoreSettings`
+    (features of Spark's own keys read theirs from `CoreSettings`)."""
+
+    claims: ClaimSettings = field(default_factory=ClaimSettings)
+    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
+    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+
+    @classmethod
+    def slices(cls) -> tuple[type[SettingsBase], ...]:
+        """The settings class of every slice, in declaration order (for the docs and the CLI)."""
+        return tuple(_slice_class(f) for f in fields(cls))
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> FeatureSettings:
+        """Every slice read from `properties` (validated as each slice is)."""
+        read: dict[str, Any] = {
+            f.name: _slice_class(f).from_properties(properties) for f in fields(cls)
+        }
+        return cls(**read)
+
+    def values(self) -> tuple[SettingsBase, ...]:
+        """Every slice, in declaration order."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+def _slice_class(slice_field: Field[Any]) -> type[SettingsBase]:
+    factory: object = slice_field.default_factory
+    if not (isinstance(factory, type) and issubclass(factory, SettingsBase)):
+        raise TypeError(f"FeatureSettings.{slice_field.name} must default to its settings class")
+    return factory
+
+
+def _features(slices: FeatureSettings, parts: FeatureParts) -> FeatureSet:
+    """Every feature, in the order the allocation calls them: one line each."""
+    return FeatureSet(
+        (
+            badnodes.plug(slices.bad_nodes, parts),
+            oom_recovery.plug(parts),
+            claims.plug(slices.claims, parts),
+            registration.plug(slices.registration, parts),
+            decommission.plug(parts),
+        )
+    )
+
+
 def compose_backend(
     *,
     app_id: str,
     settings: CoreSettings,
-    pod_operations: PodOperations,
-    pod_builder: ExecutorPodBuilder,
-    driver: DriverView,
-    sources: SourcesFactory = no_sources,
-    observers: Sequence[LifecycleObserver] = (),
-    round_observers: Sequence[RoundObserver] = (),
-    removal_window: int = DEFAULT_REMOVAL_WINDOW,
-    clock: Clock | None = None,
-    store: StoreFactory | None = None,
-    on_round: RoundHook | None = None,
-    request_scheduler: Scheduler | None = None,
-    close: Callable[[], None] | None = None,
-    profiles: ResourceProfiles | None = None,
-    concurrent_creates: bool = False,
-    runner: CreateRunner | None = None,
-    rng: random.Random | None = None,
-    id_ledger: ExecutorIdLedger | None = None,
-    claims: ExecutorClaims | None = None,
-    blocklist: NodeBlocklist | None = None,
-    registration: RegistrationTimeout | None = None,
-    api_rate_ceiling: float = API_RATE_CEILING,
+    ports: Ports,
+    features: FeatureSettings | None = None,
+    machinery: Machinery | None = None,
 ) -> ExecutorPodsBackend:
-    """The backend over these ports, not yet started.
-
-    `store` makes the snapshot store (by default `scheduled_store()`: two worker threads);
-    `on_round` hears every reconciler round; `close` runs last on stop (the API client). Without
-    a request scheduler, requests run on one worker thread, as in production. `profiles` are the
-    declared resource profiles (shared with the pod builder). A round's creates run one after
-    another, or through `runner`, or with `concurrent_creates` on up to
-    `execpods.allocation.batch.concurrency` threads; `rng` draws the back-off jitter.
-    `id_ledger` keeps the highest reserved executor id beyond the process (the adapter's keeps it
-    in the cluster): ids are reserved through it before use and never issued twice across
-    restarts; None keeps the mark in the process only (restarts are then safe only while the pods
-    of the highest ids exist).
-    With `claims`, the allocator's creates also make the executors' OnDemand claims, and stop
-    deletes the application's claims. With `blocklist`, new executor pods keep off the nodes it
-    blocks (it counts failures per node each allocation round, and its notices go to the
-    allocator's listeners). With `registration`, Running executors the driver does not know
-    in time are deleted and reported with its reason. `api_rate_ceiling` is the most API calls
-    a second the client's rate policy may allow (the adapter's settings), which sizes a round.
-    """
-    clock = clock if clock is not None else SystemClock()
-    progress = ProgressMonitor(clock=clock)
-    make_store = store if store is not None else scheduled_store()
-    snapshots = make_store(
+    """The backend over these ports, with these features, not yet started."""
+    run = machinery if machinery is not None else Machinery()
+    clock = run.clock if run.clock is not None else SystemClock()
+    snapshots = (run.store if run.store is not None else scheduled_store())(
         labels=settings.labels,
         classifier=PodClassifier(
             executor_container=settings.executor_container_name,
@@ -161,75 +225,73 @@ def compose_backend(
         ),
         clock=clock,
     )
-    recovery = OomRecoveryMode(
-        enabled=settings.recovery_mode_enabled, cores=settings.recovery_cores
+    notices, reasons, close = NoticeHub(), RemovalReasons(), ports.close
+    progress = ProgressMonitor(clock=clock)
+    parts = FeatureParts(
+        app_id=app_id,
+        settings=settings,
+        clock=clock,
+        notices=notices,
+        pod_operations=ports.pod_operations,
+        driver=ports.driver,
+        expect_removal=reasons.expect,
+        progress=progress,
+        claims=ports.claims,
     )
-    pod_builder = RecoveryModePodBuilder(
-        pod_builder, recovery, container_name=settings.executor_container_name
-    )
-    removals = RemovalChannel(
-        window=removal_window, observers=[*observers, recovery], round_observers=round_observers
-    )
-    if concurrent_creates:
+    plugged = _features(features if features is not None else FeatureSettings(), parts)
+    close = _then(plugged.close, close)
+    runner = run.runner
+    if run.concurrent_creates:
         if runner is not None:
             raise ValueError("give either a runner or concurrent_creates, not both")
         pool = ThreadPoolRunner(workers=settings.batch_concurrency)
         close = _then(pool.shutdown, close)  # the create threads go with the backend
         runner = pool
     failures = ExecutorFailureTracker.from_settings(settings, clock)
-    creating: PodOperations = pod_operations
-    if claims is not None:
-        creating = ClaimingPodOperations(
-            pod_operations, claims, executor_id_label=settings.labels.executor_id
-        )
-        close = _then(partial(claims.stop, app_id), close)
-    if blocklist is not None:
-        pod_builder = AvoidingPodBuilder(pod_builder, blocklist)
+    removals = RemovalChannel(
+        window=run.removal_window,
+        observers=[*run.observers, plugged],
+        round_observers=run.round_observers,
+    )
     allocator = ExecutorPodsAllocator(
         settings=settings,
-        pod_builder=pod_builder,
-        pod_operations=creating,
-        store=_timed(snapshots, "allocator", on_round, clock),
+        pod_builder=ports.pod_builder,
+        pod_operations=ports.pod_operations,
+        store=_timed(snapshots, "allocator", run.on_round, clock),
         clock=clock,
+        notices=notices,
+        features=plugged,
         failure_tracker=failures,
-        profiles=profiles,
+        profiles=ports.profiles,
         runner=runner,
-        rng=rng,
-        id_ledger=id_ledger,
-        claims=claims,
-        round_hooks=[h for h in (claims, blocklist) if h is not None],
+        rng=run.rng,
+        id_ledger=ports.id_ledger,
         progress=progress,
-        api_rate_ceiling=api_rate_ceiling,
+        api_rate_ceiling=ports.api_rate_ceiling,
     )
-    recovery.set_notify(allocator.notify)
-    if blocklist is not None:
-        blocklist.set_notify(allocator.notify)
     lifecycle = ExecutorPodsLifecycleManager(
         settings=settings,
-        pod_operations=pod_operations,
-        store=_timed(snapshots, "lifecycle", on_round, clock),
+        pod_operations=ports.pod_operations,
+        store=_timed(snapshots, "lifecycle", run.on_round, clock),
         clock=clock,
         observer=removals,
         failure_tracker=failures,
+        reasons=reasons,
     )
-    if registration is not None:
-        registration.attach(driver=driver, expect_removal=lifecycle.expect_removal)
-        snapshots.add_subscriber(settings.event_processing_interval, registration.on_new_snapshots)
     return ExecutorPodsBackend(
         app_id=app_id,
         settings=settings,
         store=snapshots,
         allocator=allocator,
         lifecycle=lifecycle,
-        pod_operations=pod_operations,
-        driver=driver,
+        pod_operations=ports.pod_operations,
+        driver=ports.driver,
         removals=removals,
-        request_scheduler=(
-            request_scheduler
-            if request_scheduler is not None
-            else ThreadScheduler(workers=1, name="execpods-requests")
-        ),
-        sources=sources(snapshots),
+        notices=notices,
+        features=plugged,
+        request_scheduler=run.request_scheduler
+        or ThreadScheduler(workers=1, name="execpods-requests"),
+        sources=ports.sources(snapshots),
         close=close,
         clock=clock,
         progress=progress,

@@ -20,7 +20,6 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from execpods.core.errors import (
@@ -105,42 +104,6 @@ def classify_create_error(error: Exception) -> CreateResult:
     if isinstance(error, PodOperationError) and error.status in (403, 422):
         return CreateResult.REFUSED
     return CreateResult.FAILED
-
-
-class NoticeKind(enum.Enum):
-    """What the allocator tells the driver about, besides pod states."""
-
-    CREATE_REFUSED = "create_refused"
-    CREATE_THROTTLED = "create_throttled"
-    CREATE_FAILED = "create_failed"
-    ALLOCATION_MAXIMUM_REACHED = "allocation_maximum_reached"
-    ID_RESERVATION_FAILED = "id_reservation_failed"
-    """The id ledger could not be written: no id above its mark is issued until it is."""
-    RECOVERY_MODE = "recovery_mode"
-    """An executor was lost to OOM: executors created from now on are recovery-mode ones."""
-    NODE_BLOCKED = "node_blocked"
-    NODE_UNBLOCKED = "node_unblocked"
-    ALLOCATION_STALLED = "allocation_stalled"
-    """Allocation cannot make progress (`progress.py`); `reason` says why, until RESUMED."""
-    ALLOCATION_RESUMED = "allocation_resumed"
-    """The stall of the same `reason` is over."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AllocatorNotice:
-    """One thing the driver should hear about; `count` is how many creates it stands for."""
-
-    kind: NoticeKind
-    message: str
-    resource_profile_id: int
-    count: int = 1
-    retry_in: float = 0.0
-    """Seconds until the allocator tries again (0 when it does not wait)."""
-    reason: str = ""
-    """A CamelCase reason, as Kubernetes' (stalls: `progress.py`); empty when the kind says it."""
-
-
-NoticeListener = Callable[[AllocatorNotice], None]
 
 
 class CreateBackoff:

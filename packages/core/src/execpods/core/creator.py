@@ -13,24 +13,23 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from execpods.core.adaptive import API_RATE_CEILING, AdaptiveBatch, StartTracker, round_ceiling
 from execpods.core.creation import (
-    AllocatorNotice,
     CreateBackoff,
     CreateResult,
     CreateRunner,
-    NoticeKind,
-    NoticeListener,
     SerialRunner,
     classify_create_error,
 )
 from execpods.core.errors import ApiThrottled, PodOperationError
 from execpods.core.failures import ExecutorFailureTracker
+from execpods.core.features import Feature, FeatureSet, NewExecutor
 from execpods.core.ids import ExecutorIds, IdsUnavailable
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import Clock, ExecutorPodBuilder, PodOperations
 from execpods.core.recovery import create_skipping_taken_ids
 from execpods.core.settings import CoreSettings
@@ -68,6 +67,8 @@ class PodCreator:
         pod_builder: ExecutorPodBuilder,
         pod_operations: PodOperations,
         clock: Clock,
+        notices: NoticeHub,
+        features: Feature | None = None,
         runner: CreateRunner | None = None,
         rng: random.Random | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
@@ -80,6 +81,8 @@ class PodCreator:
         self._builder = pod_builder
         self._pods = pod_operations
         self._clock = clock
+        self._notices = notices
+        self._features: Feature = features if features is not None else FeatureSet(())
         self._runner: CreateRunner = runner if runner is not None else SerialRunner()
         self._backoff = CreateBackoff(base=settings.batch_delay, rng=rng)
         self._batches: dict[int, AdaptiveBatch] = {}
@@ -90,28 +93,7 @@ class PodCreator:
         )
         self.starts = StartTracker()
         self._lock = threading.Lock()
-        self._listeners: list[NoticeListener] = []
         self.counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
-
-    # Notices.
-
-    def add_listener(self, listener: NoticeListener) -> Callable[[], None]:
-        """Call `listener` with every later notice; returns a function that unregisters it."""
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-        def unregister() -> None:
-            with self._lock:
-                self._listeners = [x for x in self._listeners if x is not listener]
-
-        return unregister
-
-    def notify(self, notice: AllocatorNotice) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(notice)
-            except Exception:
-                logger.exception("An allocator notice listener failed")
 
     # What the allocator's decision needs.
 
@@ -202,9 +184,23 @@ class PodCreator:
             used.append(ids.next())
             return used[-1]
 
-        build = partial(self._builder.build, app_id=app_id, resource_profile_id=profile_id)
+        def create(executor_id: int) -> None:
+            """Decide, build, create, and let the features follow up (their claims)."""
+            executor = NewExecutor(
+                app_id=app_id, executor_id=executor_id, resource_profile_id=profile_id
+            )
+            decisions = self._features.shape(executor)
+            manifest = self._builder.build(
+                executor_id=executor_id,
+                app_id=app_id,
+                resource_profile_id=profile_id,
+                decisions=decisions,
+            )
+            self._pods.create(manifest)
+            self._features.created(executor, str(manifest["metadata"]["name"]), decisions)
+
         try:
-            executor_id = create_skipping_taken_ids(self._pods, build, used[0], fresh_id)
+            executor_id = create_skipping_taken_ids(create, used[0], fresh_id)
         except IdsUnavailable:
             return _Outcome(0, CreateResult.NOT_SENT)
         except ApiThrottled as error:
@@ -272,7 +268,7 @@ class PodCreator:
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "
         message += f"(executors {ids}; first error {detail})"
         logger.warning(message)
-        self.notify(
+        self._notices.notify(
             AllocatorNotice(
                 kind=kind,
                 message=message,

@@ -22,13 +22,22 @@ from __future__ import annotations
 import logging
 
 from execpods.core.errors import PodOperationError
+from execpods.core.features import Feature, FeatureParts
 from execpods.core.ports import PodOperations, PodSelector
 from execpods.core.settings import CoreSettings
+
+__all__ = ["DecommissionMarker", "plug"]
 
 logger = logging.getLogger(__name__)
 
 
-class DecommissionMarker:
+def plug(parts: FeatureParts) -> DecommissionMarker | None:
+    """The feature when `decommissionLabel` is set."""
+    marker = DecommissionMarker(settings=parts.settings, pod_operations=parts.pod_operations)
+    return marker if marker.enabled else None
+
+
+class DecommissionMarker(Feature):
     """Sets the decommission label on pods about to go."""
 
     def __init__(self, *, settings: CoreSettings, pod_operations: PodOperations) -> None:
@@ -39,6 +48,10 @@ class DecommissionMarker:
     @property
     def enabled(self) -> bool:
         return self._label is not None
+
+    def killing(self, selector: PodSelector) -> None:
+        """The driver kills these executors: mark their pods before they are deleted."""
+        self.mark(selector)
 
     def mark(self, selector: PodSelector) -> int:
         """Mark every pod `selector` matches; returns how many were marked."""

@@ -6,6 +6,9 @@ what to do (retry next round, give up on this batch, wait) without knowing any c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 
 class ExecpodsError(Exception):
     """Base of every error execpods raises on purpose."""
@@ -51,6 +54,44 @@ class PodForbidden(PodOperationError):
 
 class PodAdmissionRejected(PodOperationError):
     """An admission controller refused the request (a quota exceeded, a policy)."""
+
+
+class QuotaExceeded(PodAdmissionRejected):
+    """403 from the ResourceQuota admission plugin: the namespace's quota admits no more of what
+    the pod asks for. Capacity, not a failure: the executor did not fail, the namespace is full.
+
+    `requested`, `used` and `limited` are the API's figures for the exhausted resources only
+    (`{"pods": "1"}`, `{"requests.cpu": "6"}`), as its message lists them.
+    """
+
+    status = 403
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        quota: str,
+        requested: Mapping[str, str],
+        used: Mapping[str, str],
+        limited: Mapping[str, str],
+    ) -> None:
+        super().__init__(message, status=403)
+        self.quota = quota
+        self.requested = MappingProxyType(dict(requested))
+        self.used = MappingProxyType(dict(used))
+        self.limited = MappingProxyType(dict(limited))
+
+
+class AdmissionPolicyRefused(PodAdmissionRejected):
+    """403 from a namespace's admission policy that is no executor failure: a LimitRange's bound,
+    a quota the pod does not satisfy (it must name requests or limits), a quota whose usage is
+    not computed yet. `policy` names the kind of object (`LimitRange`, `ResourceQuota`)."""
+
+    status = 403
+
+    def __init__(self, message: str, *, policy: str) -> None:
+        super().__init__(message, status=403)
+        self.policy = policy
 
 
 class PodInvalid(PodOperationError):

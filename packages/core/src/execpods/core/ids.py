@@ -87,6 +87,13 @@ class ExecutorIds:
         return max(0, self._maximum - 1 - self._spent)
 
     @property
+    def highest(self) -> int:
+        """The highest id this counter stands above: issued in this life, or by an earlier one
+        (the ledger's mark, the pods adopted); 0 before any."""
+        with self._lock:
+            return self._next - 1
+
+    @property
     def left(self) -> int:
         """Ids that may still be issued before `allocation.maximum` (as Spark: maximum - 1 per
         life)."""

@@ -11,7 +11,8 @@ driver in any language has no other way to stop its executor, so the first delet
 The lifecycle manager is told
 first which executors the driver killed, so that it reports each of their ends to the driver once,
 as the driver's doing rather than a failure. Before they are deleted, the pods get Spark's
-decommission label and deletion-cost annotation when those are set (`DecommissionMarker`).
+decommission label and deletion-cost annotation when those are set: the features hear each chunk
+(`Feature.killing`, `decommission.py`) before its pods are deleted.
 
 A kill names at most `KILL_CHUNK` ids a request (a label selector's `in (...)` set must fit an API
 server's request line: about 9,000 ids overflow one), and logs name a few ids and count the rest.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
-from execpods.core.decommission import DecommissionMarker
 from execpods.core.errors import PodOperationError
 from execpods.core.idlists import summarize_ids
 from execpods.core.ports import PodOperations, PodSelector
@@ -45,12 +45,14 @@ class GracefulKiller:
         pod_operations: PodOperations,
         scheduler: Scheduler,
         on_killed: Callable[[Collection[int]], None],
+        before_delete: Callable[[PodSelector], None] = lambda _selector: None,
     ) -> None:
         self._settings = settings
         self._pods = pod_operations
         self._scheduler = scheduler
         self._on_killed = on_killed
-        self._marker = DecommissionMarker(settings=settings, pod_operations=pod_operations)
+        self._before_delete = before_delete
+        """Hears each chunk before its pods are deleted (the features' `killing`)."""
 
     def kill(self, app_id: str, executor_ids: Collection[int]) -> int:
         """Delete these executors' pods; returns how many the API deleted."""
@@ -62,7 +64,7 @@ class GracefulKiller:
         for start in range(0, len(ids), KILL_CHUNK):
             chunk = ids[start : start + KILL_CHUNK]
             selector = PodSelector.executors_of(self._settings.labels, app_id, chunk)
-            self._marker.mark(selector)  # decommission label, deletion cost: before they go
+            self._before_delete(selector)  # decommission label, deletion cost: before they go
             try:
                 deleted += self._pods.delete_by_selector(selector)
             except PodOperationError:

@@ -11,7 +11,9 @@ Newest Spark's `ExecutorPodsLifecycleManager`, round by round (every
   sources leave inactive pods out, so the driver hears of it once however long the pod stays;
 - an executor the driver registered that a *full* list lacks is reported missing, but only when
   the list was taken more than `spark.kubernetes.executor.missingPodDetectDelta` after the
-  registration (SPARK-33711): a pod can register before any list shows it;
+  registration (SPARK-33711): a pod can register before any list shows it; an executor the
+  driver killed is reported as soon as a full list taken after the kill lacks it (its pod is
+  gone for sure: the watch missed the deletion), not a delta later;
 - executors the driver killed (KillExecutors) are reported as such, never as failures; other
   failures are counted by the `ExecutorFailureTracker`, and too many fail the application;
 - every executor reported removed is remembered for the manager's life (`IdRuns`: runs of
@@ -152,8 +154,22 @@ def missing_executor_reason(
     listed_at: float,
     delta: float,
     killed_by_driver: bool = False,
+    killed_at: float | None = None,
 ) -> ExecutorExited:
-    """Why an executor whose pod a full list lacks is removed (SPARK-33711's facts)."""
+    """Why an executor whose pod a full list lacks is removed (SPARK-33711's facts); with
+    `killed_at`, the driver killed it then, and the list came after."""
+    if killed_at is not None:
+        return ExecutorExited(
+            exit_code=UNKNOWN_EXIT_CODE,
+            exit_caused_by_app=False,
+            killed_by_driver=True,
+            message=(
+                f"The executor with id {executor_id}, killed by the driver at "
+                f"{_instant(killed_at)}, is not in the full list of executor pods taken at "
+                f"{_instant(listed_at)}: its pod is gone (its deletion was not seen); the "
+                "executor is removed at once."
+            ),
+        )
     return ExecutorExited(
         exit_code=UNKNOWN_EXIT_CODE,
         exit_caused_by_app=False,
@@ -167,6 +183,24 @@ def missing_executor_reason(
             "is removed as lost."
         ),
     )
+
+
+class RemovalReasons:
+    """Reasons to report for executors whose pods someone deletes for a reason of their own (a
+    feature: the registration timeout), instead of what the pod says; any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[int, ExecutorExited] = {}
+
+    def expect(self, executor_id: int, reason: ExecutorExited) -> None:
+        """The executor's pod is being deleted for `reason`: its end is reported with it."""
+        with self._lock:
+            self._reasons[executor_id] = reason
+
+    def take(self, executor_id: int) -> ExecutorExited | None:
+        with self._lock:
+            return self._reasons.pop(executor_id, None)
 
 
 class _Round:
@@ -195,6 +229,7 @@ class ExecutorPodsLifecycleManager:
         clock: Clock,
         observer: LifecycleObserver | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        reasons: RemovalReasons | None = None,
     ) -> None:
         self._settings = settings
         self._observer = observer
@@ -216,9 +251,10 @@ class ExecutorPodsLifecycleManager:
         self._inactivated = IdRuns()
         """Executors whose kept pods were labelled inactive: never labelled twice, even when a
         list taken before the label arrives late (ints: small, and ids are never reused)."""
-        self._killed: set[int] = set()
+        self._killed: dict[int, float] = {}
+        """Executors the driver killed, with when (wall clock), until reported."""
         self._killed_lock = threading.Lock()
-        self._reasons: dict[int, ExecutorExited] = {}
+        self._reasons = reasons if reasons is not None else RemovalReasons()
         """Reasons to report instead of the pod's, set by whoever deleted it (a timeout)."""
         self._application_failed = False
         self._driver: DriverView | None = None
@@ -230,17 +266,21 @@ class ExecutorPodsLifecycleManager:
 
     def executors_killed(self, executor_ids: Collection[int]) -> None:
         """The driver asked for these executors to go: their ends are reported as its doing."""
+        now = self._clock.time()
         with self._killed_lock:
-            self._killed.update(executor_ids)
-
-    def expect_removal(self, executor_id: int, reason: ExecutorExited) -> None:
-        """The executor's pod is being deleted for `reason`: its end is reported with it."""
-        with self._killed_lock:
-            self._reasons[executor_id] = reason
+            for executor_id in executor_ids:
+                self._killed.setdefault(executor_id, now)
 
     def _was_killed(self, executor_id: int) -> bool:
         with self._killed_lock:
             return executor_id in self._killed
+
+    def _killed_before(self, executor_id: int, listed_at: float) -> float | None:
+        """When the driver killed this executor, if before a list taken at `listed_at`: the
+        list then lacks its pod because it is gone, not because it was not made yet."""
+        with self._killed_lock:
+            killed_at = self._killed.get(executor_id)
+        return killed_at if killed_at is not None and killed_at < listed_at else None
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         driver = self._driver
@@ -318,9 +358,7 @@ class ExecutorPodsLifecycleManager:
             and (disruption is None or self._settings.count_disruptions)
         ):
             self.failures.register_failure()
-        with self._killed_lock:
-            reason = self._reasons.pop(executor_id, None)
-        reason = reason or exit_reason(
+        reason = self._reasons.take(executor_id) or exit_reason(
             observed, executor_id, killed_by_driver=killed, disruption=disruption
         )
         self._report(driver, executor_id, reason, work)
@@ -380,7 +418,7 @@ class ExecutorPodsLifecycleManager:
         self._removed.add(executor_id)
         work.removed.add(executor_id)
         with self._killed_lock:
-            self._killed.discard(executor_id)
+            self._killed.pop(executor_id, None)
         logger.info(
             "Removing executor %d (exit code %d, %s): %s",
             executor_id,
@@ -426,7 +464,8 @@ class ExecutorPodsLifecycleManager:
         for executor_id, registered_at in sorted(registered.items()):
             if executor_id in pods or executor_id in work.removed or executor_id in self._removed:
                 continue
-            if listed_at - registered_at <= delta:
+            killed_at = self._killed_before(executor_id, listed_at)
+            if listed_at - registered_at <= delta and killed_at is None:
                 continue
             reason = missing_executor_reason(
                 executor_id,
@@ -434,6 +473,7 @@ class ExecutorPodsLifecycleManager:
                 listed_at=listed_at,
                 delta=delta,
                 killed_by_driver=self._was_killed(executor_id),
+                killed_at=killed_at if listed_at - registered_at <= delta else None,
             )
             self._report(driver, executor_id, reason, work)
 

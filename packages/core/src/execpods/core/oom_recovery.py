@@ -8,28 +8,29 @@ killed its predecessors survive the rest of the job. Set to true, the mode is on
 set to false, never. The pod's CPU request stays the profile's: only what the executor announces
 changes.
 
-Here the lifecycle manager's removals play the part of Spark's loss reasons (`OomRecoveryMode` is
-a `LifecycleObserver`), and `RecoveryModePodBuilder` wraps any `ExecutorPodBuilder`. A driver in
-any language learns of the switch from an `AllocatorNotice` of kind `RECOVERY_MODE` on its stream
-(`KIND_RECOVERY_MODE` over the contract), sent once, right after the removal that caused it.
+Here the lifecycle manager's removals play the part of Spark's loss reasons (the feature's
+`removed` hook), and while the mode is on it decides each new pod's announced cores
+(`PodDecisions.cores`, which the adapter's builder writes into the executor container's
+environment). A driver in any language learns of the switch from an `AllocatorNotice` of kind
+`RECOVERY_MODE` on its stream (`KIND_RECOVERY_MODE` over the contract), sent once, right after the
+removal that caused it.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
 
-from execpods.core.creation import AllocatorNotice, NoticeKind
-from execpods.core.pods import PodManifest
+from execpods.core.features import Feature, FeatureParts, NewExecutor
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
-    ExecutorPodBuilder,
+    NO_DECISIONS,
     ExecutorRemoval,
+    PodDecisions,
 )
-from execpods.core.snapshot import ExecutorPodsSnapshot
+
+__all__ = ["OomRecoveryMode", "lost_to_oom", "plug"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,26 +55,27 @@ def lost_to_oom(removal: ExecutorRemoval) -> bool:
     return reason.exit_code in OOM_EXIT_CODES or OOM_MARKER in reason.message
 
 
-CORES_ENV = "SPARK_EXECUTOR_CORES"
+def plug(parts: FeatureParts) -> OomRecoveryMode | None:
+    """The feature unless `spark.kubernetes.allocation.recoveryMode.enabled=false`."""
+    settings = parts.settings
+    if settings.recovery_mode_enabled is False:
+        return None
+    return OomRecoveryMode(
+        enabled=settings.recovery_mode_enabled, cores=settings.recovery_cores, notices=parts.notices
+    )
 
 
-class OomRecoveryMode:
+class OomRecoveryMode(Feature):
     """Whether executors created now are recovery-mode executors, and the switch that turns it on.
 
     `enabled` is the property: None (unset) switches on at the first OOM loss, True is on from
-    the start, False never. `notify` hears the one notice sent when an OOM switches it on.
+    the start, False never. `notices` hears the one notice sent when an OOM switches it on.
     """
 
-    def __init__(
-        self,
-        *,
-        enabled: bool | None,
-        cores: int,
-        notify: Callable[[AllocatorNotice], None] | None = None,
-    ) -> None:
+    def __init__(self, *, enabled: bool | None, cores: int, notices: NoticeHub) -> None:
         self._enabled = enabled
         self.cores = cores
-        self._notify = notify
+        self._notices = notices
         self._active = enabled is True
         self._lock = threading.Lock()
 
@@ -81,18 +83,11 @@ class OomRecoveryMode:
     def active(self) -> bool:
         return self._active
 
-    def set_notify(self, notify: Callable[[AllocatorNotice], None]) -> None:
-        self._notify = notify
+    def shape(self, executor: NewExecutor) -> PodDecisions:
+        """While the mode is on, the executor announces the recovery cores."""
+        return PodDecisions(cores=self.cores) if self._active else NO_DECISIONS
 
-    # LifecycleObserver
-
-    def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        """Nothing to do at a round's start."""
-
-    def application_failed(self, message: str) -> None:
-        """Nothing to do: allocation has stopped for good."""
-
-    def executor_removed(self, removal: ExecutorRemoval) -> None:
+    def removed(self, removal: ExecutorRemoval) -> None:
         if self._enabled is False or not lost_to_oom(removal):
             return
         with self._lock:
@@ -102,65 +97,15 @@ class OomRecoveryMode:
         message = (
             f"Executor {removal.executor_id} was lost to OOM: recovery mode is on "
             "(spark.kubernetes.allocation.recoveryMode.enabled), executors created from now on "
-            f"announce {self.cores} core(s) ({CORES_ENV}) so that each runs one task at a time."
+            f"announce {self.cores} core(s) (SPARK_EXECUTOR_CORES) so that each runs one task "
+            "at a time."
         )
         logger.warning(message)
-        if self._notify is not None:
-            self._notify(
-                AllocatorNotice(
-                    kind=NoticeKind.RECOVERY_MODE,
-                    message=message,
-                    resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
-                    count=0,
-                )
+        self._notices.notify(
+            AllocatorNotice(
+                kind=NoticeKind.RECOVERY_MODE,
+                message=message,
+                resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+                count=0,
             )
-
-
-def _executor_container(pod: dict[str, Any], container_name: str) -> dict[str, Any] | None:
-    containers = (pod.get("spec") or {}).get("containers")
-    if not isinstance(containers, list) or not containers:
-        return None
-    named = [c for c in containers if isinstance(c, dict) and c.get("name") == container_name]
-    first = containers[0]
-    if named:
-        return named[0]
-    return first if isinstance(first, dict) else None
-
-
-def with_recovery_cores(manifest: PodManifest, *, container_name: str, cores: int) -> PodManifest:
-    """The manifest with the executor container's `SPARK_EXECUTOR_CORES` set to `cores`."""
-    pod: dict[str, Any] = copy.deepcopy(dict(manifest))
-    container = _executor_container(pod, container_name)
-    if container is None:
-        return pod
-    env = [e for e in container.get("env") or [] if isinstance(e, dict)]
-    kept = [e for e in env if e.get("name") != CORES_ENV]
-    container["env"] = [*kept, {"name": CORES_ENV, "value": str(cores)}]
-    return pod
-
-
-class RecoveryModePodBuilder:
-    """An `ExecutorPodBuilder` that makes recovery-mode executors while the mode is on."""
-
-    def __init__(
-        self, inner: ExecutorPodBuilder, mode: OomRecoveryMode, *, container_name: str
-    ) -> None:
-        self._inner = inner
-        self._mode = mode
-        self._container_name = container_name
-
-    def build(
-        self,
-        *,
-        executor_id: int,
-        app_id: str,
-        resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
-    ) -> PodManifest:
-        manifest = self._inner.build(
-            executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
-        )
-        if not self._mode.active:
-            return manifest
-        return with_recovery_cores(
-            manifest, container_name=self._container_name, cores=self._mode.cores
         )

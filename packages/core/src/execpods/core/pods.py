@@ -45,9 +45,23 @@ class ContainerTerminated:
     reason: str | None = None
     message: str | None = None
     signal: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the container ran (the crash-loop brake tells a failure at start by how long)."""
 
 
 ContainerState: TypeAlias = ContainerWaiting | ContainerRunning | ContainerTerminated
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodCondition:
+    """One entry of `status.conditions` (`PodScheduled`, `Ready`, `DisruptionTarget`...)."""
+
+    type: str
+    status: str
+    """"True", "False" or "Unknown", as the API spells it."""
+    reason: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +96,14 @@ class ContainerStatus:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PodWarning:
+    """A Warning event about a pod (reason and message as the kubelet wrote them)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorPod:
     """The fields of a pod that the allocator and lifecycle manager read.
 
@@ -113,6 +135,16 @@ class ExecutorPod:
     `DeletionByTaintManager`, `TerminationByKubelet`...), else "DisruptionTarget"."""
     claim_names: tuple[str, ...] = ()
     """The PersistentVolumeClaims its volumes name (a claim in use is not reused)."""
+    conditions: tuple[PodCondition, ...] = ()
+    """`status.conditions`: why a pod waits (PodScheduled False, Unschedulable, with the
+    scheduler's words) and what failure rules match on (`failurerules.py`)."""
+    init_container_statuses: tuple[ContainerStatus, ...] = ()
+    """`status.initContainerStatuses`: a failing init container is why an executor never
+    starts, and its exit code is one failure rules may match."""
+    warning: PodWarning | None = None
+    """The newest Warning event about the pod that its status cannot show (FailedMount: the
+    kubelet cannot mount a volume, the containers stay ContainerCreating); the adapter reads it
+    from the pod's events."""
     gone: bool = False
     """The API reported the pod deleted (a watch DELETED event): it no longer exists, whatever
     its last status said (a force-deleted pod's last status can still read Running)."""
@@ -133,6 +165,13 @@ class ExecutorPod:
         for status in self.container_statuses:
             if status.name == name:
                 return status
+        return None
+
+    def condition(self, condition_type: str) -> PodCondition | None:
+        """The pod's condition of this type, if the API reported one."""
+        for condition in self.conditions:
+            if condition.type == condition_type:
+                return condition
         return None
 
     def executor_exit_code(self, name: str = EXECUTOR_CONTAINER_NAME) -> int | None:

@@ -116,8 +116,40 @@ class PodOperations(Protocol):
         """The matching pods (malformed ones are skipped with a warning)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodDecisions:
+    """What the core decided about one new executor's pod, for the builder to write.
+
+    The core never edits a manifest: only the adapter knows a pod's shape, so the features decide
+    (`features.py`) and the `ExecutorPodBuilder` writes these fields as Kubernetes spells them.
+    """
+
+    cores: int | None = None
+    """Cores the executor announces (`SPARK_EXECUTOR_CORES`) instead of its profile's: OOM
+    recovery mode. Its CPU request stays the profile's."""
+    avoid_nodes: frozenset[str] = frozenset()
+    """Nodes the pod must not run on (bad-node avoidance): a required node anti-affinity on the
+    hostname, joined to every node selector term the pod already has."""
+    claims: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Claims to reuse: the name of a claim the pod would make -> an existing claim of the
+    application its volume mounts instead."""
+
+    def joined(self, other: PodDecisions) -> PodDecisions:
+        """Both decisions: the nodes of both avoided, both claim maps, the later cores."""
+        if other == NO_DECISIONS:
+            return self
+        return PodDecisions(
+            cores=other.cores if other.cores is not None else self.cores,
+            avoid_nodes=self.avoid_nodes | other.avoid_nodes,
+            claims=MappingProxyType({**self.claims, **other.claims}),
+        )
+
+
+NO_DECISIONS = PodDecisions()
+
+
 class ExecutorPodBuilder(Protocol):
-    """Makes the pod manifest for a new executor."""
+    """Makes the pod manifest for a new executor, with what the core decided about it."""
 
     def build(
         self,
@@ -125,8 +157,10 @@ class ExecutorPodBuilder(Protocol):
         executor_id: int,
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+        decisions: PodDecisions = NO_DECISIONS,
     ) -> PodManifest:
-        """The manifest of executor `executor_id` of `app_id`, labelled as an executor."""
+        """The manifest of executor `executor_id` of `app_id`, labelled as an executor, with
+        every field of `decisions` written."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +248,59 @@ class ExecutorIdLedger(Protocol):
         """Record that ids up to `executor_id` may be in use; it never lowers the mark. Raises
         `PodOperationError` when the mark cannot be written: no id above the old mark may then
         be issued."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A PersistentVolumeClaim of the application, as listed."""
+
+    name: str
+    storage_class: str | None = None
+    size: str | None = None
+    created_at: float | None = None
+    """Wall-clock seconds of its creation timestamp."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeededClaim:
+    """A claim a new executor's pod names and that must be made for it (an OnDemand volume's).
+
+    `manifest` is the adapter's, handed back to `ClaimOperations.create_claim` unread: the core
+    decides on the name, storage class and size only."""
+
+    name: str
+    storage_class: str | None = None
+    size: str | None = None
+    manifest: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class ClaimOperations(Protocol):
+    """The executors' claims over the API: what a new pod needs, and the claim calls.
+
+    Failures raise `PodOperationError`s."""
+
+    @property
+    def declares_on_demand(self) -> bool:
+        """The settings declare OnDemand volumes (claims may exist from before a restart)."""
+
+    @property
+    def has_driver_pod(self) -> bool:
+        """A driver pod exists that can own the claims."""
+
+    def claims_for(
+        self, *, executor_id: int, app_id: str, resource_profile_id: int
+    ) -> list[NeededClaim]:
+        """The claims the pod of this executor names and needs made; none without OnDemand
+        volumes."""
+
+    def list_claims(self, app_id: str) -> list[Claim]:
+        """The application's claims (labelled with its id)."""
+
+    def create_claim(self, claim: NeededClaim, *, owner_pod: str | None) -> None:
+        """Make one claim, owned by the pod named `owner_pod` (None: by the driver pod)."""
+
+    def delete_claims(self, app_id: str) -> int:
+        """Delete every claim of the application; returns how many."""
 
 
 # Time and threads.

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from execpods.core.errors import PodConflict, PodOperationError
 from execpods.core.labels import ExecutorLabels
-from execpods.core.pods import ExecutorPod, PodManifest
+from execpods.core.pods import ExecutorPod
 from execpods.core.ports import PodOperations, PodSelector
 from execpods.core.profiles import profile_id_of
 
@@ -156,12 +156,12 @@ class LostCreates:
 
 
 def create_skipping_taken_ids(
-    pods: PodOperations,
-    build: Callable[..., PodManifest],
+    create: Callable[[int], None],
     executor_id: int,
     fresh_id: Callable[[], int],
 ) -> int:
-    """Create the pod of `executor_id`; the id whose pod was created.
+    """Create the pod of `executor_id` (`create` builds and sends it); the id whose pod was
+    created.
 
     409 AlreadyExists means a pod holds this id (one the adoption could not see: a race with
     another sidecar, a pod made by hand): skip past it at once with a fresh id rather than lose a
@@ -169,7 +169,7 @@ def create_skipping_taken_ids(
     """
     for attempt in range(MAX_CONFLICT_SKIPS + 1):
         try:
-            pods.create(build(executor_id=executor_id))
+            create(executor_id)
             return executor_id
         except PodConflict:
             if attempt == MAX_CONFLICT_SKIPS:

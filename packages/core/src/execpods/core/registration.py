@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from execpods.core.errors import PodOperationError
+from execpods.core.features import ExpectRemoval, Feature, FeatureParts, RoundFacts
 from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     Clock,
-    DriverView,
     ExecutorExited,
     PodOperations,
 )
 from execpods.core.settingkit import SettingsBase, duration_setting
-from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
 
-__all__ = ["REGISTRATION_TIMEOUT_KEY", "RegistrationSettings", "RegistrationTimeout"]
+__all__ = ["REGISTRATION_TIMEOUT_KEY", "RegistrationSettings", "RegistrationTimeout", "plug"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +55,17 @@ class RegistrationSettings(SettingsBase):
     )
 
 
-ExpectRemoval = Callable[[int, ExecutorExited], None]
-"""Tell the lifecycle manager the reason to report when an executor is next removed."""
+def plug(settings: RegistrationSettings, parts: FeatureParts) -> RegistrationTimeout:
+    """Always there (off at 0 s): a driver may set a timeout at any time."""
+    return RegistrationTimeout(
+        timeout=settings.timeout,
+        clock=parts.clock,
+        pod_operations=parts.pod_operations,
+        expect_removal=parts.expect_removal,
+    )
 
 
-class RegistrationTimeout:
+class RegistrationTimeout(Feature):
     """Finds Running executors the driver has not registered for too long, and deletes them."""
 
     def __init__(
@@ -70,16 +74,15 @@ class RegistrationTimeout:
         timeout: float,
         clock: Clock,
         pod_operations: PodOperations,
+        expect_removal: ExpectRemoval,
     ) -> None:
         self._timeout = timeout
         self._clock = clock
         self._pods = pod_operations
+        self._expect = expect_removal
         self._lock = threading.Lock()
         self._running_since: dict[int, float] = {}
         self._timed_out: set[int] = set()
-        self._driver: DriverView | None = None
-        self._expect: ExpectRemoval | None = None
-        self._latest: ExecutorPodsSnapshot | None = None
         self.replaced = 0
         """Executors deleted for not registering in time."""
 
@@ -96,31 +99,20 @@ class RegistrationTimeout:
                 logger.info("Executor registration timeout set to %.1f s.", seconds)
             self._timeout = seconds
 
-    def attach(self, *, driver: DriverView, expect_removal: ExpectRemoval) -> None:
-        """Wire to the driver view and the lifecycle manager (the composition root does it)."""
-        self._driver = driver
-        self._expect = expect_removal
-
-    def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
-        """One check on the latest snapshot (a store subscriber: also when nothing changed, since
-        time went by)."""
-        if snapshots:
-            self._latest = snapshots[-1]
-        latest = self._latest
-        if latest is None or self._driver is None:
-            return
+    def observe(self, facts: RoundFacts) -> None:
+        """One check on the round's snapshot (every round, also when nothing changed, since time
+        went by)."""
         now = self._clock.monotonic()
         with self._lock:
             timeout = self._timeout
             if timeout <= 0:
                 self._running_since.clear()
                 return
-        known = set(self._driver.executor_ids())
         due: list[tuple[int, str, float]] = []
         with self._lock:
             running = set()
-            for executor_id, state in latest.executor_pods.items():
-                if state.state is not ExecutorState.RUNNING or executor_id in known:
+            for executor_id, state in facts.snapshot.executor_pods.items():
+                if state.state is not ExecutorState.RUNNING or executor_id in facts.known:
                     continue
                 running.add(executor_id)
                 since = self._running_since.setdefault(executor_id, now)
@@ -141,8 +133,7 @@ class RegistrationTimeout:
         reason = ExecutorExited(
             exit_code=UNKNOWN_EXIT_CODE, exit_caused_by_app=False, message=message
         )
-        if self._expect is not None:
-            self._expect(executor_id, reason)
+        self._expect(executor_id, reason)
         logger.warning(message)
         try:
             self._pods.delete(name)

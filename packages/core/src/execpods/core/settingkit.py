@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,13 @@ _UNITS = {
 }
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 
+MAX_DURATION_S = float(2**31 - 1)
+"""The longest duration any setting may hold: about 68 years, Spark's own "forever"
+(`Int.MaxValue` seconds). Every wait, timer and timeout the code makes can run it, with room for
+the multiples it takes of some (five batch delays); beyond it waits overflow and threads die."""
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Integers settings may hold: what a Java long (and the contract's int64 fields) can carry."""
+
 
 # --- parsers: text -> value; a ValueError names what was wrong --------------------------------
 
@@ -52,7 +60,13 @@ def parse_duration(text: str, *, default_unit: str = "ms") -> float:
     factor = _UNITS.get(unit or default_unit)
     if factor is None:
         raise ValueError(f"{text!r} has unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
-    return float(number) * factor
+    seconds = float(number) * factor
+    if not seconds <= MAX_DURATION_S:  # inf too (hundreds of digits)
+        raise ValueError(
+            f"{text.strip()!r} is longer than the longest duration the sidecar can wait "
+            f"({MAX_DURATION_S:.0f}s, about 68 years)"
+        )
+    return seconds
 
 
 def parse_bool(text: str) -> bool:
@@ -64,16 +78,23 @@ def parse_bool(text: str) -> bool:
 
 def parse_int(text: str) -> int:
     try:
-        return int(text.strip())
+        value = int(text.strip())
     except ValueError:
         raise ValueError(f"{text!r} is not an integer") from None
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{text.strip()[:40]!r} does not fit in 64 bits")
+    return value
 
 
 def parse_float(text: str) -> float:
+    """A finite number: `inf` and `nan` parse as floats but no rate or factor can run on them."""
     try:
-        return float(text.strip())
+        value = float(text.strip())
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text.strip()!r} is not a finite number")
+    return value
 
 
 def parse_str(text: str) -> str:
@@ -94,6 +115,19 @@ def positive(value: float) -> str | None:
 
 def non_negative(value: float) -> str | None:
     return None if value >= 0 else "must not be negative"
+
+
+MAX_RATE = 1_000_000
+"""The highest rate (calls a second) or burst a setting may hold: far above what any API server
+answers, low enough that every product the code takes of it (rate x delay x rounds) stays
+finite."""
+
+
+def rate(value: float) -> str | None:
+    """A positive rate (or bucket size) the code can run: at most `MAX_RATE`."""
+    if not value > 0:
+        return "must be positive"
+    return None if value <= MAX_RATE else f"must be at most {MAX_RATE:,} a second"
 
 
 def any_value(_value: object) -> str | None:
@@ -353,6 +387,10 @@ def nearest_key(key: str, known: Iterable[str]) -> str | None:
 
 
 __all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "MAX_DURATION_S",
+    "MAX_RATE",
     "FamilySpec",
     "SettingSpec",
     "SettingsBase",
@@ -370,6 +408,7 @@ __all__ = [
     "parse_optional_str",
     "parse_str",
     "positive",
+    "rate",
     "render_duration",
     "render_value",
     "setting",

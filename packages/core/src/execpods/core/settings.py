@@ -181,8 +181,8 @@ class CoreSettings(SettingsBase):
         10_000,
         "Most executors a driver may ask for, per resource profile (RequestTotal beyond it is "
         "INVALID_ARGUMENT): a bound on what one bad request can make the allocator create. "
-        "(spark.kubernetes.allocation.maximum, Spark's lifetime cap on executor ids, is "
-        "separate: beyond it allocation stops, as in Spark.)",
+        "(spark.kubernetes.allocation.maximum, Spark's cap on the pods one allocator life "
+        "creates, is separate: beyond it allocation stops, as in Spark.)",
         parse=parse_int,
         rule=positive,
     )

@@ -20,9 +20,10 @@ from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import ManualClock
-from execpods.core.compose import compose_backend
+from execpods.core.compose import FeatureSettings, Machinery, Ports, compose_backend
 from execpods.core.creation import CreateRunner
 from execpods.core.errors import PodConflict, PodOperationError
+from execpods.core.features import FeatureSet
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.pods import (
@@ -34,6 +35,8 @@ from execpods.core.pods import (
 )
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
+    NO_DECISIONS,
+    ClaimOperations,
     Clock,
     DriverView,
     ExecutorExited,
@@ -41,6 +44,7 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    PodDecisions,
     PodOperations,
     PodSelector,
     Scheduler,
@@ -218,11 +222,19 @@ class InMemoryPodOperations:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimpleExecutorPodBuilder:
-    """A minimal executor pod: name, labels and one container; enough for the core's tests."""
+    """A minimal executor pod: name, labels and one container; enough for the core's tests.
+
+    It writes what the core decided as the adapter's builder does, in the fields tests read:
+    `SPARK_EXECUTOR_CORES` (`cores`, else the decision's), the avoided nodes as a hostname
+    `NotIn`, and one volume per claim named in `claim_volumes` (`{pod}` is the pod's name), with
+    the reused claims swapped in."""
 
     labels: ExecutorLabels = SPARK_LABELS
     image: str = "spark:latest"
     namespace: str = "default"
+    cores: int | None = None
+    """`SPARK_EXECUTOR_CORES` of every pod (None: set only when a decision says so)."""
+    claim_volumes: tuple[str, ...] = ()
 
     def build(
         self,
@@ -230,22 +242,47 @@ class SimpleExecutorPodBuilder:
         executor_id: int,
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+        decisions: PodDecisions = NO_DECISIONS,
     ) -> PodManifest:
         labels = self.labels.for_executor(app_id, executor_id)
         labels[self.labels.resource_profile_id] = str(resource_profile_id)
+        name = f"{app_id}-exec-{executor_id}"
+        container: dict[str, object] = {"name": "spark-kubernetes-executor", "image": self.image}
+        cores = decisions.cores if decisions.cores is not None else self.cores
+        if cores is not None:
+            container["env"] = [{"name": "SPARK_EXECUTOR_CORES", "value": str(cores)}]
+        spec: dict[str, object] = {"restartPolicy": "Never", "containers": [container]}
+        if decisions.avoid_nodes:
+            avoid = {
+                "key": HOSTNAME_LABEL,
+                "operator": "NotIn",
+                "values": sorted(decisions.avoid_nodes),
+            }
+            spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [avoid]}]
+                    }
+                }
+            }
+        if self.claim_volumes:
+            claims = [c.format(pod=name) for c in self.claim_volumes]
+            spec["volumes"] = [
+                {
+                    "name": f"data-{i}",
+                    "persistentVolumeClaim": {"claimName": decisions.claims.get(c, c)},
+                }
+                for i, c in enumerate(claims)
+            ]
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "name": f"{app_id}-exec-{executor_id}",
-                "namespace": self.namespace,
-                "labels": labels,
-            },
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "spark-kubernetes-executor", "image": self.image}],
-            },
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
+            "spec": spec,
         }
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass
@@ -409,6 +446,9 @@ class HandFed:
         return self._writer
 
 
+F = TypeVar("F")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Composed:
     """A backend `compose_backend` built over a deterministic store, and the parts a test of one
@@ -418,6 +458,14 @@ class Composed:
     store: DeterministicSnapshotsStore
     allocator: ExecutorPodsAllocator
     lifecycle: ExecutorPodsLifecycleManager
+    features: FeatureSet
+
+    def feature(self, kind: type[F]) -> F:
+        """The plugged feature of this class (its settings turned it on)."""
+        found = [f for f in self.features if isinstance(f, kind)]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} features of {kind.__name__} were plugged")
+        return found[0]
 
 
 def compose_deterministic(
@@ -434,6 +482,8 @@ def compose_deterministic(
     rng: random.Random | None = None,
     request_scheduler: Scheduler | None = None,
     id_ledger: ExecutorIdLedger | None = None,
+    features: FeatureSettings | None = None,
+    claims: ClaimOperations | None = None,
     api_rate_ceiling: float = API_RATE_CEILING,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
@@ -453,20 +503,30 @@ def compose_deterministic(
     backend = compose_backend(
         app_id=app_id,
         settings=settings if settings is not None else CoreSettings(),
-        pod_operations=pod_operations if pod_operations is not None else InMemoryPodOperations(),
-        pod_builder=pod_builder if pod_builder is not None else SimpleExecutorPodBuilder(),
-        driver=driver if driver is not None else RecordingDriver(),
-        observers=observers,
-        clock=clock,
-        store=store,
-        request_scheduler=(
-            request_scheduler if request_scheduler is not None else DeterministicScheduler(manual)
+        ports=Ports(
+            pod_operations=(
+                pod_operations if pod_operations is not None else InMemoryPodOperations()
+            ),
+            pod_builder=pod_builder if pod_builder is not None else SimpleExecutorPodBuilder(),
+            driver=driver if driver is not None else RecordingDriver(),
+            id_ledger=id_ledger,
+            profiles=profiles,
+            claims=claims,
+            api_rate_ceiling=api_rate_ceiling,
         ),
-        id_ledger=id_ledger,
-        profiles=profiles,
-        runner=runner,
-        rng=rng,
-        api_rate_ceiling=api_rate_ceiling,
+        features=features,
+        machinery=Machinery(
+            observers=observers,
+            clock=clock,
+            store=store,
+            request_scheduler=(
+                request_scheduler
+                if request_scheduler is not None
+                else DeterministicScheduler(manual)
+            ),
+            runner=runner,
+            rng=rng,
+        ),
     )
     # Core's own testing module may look past the facade; nothing else does.
     return Composed(
@@ -474,6 +534,7 @@ def compose_deterministic(
         store=stores[0],
         allocator=backend._allocator,
         lifecycle=backend._lifecycle,
+        features=backend._allocator._features,
     )
 
 
@@ -493,10 +554,11 @@ def composed_store(make: Callable[..., Store], *, settings: CoreSettings | None 
     compose_backend(
         app_id=TEST_APP_ID,
         settings=settings if settings is not None else CoreSettings(),
-        pod_operations=InMemoryPodOperations(),
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        store=store,
-        request_scheduler=DeterministicScheduler(),
+        ports=Ports(
+            pod_operations=InMemoryPodOperations(),
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=RecordingDriver(),
+        ),
+        machinery=Machinery(store=store, request_scheduler=DeterministicScheduler()),
     )
     return made[0]

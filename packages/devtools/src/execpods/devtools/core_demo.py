@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from execpods.core import Machinery, Ports
 from execpods.core.clock import ManualClock
 from execpods.core.compose import compose_backend, scheduled_store
 from execpods.core.pods import ContainerStatus, ContainerTerminated
@@ -77,13 +78,15 @@ def main() -> None:
     backend = compose_backend(
         app_id=APP_ID,
         settings=settings,
-        pod_operations=pods,
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=driver,
-        sources=sources,
-        clock=clock,
-        store=scheduled_store(scheduler),
-        request_scheduler=scheduler,
+        ports=Ports(
+            pod_operations=pods,
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=driver,
+            sources=sources,
+        ),
+        machinery=Machinery(
+            clock=clock, store=scheduled_store(scheduler), request_scheduler=scheduler
+        ),
     )
     backend.start()
     (cluster,) = clusters

@@ -1,6 +1,12 @@
-"""A sidecar's properties for the embedded simulator: for the demo, the benchmarks and tests."""
+"""A sidecar's properties for the embedded simulator, and a namespace on it: for the demo, the
+benchmarks and tests."""
 
 from __future__ import annotations
+
+import http.client
+from urllib.parse import urlsplit
+
+import orjson
 
 
 def simulator_properties(api_url: str, app_id: str, **extra: str) -> dict[str, str]:
@@ -18,3 +24,26 @@ def simulator_properties(api_url: str, app_id: str, **extra: str) -> dict[str, s
         "spark.kubernetes.container.image": "execpods/executor:demo",
         **extra,
     }
+
+
+def create_namespace(api_url: str, name: str, *, timeout: float = 10.0) -> None:
+    """Create namespace `name` on the API server at `api_url` (plain HTTP, no credentials, as a
+    simulator serves), as `kubectl create namespace` would; one that exists already is fine.
+
+    Namespaces exist only once created, on kubesim as on a cluster: a run in a namespace of its
+    own creates it first.
+    """
+    split = urlsplit(api_url)
+    host = split.hostname or "127.0.0.1"
+    connection = http.client.HTTPConnection(host, split.port, timeout=timeout)
+    try:
+        body = orjson.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        connection.request(
+            "POST", "/api/v1/namespaces", body=body, headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        text = response.read()
+    finally:
+        connection.close()
+    if response.status not in (200, 201, 409):
+        raise RuntimeError(f"creating namespace {name!r} failed: {response.status} {text[:300]!r}")

@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from execpods.devtools.simulated import simulator_properties
+from execpods.devtools.simulated import create_namespace, simulator_properties
 from execpods.devtools.spark_plugin import build as build_plugin
 from execpods.kubesim import ClusterConfig, KubeSim
 from execpods.sidecar.embedded import EmbeddedSidecar
@@ -287,6 +287,7 @@ def spark_time_to_target(
     API server (the "Spark + execpods plugin" peer), configured by ``sidecar_conf``.
     """
     namespace = f"spark-{uuid.uuid4().hex[:8]}"
+    create_namespace(api_url, namespace)
     settings = {"spark.kubernetes.namespace": namespace, **(conf or {})}
     with contextlib.ExitStack() as stack:
         if plugin_jar is not None:

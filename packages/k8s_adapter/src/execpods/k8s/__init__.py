@@ -10,6 +10,7 @@ binds it to a namespace (timeouts, raw JSON, typed errors); `KubernetesPodOperat
 from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack, Backoff, EventWaiter, Waiter
 from execpods.k8s.builder import (
     ExecutorPodTemplateBuilder,
+    app_id_prefix_problem,
     builder_claims,
     executor_pod_name,
     load_template,
@@ -18,7 +19,15 @@ from execpods.k8s.builder import (
 )
 from execpods.k8s.claims import KubernetesClaims
 from execpods.k8s.clienttypes import ClientConfiguration, KubernetesApiClient
-from execpods.k8s.cluster import api_client_from, connect, in_cluster, resolve_namespace
+from execpods.k8s.cluster import (
+    ClusterAccess,
+    api_client_from,
+    cluster_from,
+    connect,
+    connect_cluster,
+    in_cluster,
+    resolve_namespace,
+)
 from execpods.k8s.congestion import AdaptiveRateLimiter, rate_limiter_for
 from execpods.k8s.convert import (
     MalformedPod,
@@ -30,6 +39,7 @@ from execpods.k8s.convert import (
     pods_from_list_json,
 )
 from execpods.k8s.errors import (
+    ApiUnauthorized,
     DriverPodNotFound,
     ResourceExpired,
     error_from_status,
@@ -45,6 +55,7 @@ from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.ratesettings import ApiRateSettings
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
+from execpods.k8s.warnings import PodWarnings
 from execpods.k8s.watch import WatchSource, WatchStats
 
 __all__ = [
@@ -61,6 +72,8 @@ __all__ = [
     "ApiCallListener",
     "ApiBackoffGate",
     "ApiHeldBack",
+    "ApiUnauthorized",
+    "ClusterAccess",
     "Backoff",
     "ClientConfiguration",
     "ClusterIdLedger",
@@ -73,6 +86,7 @@ __all__ = [
     "KubernetesSettings",
     "MalformedPod",
     "PodPage",
+    "PodWarnings",
     "PollSource",
     "ResourceExpired",
     "Waiter",
@@ -80,8 +94,11 @@ __all__ = [
     "WatchStats",
     "api_client_from",
     "builder_claims",
+    "cluster_from",
     "connect",
+    "connect_cluster",
     "error_from_status",
+    "app_id_prefix_problem",
     "executor_pod_name",
     "in_cluster",
     "is_known_key",

@@ -24,6 +24,7 @@ from execpods.core import (
     EXECUTOR_CONTAINER_NAME,
     SPARK_LABELS,
     ExecutorLabels,
+    PodDecisions,
     PodManifest,
     PodNotFound,
     ResourceProfile,
@@ -32,13 +33,15 @@ from execpods.core import (
 )
 from execpods.k8s.claims import ACCESS_MODE as CLAIM_ACCESS_MODE
 from execpods.k8s.claims import (
+    CLAIMS_ANNOTATION,
     KubernetesClaims,
     OnDemandVolume,
     name_claims,
+    rename_claims,
     take_claim_templates,
 )
 from execpods.k8s.errors import DriverPodNotFound
-from execpods.k8s.gateway import ApiGateway
+from execpods.k8s.gateway import ApiGateway, pod_problem
 from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import (
@@ -48,6 +51,15 @@ from execpods.k8s.settings import (
 )
 
 MAX_POD_NAME_LENGTH = 63
+CHECK_EXECUTOR_ID = 2**31 - 1
+"""The executor id of the pod a declared profile is built into once, to check it."""
+MAX_APP_ID_PREFIX = 47
+"""The longest application id that prefixes pod names as it is (Spark's rule for a pod name
+prefix): `<app id>-exec-<id>` then fits a 63-character label for every id up to ten digits."""
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+NO_DECISIONS = PodDecisions()
 
 
 def sanitize_prefix(raw: str) -> str:
@@ -55,6 +67,25 @@ def sanitize_prefix(raw: str) -> str:
     lowered = re.sub(r"[^a-z0-9-]+", "-", raw.lower())
     collapsed = re.sub(r"-{2,}", "-", lowered).strip("-")
     return collapsed or "spark"
+
+
+def app_id_prefix_problem(app_id: str) -> str | None:
+    """Why `app_id` cannot prefix executor pod names as it is (None when it can).
+
+    The prefix must be the id itself: two ids that sanitize alike (`My_App`, `my-app`) or share
+    their first 56 characters would name their executors alike, and each application's creates
+    would collide with the other's pods (409, ids skipped)."""
+    if sanitize_prefix(app_id) != app_id:
+        return (
+            "cannot prefix executor pod names as it is (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    if len(app_id) > MAX_APP_ID_PREFIX:
+        return (
+            f"is too long to prefix executor pod names ({len(app_id)} characters; at most "
+            f"{MAX_APP_ID_PREFIX}, so that <app id>-exec-<id> fits 63)"
+        )
+    return None
 
 
 def executor_pod_name(prefix: str, executor_id: int) -> str:
@@ -134,22 +165,52 @@ def _load_untrusted(text: str) -> object:
     return yaml.load(text, Loader=_NoAliasLoader)
 
 
+MAX_TEMPLATE_DEPTH = 64
+"""The deepest a pod template may nest (a Pod's deepest field is about 15 levels down): deeper
+ones would exhaust the interpreter's stack in whatever walks them later, on another thread."""
+
+
+def nesting_depth(value: object, limit: int = MAX_TEMPLATE_DEPTH) -> int:
+    """How deep `value` nests lists and mappings, counted without recursion, up to `limit` + 1."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        if not children:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_pod_template(text: str, *, what: str) -> PodManifest:
     """A pod template given as a JSON or YAML string (a resource profile's own template).
 
-    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`) and parsed
-    without YAML aliases."""
+    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`, nested at most
+    `MAX_TEMPLATE_DEPTH` deep) and parsed without YAML aliases."""
     size = len(text.encode("utf-8"))
     if size > MAX_TEMPLATE_BYTES:
         raise SettingsError(
             f"{what}: the pod template is {size} bytes, more than the {MAX_TEMPLATE_BYTES} allowed"
         )
+    too_deep = SettingsError(
+        f"{what}: the pod template nests deeper than {MAX_TEMPLATE_DEPTH} levels; no Pod does"
+    )
     try:
         loaded = _load_untrusted(text)
     except yaml.YAMLError as error:
         raise SettingsError(
             f"{what}: the pod template is not valid JSON or YAML: {error}"
         ) from None
+    except RecursionError:  # the parsers recurse: a template nested thousands deep
+        raise too_deep from None
+    if nesting_depth(loaded) > MAX_TEMPLATE_DEPTH:
+        raise too_deep
     if loaded is None:
         return {}
     if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
@@ -197,12 +258,17 @@ _PER_EXECUTOR_ENV = frozenset({"SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_POD_NAME"})
 
 
 def _merge_env(
-    existing: object, extra: Mapping[str, str], *, keep_template: bool = False
+    existing: object,
+    extra: Mapping[str, str],
+    *,
+    keep_template: bool = False,
+    forced: frozenset[str] = _PER_EXECUTOR_ENV,
 ) -> list[dict[str, Any]]:
     """The template's env entries with `extra` set on top (same name: ours wins). With
     ``keep_template`` (a pod Spark's own builder made, from the driver's configuration) the
-    template's entries win, except the executor's own id and a literal pod name: Spark's
-    `SPARK_EXECUTOR_POD_NAME` reads the pod's name (`fieldRef`), and is kept as it is."""
+    template's entries win, except those ``forced`` (the executor's own id, recovery mode's
+    cores) and a literal pod name: Spark's `SPARK_EXECUTOR_POD_NAME` reads the pod's name
+    (`fieldRef`), and is kept as it is."""
     entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
 
     def ours(entry: Mapping[str, Any]) -> bool:
@@ -211,11 +277,33 @@ def _merge_env(
             return False
         if not keep_template:
             return True
-        return name in _PER_EXECUTOR_ENV and "valueFrom" not in entry
+        return name in forced and "valueFrom" not in entry
 
     kept = [e for e in entries if not ours(e)]
     names = {e.get("name") for e in kept}
     return [*kept, *({"name": k, "value": v} for k, v in extra.items() if k not in names)]
+
+
+def _avoid_nodes(spec: dict[str, Any], nodes: frozenset[str]) -> None:
+    """Require that the pod run on none of `nodes`: a `NotIn` on the hostname label, added to
+    every node selector term the pod already has (or in a term of its own)."""
+    if not nodes:
+        return
+    expression = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(nodes)}
+    affinity = _section(spec, "affinity")
+    node_affinity = _section(affinity, "nodeAffinity")
+    required = _section(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        terms = [{"matchExpressions": []}]
+        required["nodeSelectorTerms"] = terms
+    for term in terms:
+        if isinstance(term, dict):
+            expressions = term.get("matchExpressions")
+            if not isinstance(expressions, list):
+                expressions = []
+                term["matchExpressions"] = expressions
+            expressions.append(dict(expression))
 
 
 def _check_template(
@@ -349,18 +437,74 @@ class ExecutorPodTemplateBuilder:
                 {"name": name} for name in settings.image_pull_secrets if name not in names
             ]
 
+    def carries_claims(self, resource_profile_id: int) -> bool:
+        """Whether the profile's template carries claims of its own (a Spark-built one)."""
+        if self.claim_templates.get(resource_profile_id):
+            return True
+        profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
+        annotations = (self._template_of(profile).get("metadata") or {}).get("annotations")
+        return isinstance(annotations, dict) and CLAIMS_ANNOTATION in annotations
+
     def build(
         self,
         *,
         executor_id: int,
         app_id: str,
         resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID,
+        decisions: PodDecisions = NO_DECISIONS,
     ) -> PodManifest:
+        """The executor's pod, with what the core decided written: its announced cores, the
+        nodes it avoids, the claims it reuses."""
         profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
         pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
         claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
         if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
             self.claim_templates[resource_profile_id] = claims
+        return self._shape(
+            pod,
+            executor_id=executor_id,
+            app_id=app_id,
+            resource_profile_id=resource_profile_id,
+            profile=profile,
+            decisions=decisions,
+        )
+
+    def check(self, profile: ResourceProfile | None, *, app_id: str) -> None:
+        """Build `profile`'s pod once (the settings' own when None), as a create would, and
+        raise `SettingsError` when the client's model refuses it: a template that parses and
+        passes the policy but that no create could send is refused where it is declared, not
+        at every create (where each failure would spend an id and count toward
+        spark.executor.maxNumFailures)."""
+        profile_id = DEFAULT_RESOURCE_PROFILE_ID if profile is None else profile.id
+        pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
+        what = f"resource profile {profile_id}"
+        take_claim_templates(pod, what=what)
+        trial = self._shape(
+            pod,
+            executor_id=CHECK_EXECUTOR_ID,
+            app_id=app_id,
+            resource_profile_id=profile_id,
+            profile=profile,
+            decisions=NO_DECISIONS,
+        )
+        problem = pod_problem(trial)
+        if problem is not None:
+            raise SettingsError(
+                f"{what}: the executor pod built from it would be refused by the Kubernetes "
+                f"client: {problem}"
+            )
+
+    def _shape(
+        self,
+        pod: dict[str, Any],
+        *,
+        executor_id: int,
+        app_id: str,
+        resource_profile_id: int,
+        profile: ResourceProfile | None,
+        decisions: PodDecisions,
+    ) -> PodManifest:
+        """Everything `build` writes into the copy of the template."""
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
@@ -384,7 +528,9 @@ class ExecutorPodTemplateBuilder:
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = executor_hostname(name)
         name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
+        rename_claims(pod, decisions.claims)
         self._set_scheduling(spec)
+        _avoid_nodes(spec, decisions.avoid_nodes)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
             containers = [{"name": self.container_name}]
@@ -396,10 +542,13 @@ class ExecutorPodTemplateBuilder:
         if self.settings.image is not None:
             container["image"] = self.settings.image
         built_by_spark = profile is not None and profile.pod_template is not None
+        env = self._env(executor_id, app_id, name, profile)
+        forced = set(_PER_EXECUTOR_ENV)
+        if decisions.cores is not None:  # OOM recovery mode: one task at a time
+            env["SPARK_EXECUTOR_CORES"] = str(decisions.cores)
+            forced.add("SPARK_EXECUTOR_CORES")  # over Spark's own pod's too
         container["env"] = _merge_env(
-            container.get("env"),
-            self._env(executor_id, app_id, name, profile),
-            keep_template=built_by_spark,
+            container.get("env"), env, keep_template=built_by_spark, forced=frozenset(forced)
         )
         self._set_resources(_section(container, "resources"), profile, keep_template=built_by_spark)
         self._set_termination(spec, container, keep_template=built_by_spark)
@@ -519,14 +668,12 @@ def builder_claims(
     """The claims of the pods `builder` makes: its OnDemand volumes, its profiles' Spark-built
     templates' claims, its driver pod as owner; `read_write_once` for Spark's legacy access
     mode."""
-    labels = builder.labels
     return KubernetesClaims(
         gateway,
-        app_label=labels.app_id,
-        executor_id_label=labels.executor_id,
-        profile_label=labels.resource_profile_id,
+        app_label=builder.labels.app_id,
         on_demand=list(builder.on_demand.values()),
         driver_owner=builder.owner,
+        pods=builder,
         templates_of=builder.claim_templates,
         access_mode="ReadWriteOnce" if read_write_once else CLAIM_ACCESS_MODE,
     )

@@ -19,10 +19,9 @@ import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from execpods.core import PodManifest, SettingsError
-from execpods.core.claims import Claim
+from execpods.core import Claim, NeededClaim, PodManifest, PodNotFound, SettingsError
 from execpods.k8s.convert import parse_timestamp, volume_claim_names
 from execpods.k8s.gateway import ApiGateway
 
@@ -31,6 +30,7 @@ __all__ = [
     "KubernetesClaims",
     "OnDemandVolume",
     "name_claims",
+    "rename_claims",
     "take_claim_templates",
 ]
 
@@ -90,6 +90,27 @@ def take_claim_templates(template: PodManifest, *, what: str) -> list[PodManifes
     return claims
 
 
+def _size(manifest: PodManifest) -> str | None:
+    requests = ((manifest.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    size = requests.get("storage")
+    return None if size is None else str(size)
+
+
+def _storage_class(manifest: PodManifest) -> str | None:
+    value = (manifest.get("spec") or {}).get("storageClassName")
+    return None if value is None else str(value)
+
+
+def rename_claims(pod: PodManifest, renames: Mapping[str, str]) -> None:
+    """Point the pod's volumes at the claims `renames` names instead (claims reused)."""
+    if not renames:
+        return
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        source = volume.get("persistentVolumeClaim") if isinstance(volume, dict) else None
+        if isinstance(source, dict) and source.get("claimName") in renames:
+            source["claimName"] = renames[source["claimName"]]
+
+
 def _claim_of(pod: PodManifest, volume_name: str) -> str | None:
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         if isinstance(volume, dict) and volume.get("name") == volume_name:
@@ -99,44 +120,73 @@ def _claim_of(pod: PodManifest, volume_name: str) -> str | None:
     return None
 
 
+class PodShape(Protocol):
+    """The builder as the claims see it: the pod an executor would get, before any decision."""
+
+    def build(self, *, executor_id: int, app_id: str, resource_profile_id: int) -> PodManifest:
+        """The executor's pod as built without decisions (its claims named)."""
+
+    def carries_claims(self, resource_profile_id: int) -> bool:
+        """Whether the profile's template carries claims of its own (a Spark-built one)."""
+
+
 class KubernetesClaims:
-    """`ClaimOperations` and `ClaimTemplates` over the API (the core's `ExecutorClaims` uses it)."""
+    """The core's `ClaimOperations` over the API: the claims a pod needs, and the claim calls."""
 
     def __init__(
         self,
         gateway: ApiGateway,
         *,
         app_label: str,
-        executor_id_label: str,
-        profile_label: str,
         on_demand: Sequence[OnDemandVolume],
         driver_owner: Mapping[str, object] | None,
+        pods: PodShape,
         templates_of: Mapping[int, Sequence[PodManifest]] | None = None,
         access_mode: str = ACCESS_MODE,
     ) -> None:
         self._gateway = gateway
         self._app_label = app_label
-        self._executor_id_label = executor_id_label
-        self._profile_label = profile_label
         self._on_demand = list(on_demand)
         self._owner = driver_owner
+        self._pods = pods
         self._access_mode = access_mode
         self._templates_of: Mapping[int, Sequence[PodManifest]] = (
-            templates_of if templates_of is not None else {}  # the builder fills it later
+            templates_of if templates_of is not None else {}  # the builder fills it as it builds
         )
 
     @property
-    def driver_owner(self) -> Mapping[str, object] | None:
-        return self._owner
+    def declares_on_demand(self) -> bool:
+        return bool(self._on_demand)
 
-    def claims_for(self, pod: PodManifest) -> list[PodManifest]:
-        """The claims to make for ``pod``: those of the Spark-built template of its profile,
-        then those of the settings' OnDemand volumes. A claim both name (the plugin's sidecar
-        given the application's own spark-defaults.conf) is made once, as Spark built it."""
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        app_id = str(labels.get(self._app_label, ""))
-        executor_id = str(labels.get(self._executor_id_label, ""))
-        made = self._from_templates(pod, labels, app_id=app_id, executor_id=executor_id)
+    @property
+    def has_driver_pod(self) -> bool:
+        return self._owner is not None
+
+    def claims_for(
+        self, *, executor_id: int, app_id: str, resource_profile_id: int
+    ) -> list[NeededClaim]:
+        if not self._on_demand and not self._pods.carries_claims(resource_profile_id):
+            return []  # the common case, with no build
+        pod = self._pods.build(
+            executor_id=executor_id, app_id=app_id, resource_profile_id=resource_profile_id
+        )
+        return [
+            NeededClaim(
+                name=str(manifest["metadata"]["name"]),
+                storage_class=_storage_class(manifest),
+                size=_size(manifest),
+                manifest=manifest,
+            )
+            for manifest in self._manifests_for(pod, app_id, str(executor_id), resource_profile_id)
+        ]
+
+    def _manifests_for(
+        self, pod: PodManifest, app_id: str, executor_id: str, profile: int
+    ) -> list[PodManifest]:
+        """The claims Spark's template of the profile carries, then those of the settings'
+        OnDemand volumes. A claim both name (the plugin's sidecar given the application's own
+        spark-defaults.conf) is made once, as Spark built it: twice was a 409 on every executor."""
+        made = self._from_templates(pod, app_id, executor_id, profile)
         taken = {str(claim["metadata"]["name"]) for claim in made}
         for volume in self._on_demand:
             name = _claim_of(pod, volume.volume_name)
@@ -162,12 +212,8 @@ class KubernetesClaims:
         return made
 
     def _from_templates(
-        self, pod: PodManifest, labels: Mapping[str, Any], *, app_id: str, executor_id: str
+        self, pod: PodManifest, app_id: str, executor_id: str, profile: int
     ) -> list[PodManifest]:
-        try:
-            profile = int(labels.get(self._profile_label, "0"))
-        except ValueError:
-            profile = 0
         names = set(volume_claim_names((pod.get("spec") or {}).get("volumes")))
         made: list[PodManifest] = []
         for template in self._templates_of.get(profile, ()):
@@ -183,6 +229,24 @@ class KubernetesClaims:
             claim.pop("status", None)
             made.append(claim)
         return made
+
+    def create_claim(self, claim: NeededClaim, *, owner_pod: str | None) -> None:
+        manifest: dict[str, Any] = copy.deepcopy(dict(claim.manifest))
+        owner = self._owner if owner_pod is None else self._executor_owner(owner_pod)
+        if owner is not None:
+            manifest.setdefault("metadata", {})["ownerReferences"] = [dict(owner)]
+        self._gateway.create_claim(claim.name, manifest)
+
+    def _executor_owner(self, pod_name: str) -> Mapping[str, object] | None:
+        """An owner reference to the executor's pod (None when it cannot be read)."""
+        try:
+            body = self._gateway.read_pod(pod_name)
+        except PodNotFound:
+            return None
+        uid = ((body if isinstance(body, dict) else {}).get("metadata") or {}).get("uid")
+        if uid is None:
+            return None
+        return {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid}
 
     def list_claims(self, app_id: str) -> list[Claim]:
         body = self._gateway.list_claims(f"{self._app_label}={app_id}")
@@ -204,9 +268,6 @@ class KubernetesClaims:
                 )
             )
         return claims
-
-    def create_claim(self, manifest: PodManifest) -> None:
-        self._gateway.create_claim(str(manifest["metadata"]["name"]), manifest)
 
     def delete_claims(self, app_id: str) -> int:
         body = self._gateway.delete_claims(f"{self._app_label}={app_id}")

@@ -25,6 +25,7 @@ from execpods.core import (
     ContainerTerminated,
     ContainerWaiting,
     ExecutorPod,
+    PodCondition,
 )
 from execpods.core.labels import parse_executor_id
 
@@ -112,6 +113,8 @@ def _container_state(raw: Mapping[str, Any]) -> ContainerState | None:
             reason=_opt_str(t.get("reason"), ".terminated.reason"),
             message=_opt_str(t.get("message"), ".terminated.message"),
             signal=None if signal is None else _int(signal, ".terminated.signal"),
+            started_at=parse_timestamp(t.get("startedAt"), ".terminated.startedAt"),
+            finished_at=parse_timestamp(t.get("finishedAt"), ".terminated.finishedAt"),
         )
     running = raw.get("running")
     if running is not None:
@@ -143,18 +146,44 @@ def _container_status(item: object) -> ContainerStatus:
     )
 
 
-def _container_statuses(value: object) -> tuple[ContainerStatus, ...]:
+def _container_statuses(
+    value: object, field_name: str = "status.containerStatuses"
+) -> tuple[ContainerStatus, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise MalformedPod("status.containerStatuses is not a list")
+        raise MalformedPod(f"{field_name} is not a list")
     statuses = []
     for index, item in enumerate(value):
         try:
             statuses.append(_container_status(item))
         except MalformedPod as error:
-            raise MalformedPod(f"status.containerStatuses[{index}]{error}") from None
+            raise MalformedPod(f"{field_name}[{index}]{error}") from None
     return tuple(statuses)
+
+
+def _conditions(value: object) -> tuple[PodCondition, ...]:
+    """`status.conditions`; an entry without a string type and status is left out (a condition
+    is advisory: an odd one must not make the whole pod malformed)."""
+    if not isinstance(value, list):
+        return ()
+    conditions = []
+    for raw in value:
+        if not isinstance(raw, dict):
+            continue
+        kind, status = raw.get("type"), raw.get("status")
+        if not isinstance(kind, str) or not isinstance(status, str):
+            continue
+        reason, message = raw.get("reason"), raw.get("message")
+        conditions.append(
+            PodCondition(
+                type=kind,
+                status=status,
+                reason=reason if isinstance(reason, str) and reason else None,
+                message=message if isinstance(message, str) and message else None,
+            )
+        )
+    return tuple(conditions)
 
 
 def pod_from_dict_strict(
@@ -195,6 +224,10 @@ def pod_from_dict_strict(
         restart_policy=_opt_str(spec.get("restartPolicy"), "spec.restartPolicy"),
         claim_names=volume_claim_names(spec.get("volumes")),
         disruption=_disruption(status.get("conditions")),
+        conditions=_conditions(status.get("conditions")),
+        init_container_statuses=_container_statuses(
+            status.get("initContainerStatuses"), "status.initContainerStatuses"
+        ),
     )
 
 

@@ -7,11 +7,13 @@ it as done (`PodNotFound` on delete). Nothing outside this package ever sees an 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import urllib3
 from execpods.core import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     ExecpodsError,
@@ -21,6 +23,7 @@ from execpods.core import (
     PodInvalid,
     PodNotFound,
     PodOperationError,
+    QuotaExceeded,
 )
 from kubernetes.client.exceptions import ApiException
 
@@ -37,6 +40,14 @@ class ResourceVersionTooLarge(ResourceExpired):
     (a consistent read) instead of asking again for a version that may never come."""
 
     status = 504
+
+
+class ApiUnauthorized(PodOperationError):
+    """401 Unauthorized: the API server did not accept the credential (none was sent, it expired,
+    it belongs to another cluster). Nothing will succeed until the credential is fixed; the
+    sidecar fails its start on it and reports NOT_SERVING while it lasts."""
+
+    status = 401
 
 
 TOO_LARGE_CAUSE = "ResourceVersionTooLarge"
@@ -68,6 +79,52 @@ class DriverPodNotFound(ExecpodsError):
 
 
 _ADMISSION_WORDS = ("quota", "admission", "webhook")
+
+_EXCEEDED_QUOTA = re.compile(
+    r"exceeded quota: (?P<quota>[^,\s]+), requested: (?P<requested>\S*), "
+    r"used: (?P<used>\S*), limited: (?P<limited>\S*)"
+)
+"""The ResourceQuota admission plugin's refusal (k8s.io/apiserver's resourcequota `CheckRequest`:
+"exceeded quota: %s, requested: %s, used: %s, limited: %s", each list `name=quantity` joined by
+commas, sorted), inside `pods "<name>" is forbidden: ...`."""
+
+_QUOTA_POLICY = re.compile(
+    r"failed quota: \S+: must specify|status unknown for quota: |insufficient quota to consume: "
+)
+"""The quota plugin's other refusals: the pod names no request or limit a quota needs, the quota
+controller has not computed usage yet, or the server's configuration limits a resource only to
+namespaces with a covering quota."""
+
+_LIMIT_RANGE = re.compile(
+    r"(minimum|maximum) \S+ usage per \S+ is |max limit to request ratio per \S+ is "
+)
+"""The LimitRanger admission plugin's refusals ("maximum cpu usage per Container is 2, but limit
+is 4"): a namespace's per-container or per-pod bound."""
+
+
+def _resource_list(text: str) -> dict[str, str]:
+    """`pods=1,requests.cpu=500m` as {"pods": "1", "requests.cpu": "500m"}."""
+    pairs = (item.partition("=") for item in text.split(",") if item)
+    return {name: value for name, _, value in pairs}
+
+
+def admission_refusal(message: str, text: str) -> PodAdmissionRejected | None:
+    """The capacity or namespace-policy error a 403's message stands for, or None (`text` is the
+    message to keep: what was attempted and the API's words)."""
+    exceeded = _EXCEEDED_QUOTA.search(message)
+    if exceeded is not None:
+        return QuotaExceeded(
+            text,
+            quota=exceeded["quota"],
+            requested=_resource_list(exceeded["requested"]),
+            used=_resource_list(exceeded["used"]),
+            limited=_resource_list(exceeded["limited"]),
+        )
+    if _QUOTA_POLICY.search(message) is not None:
+        return AdmissionPolicyRefused(text, policy="ResourceQuota")
+    if _LIMIT_RANGE.search(message) is not None:
+        return AdmissionPolicyRefused(text, policy="LimitRange")
+    return None
 
 
 def _status_body(body: object) -> dict[str, Any]:
@@ -108,7 +165,12 @@ def error_from_status(
         return PodConflict(text)
     if code == 410:
         return ResourceExpired(text)
+    if code == 401:
+        return ApiUnauthorized(text)
     if code == 403:
+        refusal = admission_refusal(message, text)
+        if refusal is not None:
+            return refusal
         if any(word in lowered for word in _ADMISSION_WORDS):
             return PodAdmissionRejected(text, status=403)
         return PodForbidden(text)

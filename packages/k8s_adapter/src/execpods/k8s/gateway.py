@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import cast
+from urllib.parse import urlsplit
 
 import orjson
 from execpods.core import ApiThrottled, ApiUnavailable, PodOperationError
@@ -27,9 +28,10 @@ from execpods.k8s.backoff import ApiBackoffGate
 from execpods.k8s.clienttypes import KubernetesApiClient
 from execpods.k8s.errors import map_error
 from execpods.k8s.ratelimit import RateLimiter
-from execpods.k8s.telemetry import SUCCESS, ApiCall, ApiCallListener
+from execpods.k8s.telemetry import HTTP_METHODS, SUCCESS, ApiCall, ApiCallListener
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1PersistentVolumeClaim, V1Pod
+from pydantic import ValidationError
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -51,6 +53,23 @@ def _typed_errors(what: str) -> Iterator[None]:
 
 def _selected(label_selector: str, field_selector: str | None) -> str:
     return f"{label_selector!r}" + (f" with {field_selector!r}" if field_selector else "")
+
+
+def pod_problem(manifest: Mapping[str, object]) -> str | None:
+    """Why the client's own model refuses `manifest` (None when it takes it): what `create_pod`
+    would raise for it before sending anything (a list given as a string, a field the model does
+    not know), said once where the pod is declared instead of at every create."""
+    try:
+        V1Pod.model_validate(dict(manifest))
+    except ValidationError as error:  # the client's models are pydantic's
+        found = error.errors()
+        if not found:
+            return str(error)
+        first = found[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    return None
 
 
 class ApiGateway:
@@ -89,6 +108,8 @@ class ApiGateway:
             self._custom.list_namespaced_custom_object: "list",
         }
         self.namespace = namespace
+        self.host = urlsplit(str(api_client.configuration.host)).netloc
+        """The API server's host:port (client-go's `host` label)."""
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.rate_limiter = rate_limiter
@@ -255,6 +276,16 @@ class ApiGateway:
             timeout=(self.connect_timeout, read_timeout),
         )
 
+    def list_events(self, field_selector: str) -> object:
+        """The namespace's events that `field_selector` selects, as the list's JSON (the pods'
+        warnings, `warnings.py`)."""
+        return self._json(
+            f"list events {field_selector!r}",
+            partial(
+                self._core.list_namespaced_event, self.namespace, field_selector=field_selector
+            ),
+        )
+
     # --- executors' OnDemand claims (see claims.py) ------------------------------------------
 
     def create_claim(self, name: str, manifest: Mapping[str, object]) -> object:
@@ -381,6 +412,7 @@ class ApiGateway:
         started = time.perf_counter()
         outcome = SUCCESS
         code = 200
+        detail = ""
         retry_after: float | None = None
         try:
             with _typed_errors(what):
@@ -392,6 +424,7 @@ class ApiGateway:
         except PodOperationError as error:
             outcome = type(error).__name__
             code = error.status or 0
+            detail = str(error)
             if isinstance(error, ApiThrottled):
                 retry_after = error.retry_after
             if gate is not None:
@@ -400,6 +433,7 @@ class ApiGateway:
         except Exception as error:
             outcome = type(error).__name__
             code = -1  # not an answer: a bug or an interrupt, nothing to learn from
+            detail = str(error)
             raise
         finally:
             seconds = time.perf_counter() - started
@@ -413,6 +447,9 @@ class ApiGateway:
                         seconds=seconds,
                         code=max(code, 0),
                         waited=waited,
+                        method=HTTP_METHODS.get(verb, "GET"),
+                        host=self.host,
+                        detail=detail,
                     )
                 )
         if gate is not None:

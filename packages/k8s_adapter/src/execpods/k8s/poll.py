@@ -8,19 +8,28 @@ SPARK-24248's `ExecutorPodsPollingSnapshotSourceSuite` does); by default it owns
 With `spark.kubernetes.executor.enablePollingWithResourceVersion` it lists with
 `resourceVersion=0`, which the API server answers from its watch cache instead of a quorum read
 from etcd: cheaper, but possibly stale, and a cache behind another API server can even be older
-than the previous answer. A list older than the last one applied is therefore ignored (it would
-move the snapshot back in time). Pods labelled `spark-exec-inactive=true` are left out, as Spark
-does: they are finished and reported, and kept only for inspection.
+than the previous answer. A cached list older than the newest version the sidecar has seen (the
+last list applied, or the watch's) is therefore not applied (it would move the snapshot back in
+time): the poll lists again at once without the cache, a quorum read, which is never stale.
+
+A quorum list older than that newest version means the API server itself went back in time (its
+state restored from a backup, etcd replaced): it is applied, and the watch is told to list again
+(`on_went_back`) instead of waiting, silent, for the server's versions to pass the old ones.
+Pods labelled `spark-exec-inactive=true` are left out, as Spark does: they are finished and
+reported, and kept only for inspection. With `warnings`, each poll also reads the pods'
+FailedMount warnings (`warnings.py`), which both sources attach to pods.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from execpods.core import (
     Cancellable,
     CoreSettings,
+    ExecutorPod,
     PodOperationError,
     PodSelector,
     Scheduler,
@@ -28,6 +37,7 @@ from execpods.core import (
     ThreadScheduler,
 )
 from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.warnings import PodWarnings
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +52,24 @@ class PollSource:
         *,
         core_settings: CoreSettings | None = None,
         scheduler: Scheduler | None = None,
+        newest_version: Callable[[], str | None] | None = None,
+        on_went_back: Callable[[], None] | None = None,
+        warnings: PodWarnings | None = None,
     ) -> None:
+        """`newest_version` is the newest resourceVersion another source saw (the watch's);
+        `on_went_back` is told when a quorum list is older than it (the watch's `relist`)."""
         self._store = store
         self._operations = operations
+        self._warnings = warnings
+        """The pods' FailedMount warnings, read again each poll (None: not read)."""
         core = core_settings if core_settings is not None else CoreSettings()
         self._enabled = core.enable_api_polling
         self._interval = core.api_polling_interval
         self._labels = core.labels
         self._from_cache = core.enable_polling_with_resource_version
         self._last_version: int | None = None
+        self._newest_version = newest_version
+        self._on_went_back = on_went_back
         self._scheduler = scheduler
         self._owns_scheduler = scheduler is None
         self._lock = threading.Lock()
@@ -59,6 +78,8 @@ class PollSource:
         self.polls = 0
         self.failures = 0
         self.stale = 0
+        self.went_back = 0
+        """Quorum lists older than the newest version seen: the server's state went back."""
 
     def start(self, app_id: str) -> None:
         with self._lock:
@@ -79,42 +100,65 @@ class PollSource:
     def poll_once(self, selector: str) -> None:
         """One resynchronisation; a failure is logged with its cause and the next poll retries."""
         logger.debug("Resynchronizing full executor pod state from Kubernetes.")
+        # Before the list: a quorum list taken after it is at least this new, unless the
+        # server went back (the watch may pass the list's version meanwhile, legitimately).
+        newest = self._newest()
+        listed = self._list(selector, from_cache=self._from_cache)
+        if listed is None:
+            return
+        pods, version = listed
+        if _older(version, newest) and self._from_cache:
+            self.stale += 1
+            logger.info(
+                "A cached list of executor pods is at resourceVersion %s, older than %s seen "
+                "already; listing again without the cache.",
+                version,
+                newest,
+            )
+            listed = self._list(selector, from_cache=False)
+            if listed is None:
+                return
+            pods, version = listed
+        if _older(version, newest):
+            self.went_back += 1
+            logger.warning(
+                "The API server's executor pods are at resourceVersion %s, older than %s seen "
+                "before: its state went back (restored from a backup?). Taking this list as the "
+                "truth and watching again from it.",
+                version,
+                newest,
+            )
+            if self._on_went_back is not None:
+                self._on_went_back()
+        self._last_version = _number(version)
+        if self._warnings is not None:
+            self._warnings.refresh(self._operations.gateway.list_events)
+            pods = self._warnings.annotate_all(pods)
+        self._store.replace_snapshot(pods)
+
+    def _list(
+        self, selector: str, *, from_cache: bool
+    ) -> tuple[list[ExecutorPod], str | None] | None:
         try:
             pods, version = self._operations.list_with_version(
-                selector, resource_version="0" if self._from_cache else None
+                selector, resource_version="0" if from_cache else None
             )
         except PodOperationError as error:
             self.failures += 1
             logger.warning("Polling executor pods failed (%s); retrying next interval.", error)
-            return
+            return None
         except Exception:
             self.failures += 1
             logger.exception("Polling executor pods failed; retrying next interval.")
-            return
+            return None
         self.polls += 1
-        if self._is_stale(version):
-            self.stale += 1
-            logger.info(
-                "Ignored a list of executor pods at resourceVersion %s, older than the last one "
-                "applied (%s).",
-                version,
-                self._last_version,
-            )
-            return
-        self._store.replace_snapshot(pods)
+        return pods, version
 
-    def _is_stale(self, version: str | None) -> bool:
-        """True for a list older than the last one applied; remembers a newer one's version."""
-        try:
-            number = int(version) if version else None
-        except ValueError:
-            return False  # an opaque version: nothing to compare, as the API allows
-        if number is None:
-            return False
-        if self._last_version is not None and number < self._last_version:
-            return True
-        self._last_version = number
-        return False
+    def _newest(self) -> int | None:
+        """The newest resourceVersion seen: the last list applied, or the watch's."""
+        other = _number(self._newest_version()) if self._newest_version is not None else None
+        known = [v for v in (self._last_version, other) if v is not None]
+        return max(known) if known else None
 
     def stop(self) -> None:
         with self._lock:
@@ -124,3 +168,16 @@ class PollSource:
             task.cancel()
         if self._owns_scheduler and scheduler is not None:
             scheduler.shutdown()
+
+
+def _number(version: str | None) -> int | None:
+    """A resourceVersion as a number (None when absent or opaque: the API allows either)."""
+    try:
+        return int(version) if version else None
+    except ValueError:
+        return None
+
+
+def _older(version: str | None, newest: int | None) -> bool:
+    number = _number(version)
+    return number is not None and newest is not None and number < newest

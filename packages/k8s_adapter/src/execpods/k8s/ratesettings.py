@@ -15,7 +15,7 @@ from execpods.core.settingkit import (
     SettingsBase,
     parse_float,
     parse_int,
-    positive,
+    rate,
     setting,
 )
 
@@ -36,7 +36,7 @@ class ApiRateSettings(SettingsBase):
         "Client-side rate limit on every Kubernetes API call the sidecar makes (calls/s): the "
         "static policy's rate, and where the adaptive policy starts.",
         parse=parse_int,
-        rule=positive,
+        rule=rate,
     )
     burst: int = setting(
         "execpods.kubernetes.api.burst",
@@ -44,7 +44,7 @@ class ApiRateSettings(SettingsBase):
         "Calls the static rate limit lets through at once after an idle spell (the token "
         "bucket's size).",
         parse=parse_int,
-        rule=positive,
+        rule=rate,
     )
     policy: str = setting(
         "execpods.kubernetes.api.ratePolicy",
@@ -61,7 +61,7 @@ class ApiRateSettings(SettingsBase):
         "The adaptive rate's floor (calls/s): client-go's default QPS, what every controller "
         "gets; however loaded the server, the sidecar keeps this much to make progress.",
         parse=parse_float,
-        rule=positive,
+        rule=rate,
     )
     max_qps: float = setting(
         "execpods.kubernetes.api.maxQps",
@@ -69,7 +69,7 @@ class ApiRateSettings(SettingsBase):
         "The adaptive rate's ceiling (calls/s): one driver never claims more of an API server, "
         "whose etcd writes a few thousand objects a second for the whole cluster.",
         parse=parse_float,
-        rule=positive,
+        rule=rate,
     )
 
     def __post_init__(self) -> None:

@@ -187,7 +187,8 @@ class KubernetesSettings(SettingsBase):
     kubeconfig: str | None = setting(
         "execpods.kubernetes.kubeconfig",
         None,
-        "Kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in-cluster when absent).",
+        "Kubeconfig file, or a list of files (a:b) merged as kubectl merges them (default: "
+        "$KUBECONFIG or ~/.kube/config; in-cluster when absent).",
         parse=parse_optional_str,
         flag="--kubeconfig",
         env="EXECPODS_KUBECONFIG",

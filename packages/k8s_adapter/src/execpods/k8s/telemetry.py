@@ -2,9 +2,10 @@
 
 The gateway reports every call it makes to one optional listener, so metrics and health can follow
 the API without the adapter knowing about either, and without wrapping the client library. The
-verb is Kubernetes' own (`create`, `list`, `watch`, `deletecollection`...), and the outcome is
-`success` or the typed error the call failed with (`ApiUnavailable`, `PodForbidden`...); a
-watch's latency is the time to its response headers, not the stream's life.
+verb is Kubernetes' own (`create`, `list`, `watch`, `deletecollection`...), the method the HTTP
+one (`POST`, `GET`...: client-go's metrics label by it), the host the API server's `host:port`,
+and the outcome is `success` or the typed error the call failed with (`ApiUnavailable`,
+`PodForbidden`...); a watch's latency is the time to its response headers, not the stream's life.
 """
 
 from __future__ import annotations
@@ -13,6 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 SUCCESS = "success"
+
+HTTP_METHODS = {
+    "create": "POST",
+    "get": "GET",
+    "list": "GET",
+    "watch": "GET",
+    "patch": "PATCH",
+    "update": "PUT",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
+"""The HTTP method of each Kubernetes verb."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +39,21 @@ class ApiCall:
     """The HTTP status of the answer (0: none came, the connection failed or timed out)."""
     waited: float = 0.0
     """Seconds the call waited for the rate limiter before it was sent."""
+    method: str = ""
+    """The HTTP method (`http_method(verb)` when not given)."""
+    host: str = ""
+    """The API server's `host:port`, as client-go's `host` label."""
+    detail: str = ""
+    """What went wrong, for a call that failed (the typed error's message)."""
+
+    @property
+    def http_method(self) -> str:
+        return self.method or HTTP_METHODS.get(self.verb, "GET")
+
+    @property
+    def answered(self) -> bool:
+        """The API server answered (any HTTP status, a refusal included)."""
+        return self.code > 0
 
     @property
     def succeeded(self) -> bool:

@@ -11,7 +11,11 @@ loop does what Kubernetes controllers do instead:
 4. on 410 Gone (an HTTP 410 or an ERROR event), or on 504 "Too large resource version" (the server
    has not reached the version: a lagging cache, another API server), forget the version and go
    back to 1, as client-go's reflector does;
-5. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
+5. when told the API server went back in time (`relist`: the poll's full list is older than the
+   watch's version, as after a restore of the server's state from a backup), forget the version
+   and go back to 1 at once, instead of watching from a version the server will reach only
+   later, which would hide every change until it does;
+6. on a dropped connection, a timeout, a 5xx or a 429, back off with jitter (at least Retry-After)
    and resume from the latest version. The back-off resets as soon as a list or a watch is
    answered, so an outage long past does not slow the recovery from the next dropped connection;
    and a retry wait ends early once any other API call succeeds again (the gateway's back-off
@@ -51,6 +55,7 @@ from execpods.k8s.convert import pod_from_dict
 from execpods.k8s.errors import ResourceExpired, ResourceVersionTooLarge, status_event_error
 from execpods.k8s.operations import KubernetesPodOperations
 from execpods.k8s.settings import KubernetesSettings
+from execpods.k8s.warnings import PodWarnings
 from urllib3 import BaseHTTPResponse
 
 logger = logging.getLogger(__name__)
@@ -75,6 +80,8 @@ class WatchStats:
     failures: int = 0
     recoveries: int = 0
     """Retry waits cut short because another API call succeeded again."""
+    relists: int = 0
+    """Fresh lists asked for because the server's versions went back (`relist`)."""
 
 
 def iter_lines(response: BaseHTTPResponse) -> Iterator[bytes]:
@@ -121,9 +128,12 @@ class WatchSource:
         clock: Clock | None = None,
         waiter: Waiter | None = None,
         rng: random.Random | None = None,
+        warnings: PodWarnings | None = None,
     ) -> None:
         self._store = store
         self._operations = operations
+        self._warnings = warnings
+        """The pods' warnings the poll reads, attached to every pod an event carries."""
         self._gateway = operations.gateway
         self._settings = settings if settings is not None else KubernetesSettings()
         core = core_settings if core_settings is not None else CoreSettings()
@@ -148,6 +158,7 @@ class WatchSource:
         self._thread: threading.Thread | None = None
         self._started = False
         self._resource_version: str | None = None
+        self._relist = False  # `relist` asked for a fresh list before the next watch
         self._failing = False  # between a failed list/watch and the next one answered
         gate = self._gateway.backoff
         if gate is not None:
@@ -187,6 +198,17 @@ class WatchSource:
             if thread.is_alive():
                 logger.warning("The watch thread did not stop within %ss.", STOP_JOIN_TIMEOUT)
 
+    def relist(self) -> None:
+        """List again now and watch from there (any thread): the server's versions went back
+        (`PollSource` saw a full list older than this watch's version)."""
+        with self._lock:
+            self._relist = True
+            response = self._response
+        self.stats.relists += 1
+        if response is not None:
+            interrupt(response)
+        self._waiter.wake()
+
     def _api_recovered(self) -> None:
         """Another call succeeded after failures: a retry wait of a failing watch ends now.
 
@@ -200,6 +222,10 @@ class WatchSource:
         while not self._waiter.stopped:
             delay: float | None = None
             try:
+                with self._lock:
+                    if self._relist:
+                        self._relist = False
+                        self._resource_version = None
                 if self._resource_version is None:
                     self._list(selector)
                 if self._watch(selector):
@@ -245,6 +271,8 @@ class WatchSource:
         pods, version = self._operations.list_with_version(selector)
         self._failing = False
         self._backoff.reset()
+        if self._warnings is not None:
+            pods = self._warnings.annotate_all(pods)
         self._store.replace_snapshot(pods)
         self._resource_version = version or None
         logger.debug("Listed %d executor pods at resourceVersion %s.", len(pods), version)
@@ -279,7 +307,9 @@ class WatchSource:
                 received += 1
             ended = True
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            if self._waiter.stopped:
+            with self._lock:
+                relist = self._relist
+            if self._waiter.stopped or relist:  # interrupted on purpose
                 return True
             if self._clock.monotonic() - started >= HEALTHY_WATCH:
                 self._backoff.reset()  # it was up a fair while before it broke
@@ -316,6 +346,8 @@ class WatchSource:
             if pod is not None:
                 if kind == "DELETED":
                     pod = self._as_deleted(pod)
+                elif self._warnings is not None:
+                    pod = self._warnings.annotate(pod)
                 self.stats.events += 1
                 self._store.update_pod(pod)
         if isinstance(version, str) and version:

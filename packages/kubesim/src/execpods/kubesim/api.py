@@ -13,12 +13,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
 from execpods.kubesim.apf import ApfConfig, FairQueues
-from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi
+from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi, namespace_not_found
 from execpods.kubesim.bodies import JsonObject, Pod, as_pod
 from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
@@ -31,13 +32,22 @@ from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
 from execpods.kubesim.mounts import VolumeMounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.pods import rfc3339
+from execpods.kubesim.quota import ResourceQuotas
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
-from execpods.kubesim.store import Obj, PodStore, copy_obj
+from execpods.kubesim.store import Obj, PodStore, SavedState, copy_obj
 
 __all__ = ["KubeSim"]
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backup:
+    """The state of every store at one moment (`KubeSim.backup`)."""
+
+    pods: SavedState
+    objects: Mapping[str, SavedState]
 
 
 class KubeSim:
@@ -46,6 +56,10 @@ class KubeSim:
     ``deterministic=True`` uses a virtual clock: nothing happens in the cluster until the caller
     advances time (:meth:`advance`, :meth:`step`, :meth:`run_until_idle`). Otherwise one
     background thread runs the cluster on wall-clock time.
+
+    As in a cluster, a namespace exists once created: ``default``, ``kube-system``,
+    ``kube-public`` and ``kube-node-lease`` from the start, ``namespaces`` too, any other by
+    :meth:`create_namespace` or a create over the API.
     """
 
     def __init__(
@@ -62,6 +76,7 @@ class KubeSim:
         fresh_timeout: float = 3.0,
         rbac: Iterable[Mapping[str, object]] | None = None,
         apf: ApfConfig | None = None,
+        namespaces: Iterable[str] = (),
     ) -> None:
         self.config = cluster or ClusterConfig()
         #: API Priority and Fairness: seats and per-flow queues (off unless ``apf`` has seats).
@@ -92,7 +107,10 @@ class KubeSim:
         self.cluster.mounts = VolumeMounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
+        #: Namespaces: the default ones, ``namespaces``, and those created since.
         self.namespaces = NamespaceApi(self.clock)
+        for name in namespaces:
+            self.create_namespace(name)
         self._gc = GarbageCollector(
             pods=self.store, cluster=self.cluster, objects=list(self.object_apis.values())
         )
@@ -100,6 +118,9 @@ class KubeSim:
         self.claim_binding = ClaimBinding(
             claims=self.object_apis["persistentvolumeclaims"], pods=self.store, cluster=self.cluster
         )
+        #: ResourceQuota objects' usage, and their admission on every pod create (`quota.py`).
+        self.quotas = ResourceQuotas(quotas=self.object_apis["resourcequotas"], pods=self.store)
+        self.api.admission = self.quotas.admission
         self.cluster.node_filters.append(fits_node)
         self._websocket_watch = websocket_watch
         if rbac is not None:
@@ -167,6 +188,32 @@ class KubeSim:
             self._server = self._serve(port)
             self.restarts += 1
         _log.info("kubesim restarted at %s", self.url)
+
+    def backup(self) -> Backup:
+        """Every object and resourceVersion now, as an etcd backup holds them (`restore`)."""
+        with self._lifecycle:
+            return Backup(
+                pods=self.store.saved(),
+                objects={plural: api.store.saved() for plural, api in self.object_apis.items()},
+            )
+
+    def restore(self, backup: Backup, *, down_seconds: float = 0.0) -> None:
+        """Restart the API server with its state restored from `backup`, as after an etcd
+        restore: objects made since are gone, deleted ones are back, resourceVersions go back to
+        the backup's (lower than any a client saw since), watch history is gone and every
+        connection is cut. The simulated kubelets keep running what they run."""
+        with self._lifecycle:
+            server = self._running()
+            port = server.port
+            server.close()
+            self.store.restore(backup.pods)
+            for plural, saved in backup.objects.items():
+                self.object_apis[plural].store.restore(saved)
+            if down_seconds > 0:
+                time.sleep(down_seconds)
+            self._server = self._serve(port)
+            self.restarts += 1
+        _log.info("kubesim restored from a backup at %s", self.url)
 
     def close(self) -> None:
         """Stop serving, end every connection and thread, and remove the temporary kubeconfig."""
@@ -296,8 +343,21 @@ class KubeSim:
 
         The body is copied first: admission keeps its nested maps in the stored pod, which must
         not change when the caller reuses the body (over HTTP every body is freshly parsed).
+        As over HTTP, the namespace must exist (`create_namespace`).
         """
+        if not self.namespaces.exists(namespace):
+            raise namespace_not_found(namespace)
         return copy_obj(self.api.create(namespace, copy_obj(body), limited=False))
+
+    def create_namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> Obj:
+        """Create a namespace in process (test set-up, as `kubectl create namespace`); one that
+        exists already is left as it is and returned."""
+        if self.namespaces.exists(name):
+            return self.namespaces.get(name)
+        meta: dict[str, object] = {"name": name}
+        if labels:
+            meta["labels"] = dict(labels)
+        return self.namespaces.create({"metadata": meta})
 
     def delete_pod(
         self, name: str, namespace: str = "default", *, grace_period: int | None = None

@@ -6,10 +6,12 @@ served under `/apis/rbac.authorization.k8s.io/v1`. They are stored, listed, patc
 with the API server's semantics, but do not feed kubesim's authorizer, which takes its policy when
 RBAC is switched on (`KubeSim(rbac=...)`).
 
-Namespaces: every namespace exists in kubesim (a GET of any name answers an Active namespace, as
-before), and the ones created, patched or listed as defaults are stored, so `kubectl apply`
-(which GETs, then PATCHes) and `kubectl get ns` behave as against a cluster. Deleting one removes
-the stored object only: its pods and objects stay, as if the namespace controller were slow.
+Namespaces exist once created, as in a cluster: `default`, `kube-system`, `kube-public` and
+`kube-node-lease` from the start, any other by a create (or a server-side apply). A GET of another
+name is a 404 (`namespaces "x" not found`), and so is a create of anything inside it (the
+NamespaceLifecycle admission plugin, `kindroutes.check_namespace`). Deleting one removes the stored
+object only: its pods and objects stay, as if the namespace controller were slow; `default`,
+`kube-system` and `kube-public` may not be deleted (403, the plugin's wording).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 import uuid
 from typing import Any
 
+from execpods.kubesim.apply import APPLY_PATCH
 from execpods.kubesim.bodies import StatusCause
 from execpods.kubesim.clock import Clock
 from execpods.kubesim.errors import ApiError
@@ -31,10 +34,10 @@ __all__ = [
     "RBAC_GROUP",
     "NamespaceApi",
     "group_discovery",
+    "namespace_not_found",
 ]
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
-_GROUP_VERSION = f"{RBAC_GROUP}/v1"
 
 APPLY_KINDS: tuple[Kind, ...] = (
     Kind(
@@ -58,31 +61,40 @@ NAMESPACE_RESOURCE: Obj = {
 
 
 def group_discovery(path: str, kinds: list[Kind]) -> Obj | None:
-    """/apis, /apis/rbac.authorization.k8s.io and its /v1 resource list (None: not one)."""
-    version = {"groupVersion": _GROUP_VERSION, "version": "v1"}
-    group = {
-        "name": RBAC_GROUP,
-        "versions": [version],
-        "preferredVersion": version,
-    }
+    """/apis, and each served group's document and /v1 resource list (RBAC, networking), or
+    None: not one of those."""
+    groups = sorted({k.group for k in kinds if k.group})
+
+    def group(name: str) -> Obj:
+        version = {"groupVersion": f"{name}/v1", "version": "v1"}
+        return {"name": name, "versions": [version], "preferredVersion": version}
+
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
-    if path == f"/apis/{RBAC_GROUP}":
-        return {"kind": "APIGroup", "apiVersion": "v1", **group}
-    if path == f"/apis/{_GROUP_VERSION}":
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": _GROUP_VERSION,
-            "resources": [k.discovery() for k in kinds if k.group == RBAC_GROUP],
-        }
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(g) for g in groups]}
+    for name in groups:
+        if path == f"/apis/{name}":
+            return {"kind": "APIGroup", "apiVersion": "v1", **group(name)}
+        if path == f"/apis/{name}/v1":
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{name}/v1",
+                "resources": [k.discovery() for k in kinds if k.group == name],
+            }
     return None
 
 
+def namespace_not_found(name: str) -> ApiError:
+    """The API server's 404 for a namespace that does not exist (also for a create inside it)."""
+    return ApiError(404, "NotFound", f'namespaces "{name}" not found', name=name, kind="namespaces")
+
+
 class NamespaceApi:
-    """Namespaces: any name exists; created, patched and the default ones are stored."""
+    """Namespaces: the default ones, and those created (or applied) since."""
 
     DEFAULTS = ("default", "kube-node-lease", "kube-public", "kube-system")
+    IMMORTAL = frozenset({"default", "kube-system", "kube-public"})
+    """What the NamespaceLifecycle plugin refuses to delete."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -110,10 +122,16 @@ class NamespaceApi:
             "status": {"phase": "Active"},
         }
 
+    def exists(self, name: str) -> bool:
+        with self._lock:
+            return name in self._stored
+
     def get(self, name: str) -> Obj:
         with self._lock:
             stored = self._stored.get(name)
-            return dict(stored) if stored is not None else self._fresh(name, {})
+        if stored is None:
+            raise namespace_not_found(name)
+        return dict(stored)
 
     def list(self) -> Obj:
         with self._lock:
@@ -164,8 +182,13 @@ class NamespaceApi:
             return self._stored[name]
 
     def patch(self, name: str, content_type: str, body: Any) -> Obj:
+        """A patch of an existing namespace; a server-side apply creates a missing one."""
         with self._lock:
-            current = self._stored.get(name) or self._fresh(name, {})
+            current = self._stored.get(name)
+            if current is None:
+                if not content_type.lower().startswith(APPLY_PATCH):
+                    raise namespace_not_found(name)
+                current = self._fresh(name, {})
             patched = apply_patch(content_type, current, body)
             if not isinstance(patched, dict):
                 raise ApiError.bad_request("the patched namespace is not an object")
@@ -177,14 +200,24 @@ class NamespaceApi:
     def replace(self, name: str, body: Any) -> Obj:
         meta = body.get("metadata") if isinstance(body, dict) else {}
         with self._lock:
+            current = self._stored.get(name)
+            if current is None:
+                raise namespace_not_found(name)  # an update never creates a namespace
             self._stored[name] = self._fresh(name, meta if isinstance(meta, dict) else {})
+            self._stored[name]["metadata"]["uid"] = current["metadata"]["uid"]
             return self._stored[name]
 
     def delete(self, name: str) -> Obj:
+        if name in self.IMMORTAL:
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                name=name,
+                kind="namespaces",
+            )
         with self._lock:
             removed = self._stored.pop(name, None)
         if removed is None:
-            raise ApiError(
-                404, "NotFound", f'namespaces "{name}" not found', name=name, kind="namespaces"
-            )
+            raise namespace_not_found(name)
         return {**removed, "status": {"phase": "Terminating"}}

@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
         "kubeconfig",
     )
     p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a namespace that exists from the start, beside default (repeatable); others "
+        "exist once created, as in a cluster",
+    )
+    p.add_argument(
         "--deterministic", action="store_true", help="virtual clock, moved via /_kubesim/advance"
     )
     p.add_argument(
@@ -219,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             kubeconfig_path=args.kubeconfig_out,
             rbac=manifests if args.rbac else None,
             websocket_watch=not args.no_websocket_watch,
+            namespaces=args.namespace,
         )
     except ValueError as exc:  # a manifest RBAC cannot use
         parser.error(str(exc))

@@ -40,6 +40,7 @@ __all__ = ["ANNOTATION_PREFIX", "Cluster", "ClusterConfig", "NodeInfo"]
 _log = logging.getLogger(__name__)
 
 ANNOTATION_PREFIX = "kubesim.execpods.io/"
+DEFAULT_SCHEDULER = "default-scheduler"
 
 Key = tuple[str, str]
 
@@ -185,6 +186,8 @@ class Cluster:
             node = pod["spec"].get("nodeName")
             if node:
                 self._bind(key, uid, node)
+            elif pod["spec"].get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+                pass  # another scheduler's pod: it binds it (`bind`), as kube-scheduler leaves it
             else:
                 self.clock.call_later(self.config.schedule_delay, lambda: self._schedule(key, uid))
         elif event.type == "DELETED":
@@ -277,6 +280,24 @@ class Cluster:
         """Give every waiting pod another try soon (something it waited for may exist now)."""
         with self._lock:
             self._retry_unschedulable_soon()
+
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        """A Binding (POST pods/NAME/binding): set the node of an unscheduled pod, as another
+        scheduler does. 409 when it already has one, as the API server answers."""
+        key: Key = (namespace, name)
+        pod = self.store.get(namespace, name)
+        uid: str = pod["metadata"]["uid"]
+        bound = pod["spec"].get("nodeName")
+        if bound:
+            raise ApiError.conflict(name, f'pod {name} is already assigned to node "{bound}"')
+
+        def assign(p: Obj) -> Obj:
+            p["spec"]["nodeName"] = node
+            condition(p["status"], "PodScheduled", "True", self._now())
+            return p
+
+        if self._update(key, uid, assign) is not None:
+            self._bind(key, uid, node)
 
     # -- kubelet -------------------------------------------------------------------------------
 

@@ -12,15 +12,17 @@ from typing import Any, Protocol
 
 import orjson
 from execpods.kubesim import resources
+from execpods.kubesim.apply import APPLY_PATCH, field_manager, parse_apply_body
 from execpods.kubesim.applykinds import (
     NAMESPACE_RESOURCE,
-    RBAC_GROUP,
     NamespaceApi,
     group_discovery,
+    namespace_not_found,
 )
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
+from execpods.kubesim.params import parse_bool
 from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource
 
@@ -30,8 +32,9 @@ _OBJECT = re.compile(r"^/api/v1/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 _OBJECT_WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
 _IN_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)(/.*)?$")
+_GROUP_IN_NAMESPACE = re.compile(r"^/apis/[^/]+/[^/]+/namespaces/([^/]+)(/.*)?$")
 _GROUP_OBJECT = re.compile(
-    r"^/apis/rbac\.authorization\.k8s\.io/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
+    r"^/apis/([a-z0-9.-]+)/v1/(?:namespaces/([^/]+)/)?([a-z]+)(?:/([^/]+))?$"
 )
 
 
@@ -61,14 +64,29 @@ def json_body(body: bytes) -> Any:
         raise ApiError.bad_request(f"the request body is not valid JSON: {exc}") from None
 
 
-def check_namespace(method: str, path: str) -> None:
-    """A namespace whose name is not a DNS-1123 label cannot exist: reading it, or writing into
-    it, gets the 404 a cluster answers (its NamespaceLifecycle admission), not an object."""
-    m = _IN_NAMESPACE.match(path)
-    if m is None or valid_namespace_name(m.group(1)):
+def check_namespace(
+    method: str, path: str, namespaces: NamespaceApi | None = None, content_type: str = ""
+) -> None:
+    """The namespace a request names must be able to exist, and exist for a create in it.
+
+    A name that is not a DNS-1123 label cannot exist: reading it, or writing into it, gets the
+    404 a cluster answers. With `namespaces`, a create inside a namespace that was never created
+    (a POST, or a server-side apply) gets the NamespaceLifecycle admission plugin's 404,
+    `namespaces "x" not found`; reads and deletes go on (a list in it is empty).
+    """
+    m = _IN_NAMESPACE.match(path) or _GROUP_IN_NAMESPACE.match(path)
+    if m is None:
         return
-    if m.group(2) is None or method in ("POST", "PUT", "PATCH"):
-        raise ApiError.not_found(m.group(1), "namespaces")
+    namespace, inside = m.group(1), m.group(2)
+    if not valid_namespace_name(namespace):
+        if inside is None or method in ("POST", "PUT", "PATCH"):
+            raise ApiError.not_found(namespace, "namespaces")
+        return
+    creates = method == "POST" or (
+        method == "PATCH" and content_type.lower().startswith(APPLY_PATCH)
+    )
+    if namespaces is not None and inside and creates and not namespaces.exists(namespace):
+        raise namespace_not_found(namespace)
 
 
 def discovery(
@@ -127,10 +145,10 @@ def _object_route(
         g = _GROUP_OBJECT.match(path)
         if g is None:
             return None
-        api = objects.get(g.group(2))
-        if api is None or api.kind.group != RBAC_GROUP:
+        api = objects.get(g.group(3))
+        if api is None or not api.kind.group or api.kind.group != g.group(1):
             return None
-        return api, g.group(1), g.group(3), False
+        return api, g.group(2), g.group(4), False
     if path.startswith("/api/v1/watch/"):
         m = _OBJECT_WATCH.match(path)
         watch_path = True
@@ -190,7 +208,8 @@ def _objects(
         if namespace is None:
             raise ApiError(405, "MethodNotAllowed", f"{method} needs a namespace")
         if method == "POST":
-            return h.reply(201, api.create(namespace, json_body(body)))
+            manager = field_manager(query, h.header("User-Agent"), apply=False)
+            return h.reply(201, api.create(namespace, json_body(body), manager=manager))
         if method == "DELETE":
             return h.reply(200, api.delete_collection(namespace, query))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
@@ -198,10 +217,19 @@ def _objects(
     if method == "GET":
         return h.reply(200, api.get(namespace, name))
     if method == "PUT":
-        return h.reply(200, api.replace(namespace, name, json_body(body)))
+        manager = field_manager(query, h.header("User-Agent"), apply=False)
+        return h.reply(200, api.replace(namespace, name, json_body(body), manager=manager))
     if method == "PATCH":
         ctype = h.header("Content-Type")
-        return h.reply(200, api.patch(namespace, name, ctype, json_body(body)))
+        if ctype.split(";", 1)[0].strip().lower() == APPLY_PATCH:
+            manager = field_manager(query, h.header("User-Agent"), apply=True)
+            force = parse_bool(query.get("force"), "force")
+            applied, created = api.apply(
+                namespace, name, parse_apply_body(body), manager=manager, force=force
+            )
+            return h.reply(201 if created else 200, applied)
+        manager = field_manager(query, h.header("User-Agent"), apply=False)
+        return h.reply(200, api.patch(namespace, name, ctype, json_body(body), manager=manager))
     if method == "DELETE":
         options = json_body(body) if body.strip() else {}
         return h.reply(200, api.delete(namespace, name, options))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from execpods.kubesim.apply import apply_config, record_update
 from execpods.kubesim.bodies import Status, StatusCause
 from execpods.kubesim.cluster import Cluster
 from execpods.kubesim.errors import ApiError, status_body
@@ -86,8 +87,24 @@ KINDS: tuple[Kind, ...] = (
         returns_deleted_object=True,
     ),
     Kind(plural="secrets", kind="Secret", singular="secret"),
+    # Enforced on pod creates by the ResourceQuota admission (quota.py).
+    Kind(
+        plural="resourcequotas",
+        kind="ResourceQuota",
+        singular="resourcequota",
+        short_names=("quota",),
+    ),
     # The kubelet's FailedMount warnings (mounts.py); clients may write events too.
     Kind(plural="events", kind="Event", singular="event", short_names=("ev",)),
+    # Spark 4.3's cluster-mode submission applies one (NetworkPolicyFeatureStep: executors take
+    # ingress only from their own application's pods); stored, not enforced.
+    Kind(
+        plural="networkpolicies",
+        kind="NetworkPolicy",
+        singular="networkpolicy",
+        short_names=("netpol",),
+        group="networking.k8s.io",
+    ),
 )
 
 
@@ -159,7 +176,19 @@ class ObjectApi:
     def get(self, namespace: str, name: str) -> Obj:
         return self.store.get(namespace, name)
 
-    def create(self, namespace: str, body: Any) -> Obj:
+    def create(self, namespace: str, body: Any, *, manager: str | None = None) -> Obj:
+        """POST: a new object; `manager` (the write's field manager) then owns its fields."""
+        obj = self._new(namespace, body)
+        if manager is not None:
+            record_update(
+                None, obj, manager=manager, api_version=self.kind.api_version, now=self._now()
+            )
+        return self.store.create(obj)
+
+    def _now(self) -> str:
+        return rfc3339(self.clock.now())
+
+    def _new(self, namespace: str, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise ApiError.bad_request("the request body must be a JSON object")
         kind, api_version = body.get("kind"), body.get("apiVersion")
@@ -192,7 +221,7 @@ class ObjectApi:
             namespace=namespace, uid=uid, creationTimestamp=rfc3339(self.clock.now())
         )
         self._default(obj)
-        return self.store.create(obj)
+        return obj
 
     def _validate(self, obj: Obj) -> None:
         causes: list[StatusCause] = []
@@ -305,15 +334,77 @@ class ObjectApi:
             spec["clusterIPs"] = old.get("spec", {}).get("clusterIPs")
         return result
 
-    def replace(self, namespace: str, name: str, body: Any) -> Obj:
-        return self.store.update(namespace, name, lambda old: self._write(old, body, name))
+    def _recorded(self, old: Obj, new: Obj, manager: str | None) -> Obj:
+        if manager is not None:
+            record_update(
+                old, new, manager=manager, api_version=self.kind.api_version, now=self._now()
+            )
+        return new
 
-    def patch(self, namespace: str, name: str, content_type: str, body: Any) -> Obj:
+    def replace(self, namespace: str, name: str, body: Any, *, manager: str | None = None) -> Obj:
         return self.store.update(
-            namespace,
-            name,
-            lambda old: self._write(old, apply_patch(content_type, old, body), name),
+            namespace, name, lambda old: self._recorded(old, self._write(old, body, name), manager)
         )
+
+    def patch(
+        self,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        *,
+        manager: str | None = None,
+    ) -> Obj:
+        def patched(old: Obj) -> Obj:
+            return self._recorded(
+                old, self._write(old, apply_patch(content_type, old, body), name), manager
+            )
+
+        return self.store.update(namespace, name, patched)
+
+    def apply(
+        self, namespace: str, name: str, config: Obj, *, manager: str, force: bool
+    ) -> tuple[Obj, bool]:
+        """Server-side apply (`apply.py`): (the object, whether this apply created it)."""
+        kind, api_version = config.get("kind"), config.get("apiVersion")
+        if kind != self.kind.kind or api_version != self.kind.api_version:
+            group, _, version = str(api_version or "").rpartition("/")
+            raise ApiError.bad_request(f"invalid object type: {group}/{version}, Kind={kind}")
+        meta = config.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name", name) != name:
+            raise ApiError.bad_request(
+                f"the name of the object ({(meta or {}).get('name')}) does not match the name "
+                f"on the URL ({name})"
+            )
+        if meta.get("namespace") not in (None, "", namespace):
+            raise ApiError.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request"
+            )
+
+        def merged(live: Obj | None) -> Obj:
+            return apply_config(
+                live,
+                config,
+                manager=manager,
+                force=force,
+                api_version=self.kind.api_version,
+                now=self._now(),
+            )
+
+        if self.store.find(namespace, name) is None:
+            fresh = merged(None)
+            obj = self._new(namespace, {**fresh, "metadata": {**fresh["metadata"], "name": name}})
+            obj["metadata"]["managedFields"] = fresh["metadata"]["managedFields"]
+            return self.store.create(obj), True
+
+        def applied(old: Obj) -> Obj:
+            result = merged(old)
+            new = self._write(old, result, name)
+            new["metadata"]["managedFields"] = result["metadata"]["managedFields"]
+            return new
+
+        return self.store.update(namespace, name, applied), False
 
     def delete(self, namespace: str, name: str, options: Any) -> Status | Obj:
         """Remove at once (nothing here has a grace period); answer the deleted object for a

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 
 from execpods.kubesim.bodies import JsonValue, StatusCause
+from execpods.kubesim.defaults import default_pod_spec
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.quantities import check_resources
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
@@ -154,18 +155,9 @@ def validate_status(name: str, status: object) -> None:
 
 
 def default_spec(spec: Obj) -> Obj:
-    """Fill in the defaults the API server sets, so that updates compare like with like."""
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("serviceAccountName", "default")
-    for c in spec.get("containers") or []:
-        c.setdefault("imagePullPolicy", "IfNotPresent")
-        c.setdefault("terminationMessagePath", "/dev/termination-log")
-        c.setdefault("terminationMessagePolicy", "File")
-        c.setdefault("resources", {})
-    return spec
+    """Fill in the defaults the API server sets (`defaults.py`), so that updates compare like
+    with like and clients read what a cluster would store."""
+    return default_pod_spec(spec)
 
 
 def admit_new_pod(

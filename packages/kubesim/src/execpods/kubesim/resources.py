@@ -13,7 +13,8 @@ import contextlib
 import copy
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import orjson
 from execpods.kubesim.bodies import (
@@ -251,6 +252,9 @@ class PodApi:
         #: Real seconds a read "not older than" a version the store has not reached waits for
         #: it before the answer is "too large resource version" (kube-apiserver waits 3 s).
         self.fresh_timeout = 3.0
+        #: Validating admission around a create (the ResourceQuota plugin, `quota.py`): may
+        #: refuse the pod, and sees whether the create went through.
+        self.admission: Callable[[Obj], AbstractContextManager[None]] | None = None
         self._rng_lock = threading.Lock()
         #: What the metrics API reports each container uses (`resize.ResourceUsage`).
         self.usage = ResourceUsage()
@@ -361,7 +365,10 @@ class PodApi:
                 rng=self.cluster.rng,
                 name_taken=lambda n: self.store.name_taken(namespace, n),
             )
-        return as_pod(self.store.create(pod))
+        if self.admission is None:
+            return as_pod(self.store.create(pod))
+        with self.admission(pod):
+            return as_pod(self.store.create(pod))
 
     def get(self, namespace: str, name: str) -> Pod:
         return as_pod(self.store.get(namespace, name))
@@ -533,6 +540,23 @@ class PodApi:
         pod = self.store.get(namespace, name)
         self.faults.check_delete(name, pod["metadata"].get("labels") or {})
         return as_pod(self.cluster.delete(namespace, name, grace_period=grace, preconditions=pre))
+
+    def bind(self, namespace: str, name: str, body: JsonValue) -> JsonObject:
+        """The binding subresource: another scheduler (a pod's `spec.schedulerName` other than
+        kubesim's `default-scheduler`) assigns the pod to a node. A node kubesim does not run
+        leaves the pod to that node's own kubelet."""
+        target = body.get("target") if isinstance(body, dict) else None
+        node = target.get("name") if isinstance(target, dict) else None
+        if not isinstance(node, str) or not node:
+            raise ApiError.bad_request("a Binding needs target.name (the node)")
+        self.cluster.bind(namespace, name, node)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
 
     def evict(self, namespace: str, name: str, body: JsonValue) -> JsonObject:
         """The eviction subresource (policy/v1 Eviction; no PodDisruptionBudgets are kept, so

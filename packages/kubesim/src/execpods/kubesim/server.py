@@ -29,6 +29,7 @@ from execpods.kubesim.control import AnswerThen
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
+from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
 from execpods.kubesim.params import TRUE, parse_bool
 from execpods.kubesim.watchserve import WatchSource, serve_watch
@@ -37,7 +38,9 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/resize)?)?$")
+_POD = re.compile(
+    r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/binding|/resize)?)?$"
+)
 _METRICS = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 
@@ -313,7 +316,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
-        kindroutes.check_namespace(method, path)
+        check_media_types(
+            content_type=self.header("Content-Type"), accept=self.header("Accept"), body=body
+        )
+        kindroutes.check_namespace(method, path, ctx.namespaces, self.header("Content-Type"))
         found = kindroutes.discovery(method, path, ctx.objects, self.server.server_address)
         if found is not None:
             return self.reply(200, found)
@@ -339,6 +345,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
                 return self.reply(201, api.evict(m.group(1), m.group(2), json_body(body)))
+            if m.group(3) == "/binding":
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+                return self.reply(201, api.bind(m.group(1), m.group(2), json_body(body)))
             if m.group(3) == "/resize" and method in ("PATCH", "PUT"):
                 api.faults.check_request()
                 ctype = self.header("Content-Type")

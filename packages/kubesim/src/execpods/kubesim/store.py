@@ -19,7 +19,7 @@ import orjson
 from execpods.kubesim.bodies import Pod, Status, WatchEvent
 from execpods.kubesim.errors import ApiError
 
-__all__ = ["Event", "Obj", "PodStore", "Watcher", "copy_obj", "watch_line"]
+__all__ = ["Event", "Obj", "PodStore", "SavedState", "Watcher", "copy_obj", "watch_line"]
 
 _log = logging.getLogger(__name__)
 
@@ -129,6 +129,15 @@ class Watcher:
         if was:
             return "DELETED"
         return "ADDED" if now else None
+
+
+@dataclass(frozen=True, slots=True)
+class SavedState:
+    """A store's objects and resourceVersion at one moment (`PodStore.saved`). Committed objects
+    are never mutated, so sharing them is a faithful copy."""
+
+    objects: Mapping[Key, Obj]
+    rv: int
 
 
 def _select(
@@ -381,6 +390,25 @@ class PodStore:
         for w in watchers:
             w.close(abrupt=abrupt, error=error)
         return len(watchers)
+
+    def saved(self) -> SavedState:
+        """The objects and the resourceVersion now, as a backup of etcd holds them."""
+        with self._lock:
+            return SavedState(objects=dict(self._objects), rv=self._rv)
+
+    def restore(self, saved: SavedState) -> None:
+        """Go back to `saved`, as an API server whose etcd was restored from a backup: the
+        objects and the resourceVersion of then, no event history (every watch or exact list
+        from an older version gets 410), and every open watch cut."""
+        with self._lock:
+            self._objects = dict(saved.objects)
+            self._by_namespace = {}
+            for key, obj in self._objects.items():
+                self._by_namespace.setdefault(key[0], {})[key] = obj
+            self._rv = saved.rv
+            self._log.clear()
+            self._compacted = saved.rv
+        self.close_watchers(abrupt=True)
 
     def compact(self) -> int:
         """Forget every retained event: a watch or exact list from any older version gets 410."""

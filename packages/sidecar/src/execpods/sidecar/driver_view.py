@@ -15,6 +15,13 @@ and tells it when one is gone. Here the driver is remote, so the sidecar keeps t
   (`UpdateDriverExecutors.registered_at_ms`), else when the sidecar first learnt of it (saw it
   running, or was told it registered). The lifecycle manager reports an executor missing only when
   a full list taken more than `spark.kubernetes.executor.missingPodDetectDelta` later lacks it.
+- **Ids never issued.** A driver can only know executors that ran, so ids above the highest
+  the application ever issued (`ExecutorPodsBackend.highest_executor_id`: the id counter, the
+  ledger's mark, the snapshot) are not believed: registrations of them wait, at most
+  `MAX_UNCONFIRMED` of them, until the ids exist (a driver may re-send its view to a restarted
+  sidecar before it has listed its pods), and the rest are dropped with a warning; releases and
+  registration times of them are ignored. Nothing a driver sends is kept beyond the executors
+  that exist, and `known` never echoes what was not believed.
 - **Removals.** Every removal the lifecycle manager decides is remembered forever (ids are never
   reused, so this is small), so a late snapshot cannot make a removed executor known again and have
   it reported twice. The view hears of each removal once, as the lifecycle manager's
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from execpods.core import (
     Clock,
@@ -43,13 +50,24 @@ from execpods.core import (
 
 logger = logging.getLogger(__name__)
 
+MAX_UNCONFIRMED = 10_000
+"""Registrations of ids not issued yet kept until they are (the rest are dropped, and said)."""
+
 
 class InferredDriverView:
     """A thread-safe `DriverView` that infers the driver's executors unless told them, fed each
     lifecycle round as a `RoundObserver`."""
 
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, *, clock: Clock | None = None, highest_id: Callable[[], int] | None = None
+    ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self.highest_id = highest_id
+        """The highest executor id that may exist (None: believe every id, as before)."""
+        self._unconfirmed: dict[int, float | None] = {}
+        """Registered ids above `highest_id`, in arrival order, with the driver's time."""
+        self.dropped = 0
+        """Registrations of ids never issued that were dropped (the buffer was full)."""
         self._registered_at: dict[int, float] = {}
         self._lock = threading.Lock()
         self._seen_running: set[int] = set()
@@ -100,19 +118,58 @@ class InferredDriverView:
         registered without one counts as registered now.
         """
         now = self._clock.time()
-        times = dict(registered_at or {})
+        times = registered_at or {}
+        bound = self.highest_id() if self.highest_id is not None else None
+        dropped = 0
         with self._lock:
             if explicit:
                 self._explicit = True
-            fresh = [i for i in registered if i not in self._removed]
+            self._confirm_locked(bound)
+            fresh: list[int] = []
+            for executor_id in registered:
+                if executor_id in self._removed:
+                    continue
+                if bound is None or executor_id <= bound:
+                    fresh.append(executor_id)
+                elif executor_id in self._unconfirmed or len(self._unconfirmed) < MAX_UNCONFIRMED:
+                    self._unconfirmed[executor_id] = times.get(executor_id)
+                else:
+                    dropped += 1
             self._registered.update(fresh)
             for executor_id in fresh:
                 self._registered_at.setdefault(executor_id, now)
             for executor_id, at in times.items():
-                if executor_id not in self._removed:
+                if executor_id in self._unconfirmed:
+                    self._unconfirmed[executor_id] = at
+                elif executor_id not in self._removed and (bound is None or executor_id <= bound):
                     self._registered_at[executor_id] = at
-            self._released.update(i for i in released if i not in self._removed)
-            return sorted(self._known_locked())
+            self._released.update(
+                i for i in released if i not in self._removed and (bound is None or i <= bound)
+            )
+            self.dropped += dropped
+            known = sorted(self._known_locked())
+        if dropped:
+            logger.warning(
+                "The driver registered %d executor ids above the highest this application ever "
+                "issued (%s) while %d such registrations already wait: they were dropped (no "
+                "executor can have them).",
+                dropped,
+                bound,
+                MAX_UNCONFIRMED,
+            )
+        return known
+
+    def _confirm_locked(self, bound: int | None) -> None:
+        """Registrations that waited for their ids to exist, now that they do."""
+        if not self._unconfirmed or bound is None:
+            return
+        now = self._clock.time()
+        for executor_id in [i for i in self._unconfirmed if i <= bound]:
+            at = self._unconfirmed.pop(executor_id)
+            if executor_id in self._removed:
+                continue
+            self._registered.add(executor_id)
+            self._registered_at[executor_id] = at if at is not None else now
 
     # The lifecycle manager's rounds (RoundObserver).
 
@@ -128,6 +185,10 @@ class InferredDriverView:
                 if (observed := pods.get(i)) is not None and observed.state is ExecutorState.RUNNING
             )
             self._last = snapshot
+        if self._unconfirmed and self.highest_id is not None:
+            bound = self.highest_id()
+            with self._lock:
+                self._confirm_locked(bound)
         if newly_running:
             now = self._clock.time()
             with self._lock:

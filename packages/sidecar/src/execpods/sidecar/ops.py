@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from execpods.core import ProgressChange, Subscription
-from execpods.core.progress import watch_threads
+from execpods.core import Subscription
+from execpods.core.progress import ProgressChange, watch_threads
 from execpods.sidecar.telemetry.apimetrics import ApiMetrics
 from execpods.sidecar.telemetry.grpcmetrics import GrpcServerMetrics
 from execpods.sidecar.telemetry.health import ClusterHealth, HealthStatus

@@ -47,10 +47,17 @@ class SidecarServer:
         self.ops = OpsPlane(runtime, self._health, ("", SERVICE_NAME))
         # The metrics interceptor first: it sees every call end, the security refusals included.
         counted = () if self.ops.grpc_metrics is None else (self.ops.grpc_metrics,)
+        metrics = self.ops.metrics
+        refusals = security.RefusalLog(
+            on_unlogged=None if metrics is None else metrics.refusal_unlogged
+        )
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=limit if limit > 0 else None,
-            interceptors=(*counted, *security.interceptors(runtime.settings.security)),
+            interceptors=(
+                *counted,
+                *security.interceptors(runtime.settings.security, log=refusals),
+            ),
         )
         add_to_server(self.service, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -147,7 +154,11 @@ class SidecarServer:
         finally:
             if self.runtime.resizer is not None:
                 await asyncio.to_thread(self.runtime.resizer.stop)
-            self.shutdown_report = await asyncio.to_thread(self.runtime.backend.stop)
+            contact = self.runtime.contact
+            hopeless = contact.never_answered if contact is not None else (lambda: None)
+            self.shutdown_report = await asyncio.to_thread(
+                self.runtime.backend.stop, hopeless=hopeless
+            )
             self._stopped.set()
             logger.info("The sidecar for application %s has stopped.", self.runtime.app_id)
 

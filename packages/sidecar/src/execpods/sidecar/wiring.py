@@ -14,12 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from execpods.core import (
+    ClaimOperations,
     Clock,
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
+    Machinery,
     PodOperations,
     PodSelector,
+    Ports,
+    ResourceProfile,
     ResourceProfiles,
     Scheduler,
     SettingsError,
@@ -29,32 +33,36 @@ from execpods.core import (
     SystemClock,
     compose_backend,
 )
-from execpods.core.badnodes import NodeBlocklist
-from execpods.core.claims import ExecutorClaims
 from execpods.core.readiness import wait_for_driver_ready
-from execpods.core.registration import RegistrationTimeout
 from execpods.core.resize import ExecutorResizer
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
+    ApiUnauthorized,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
     KubernetesSettings,
+    PodWarnings,
     PollSource,
     RateLimiter,
     WatchSource,
-    api_client_from,
     builder_claims,
+    cluster_from,
     rate_limiter_for,
     resolve_namespace,
 )
 from execpods.k8s.resize import KubernetesResizer
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
-from execpods.sidecar.guard.permissions import check_pod_permissions, cluster_probe
+from execpods.sidecar.guard.permissions import (
+    CredentialsRefused,
+    check_pod_permissions,
+    cluster_probe,
+)
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
 from execpods.sidecar.resizing import PeriodicResizer
+from execpods.sidecar.telemetry.contact import ApiContact, CredentialsWatch, refused_credential
 from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
 logger = logging.getLogger(__name__)
@@ -76,14 +84,16 @@ class Runtime:
     """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
-    blocklist: NodeBlocklist | None = None
-    """Bad-node avoidance, when on (execpods.badNodes.enabled)."""
-    registration: RegistrationTimeout | None = None
-    """The registration timeout a driver may set (UpdateDriverExecutors)."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     resizer: PeriodicResizer | None = None
     """In-place resize of executors' memory, when on (execpods.executor.resize.enabled)."""
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
+    contact: ApiContact | None = None
+    """Whether the API server ever answered (None without an API): stopping need not retry
+    deletes against a server that never did."""
+    profile_check: Callable[[ResourceProfile], None] | None = None
+    """Builds a declared profile's pod once and refuses what the Kubernetes client would
+    (`ExecutorPodTemplateBuilder.check`); None over the in-memory registry."""
 
     @property
     def app_id(self) -> str:
@@ -103,7 +113,7 @@ def assemble(
     rate_limiter: RateLimiter | None = None,
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
-    claims: ExecutorClaims | None = None,
+    claims: ClaimOperations | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
@@ -114,33 +124,32 @@ def assemble(
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
-    blocklist = NodeBlocklist(settings=settings.bad_nodes) if settings.bad_nodes.enabled else None
-    registration = RegistrationTimeout(
-        timeout=settings.registration.timeout,
-        clock=clock if clock is not None else SystemClock(),
-        pod_operations=pod_operations,
-    )
     backend = compose_backend(
         app_id=settings.sidecar.app_id,
         settings=settings.core,
-        pod_operations=CountedPodOperations(pod_operations, telemetry),
-        pod_builder=pod_builder,
-        driver=view,
-        round_observers=(view,),
-        removal_window=settings.sidecar.stream_removal_window,
-        sources=sources,
-        clock=clock,
-        on_round=telemetry.round_finished,
-        request_scheduler=request_scheduler,
-        close=close_client,
-        profiles=profiles,
-        concurrent_creates=True,
-        id_ledger=id_ledger,
-        claims=claims,
-        blocklist=blocklist,
-        registration=registration,
-        api_rate_ceiling=settings.api_rate.peak_qps,
+        ports=Ports(
+            # Every pod call of the backend and its features is counted (the metrics).
+            pod_operations=CountedPodOperations(pod_operations, telemetry),
+            pod_builder=pod_builder,
+            driver=view,
+            sources=sources,
+            id_ledger=id_ledger,
+            claims=claims,
+            profiles=profiles,
+            close=close_client,
+            api_rate_ceiling=settings.api_rate.peak_qps,
+        ),
+        features=settings.features,
+        machinery=Machinery(
+            clock=clock,
+            request_scheduler=request_scheduler,
+            concurrent_creates=True,
+            on_round=telemetry.round_finished,
+            round_observers=(view,),
+            removal_window=settings.sidecar.stream_removal_window,
+        ),
     )
+    view.highest_id = backend.highest_executor_id  # what a driver says of other ids is not kept
     return Runtime(
         settings=settings,
         backend=backend,
@@ -148,8 +157,6 @@ def assemble(
         telemetry=telemetry,
         rate_limiter=rate_limiter,
         id_ledger=id_ledger,
-        blocklist=blocklist,
-        registration=registration,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 
@@ -178,10 +185,12 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             "spark.kubernetes.container.image): executor pods need an image, or a pod template "
             "(spark.kubernetes.executor.podTemplateFile) that names one"
         )
-    api_client = api_client_from(k8s)
+    api_client, access = cluster_from(k8s)
     # One flow per driver to the API server's fair queuing when no credentials tell them apart.
     api_client.user_agent = f"execpods-sidecar/{settings.sidecar.app_id}"
     telemetry = Telemetry()
+    contact = ApiContact(access)  # hears the first calls (the permission check's) too
+    telemetry.add(contact)
     try:
         namespace = resolve_namespace(k8s)
         limiter = rate_limiter_for(settings.api_rate)
@@ -198,7 +207,10 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         ).label_selector()
         if settings.security.check_permissions:
             check_pod_permissions(
-                gateway, selector=selector, config_maps=k8s.driver_pod_name is None
+                gateway,
+                selector=selector,
+                config_maps=k8s.driver_pod_name is None,
+                access=access,
             )
         operations = KubernetesPodOperations(
             gateway,
@@ -213,6 +225,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             profiles=profiles,
             container_name=settings.core.executor_container_name,
         )
+        builder.check(None, app_id=settings.sidecar.app_id)  # the settings' own pod, once
         id_ledger = ClusterIdLedger(
             gateway,
             app_id=settings.sidecar.app_id,
@@ -220,35 +233,35 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             driver_pod_name=k8s.driver_pod_name,
             owner=builder.owner,
         )
+    except ApiUnauthorized as error:  # a start-up call other than the permission check's
+        api_client.close()
+        raise CredentialsRefused(refused_credential(access, str(error))) from None
     except BaseException:
         api_client.close()
         raise
+
+    warnings = PodWarnings()  # FailedMount, read by each poll, attached by both sources
 
     def sources(store: SnapshotsWriter) -> list[SnapshotSource]:
         # Each source decides for itself whether it runs (enableApiWatcher / enableApiPolling),
         # as in Spark: one place per switch, in the adapter's WatchSource and PollSource.
         core = settings.core
-        return [
-            WatchSource(store, operations, settings=k8s, core_settings=core, clock=clock),
-            PollSource(store, operations, core_settings=core),
-        ]
+        watch = WatchSource(
+            store, operations, settings=k8s, core_settings=core, clock=clock, warnings=warnings
+        )
+        # A full list older than what the watch saw: the server went back in time; re-list.
+        poll = PollSource(
+            store,
+            operations,
+            core_settings=core,
+            newest_version=lambda: watch.resource_version,
+            on_went_back=watch.relist,
+            warnings=warnings,
+        )
+        return [watch, poll]
 
-    core = settings.core
-    claims_api = builder_claims(
-        gateway, builder, read_write_once=settings.claims.legacy_read_write_once
-    )
-    claims = ExecutorClaims(  # the executors' OnDemand claims (none unless configured)
-        settings=settings.claims,
-        templates=claims_api,
-        operations=claims_api,
-        max_claims=(
-            core.dynamic_allocation_max_executors
-            if core.dynamic_allocation_enabled
-            else core.initial_executors
-        ),
-        reuse_after=core.pod_creation_timeout,  # Spark's getReusablePVCs
-        delete_on_stop=core.delete_on_termination,
-        declared=bool(builder.on_demand),
+    claims = builder_claims(  # the executors' OnDemand claims (none unless configured)
+        gateway, builder, read_write_once=settings.features.claims.legacy_read_write_once
     )
     runtime = assemble(
         settings,
@@ -276,12 +289,16 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
                 app_id=settings.sidecar.app_id,
             )
         )
+    # A 401 from any call: NOT_SERVING and a notice on every stream until the API accepts it.
+    telemetry.add(CredentialsWatch(runtime.backend.progress, access))
     return dataclasses.replace(
         runtime,
+        contact=contact,
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
         resizer=resizer,
+        profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
 
 

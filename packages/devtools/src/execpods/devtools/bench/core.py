@@ -11,6 +11,7 @@ import gc
 import time
 from collections.abc import Callable, Sequence
 
+from execpods.core import Machinery, Ports
 from execpods.core.clock import ManualClock
 from execpods.core.compose import compose_backend, scheduled_store
 from execpods.core.pods import ExecutorPod
@@ -66,13 +67,15 @@ def store_throughput(executors: int = 10_000, updates: int = 100_000) -> float:
         backend = compose_backend(
             app_id="bench",
             settings=CoreSettings(),
-            pod_operations=InMemoryPodOperations(),
-            pod_builder=SimpleExecutorPodBuilder(),
-            driver=RecordingDriver(),
-            sources=fed,
-            clock=scheduler.clock,
-            store=scheduled_store(scheduler),
-            request_scheduler=scheduler,
+            ports=Ports(
+                pod_operations=InMemoryPodOperations(),
+                pod_builder=SimpleExecutorPodBuilder(),
+                driver=RecordingDriver(),
+                sources=fed,
+            ),
+            machinery=Machinery(
+                clock=scheduler.clock, store=scheduled_store(scheduler), request_scheduler=scheduler
+            ),
         )
         store = fed.writer
         store.replace_snapshot(running_pods(executors))

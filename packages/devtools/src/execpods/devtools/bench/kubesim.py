@@ -28,6 +28,7 @@ import orjson
 __all__ = ["main"]
 
 NS = "bench"
+NAMESPACE_SUFFIXES = ("", "-raw", "-small", "-client", "-client-small")
 
 
 def _pod(name: str) -> bytes:
@@ -58,6 +59,8 @@ def _simulator(nodes: int, capacity: int) -> Iterator[tuple[str, int]]:
         "0.2",
         "--event-window",
         "200000",
+        # The namespaces the phases create pods in: as in a cluster, they must exist first.
+        *(f"--namespace={NS}{suffix}" for suffix in NAMESPACE_SUFFIXES),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:

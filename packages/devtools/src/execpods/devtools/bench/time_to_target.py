@@ -47,11 +47,13 @@ from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
     ExecutorPod,
+    Machinery,
     ManualClock,
     PodConflict,
     PodManifest,
     PodNotFound,
     PodSelector,
+    Ports,
     compose_backend,
 )
 from execpods.core.compose import scheduled_store
@@ -218,14 +220,16 @@ def run_policy(policy: Policy, executors: int, *, seed: int = 7) -> Run:
     backend = compose_backend(
         app_id=APP_ID,
         settings=settings,
-        pod_operations=pods,
-        pod_builder=SimpleExecutorPodBuilder(),
-        driver=RecordingDriver(),
-        sources=fed,
-        clock=clock,
-        store=scheduled_store(scheduler),
-        request_scheduler=scheduler,
-        api_rate_ceiling=rate.peak_qps,
+        ports=Ports(
+            pod_operations=pods,
+            pod_builder=SimpleExecutorPodBuilder(),
+            driver=RecordingDriver(),
+            sources=fed,
+            api_rate_ceiling=rate.peak_qps,
+        ),
+        machinery=Machinery(
+            clock=clock, store=scheduled_store(scheduler), request_scheduler=scheduler
+        ),
     )
     store = fed.writer
     running: set[str] = set()

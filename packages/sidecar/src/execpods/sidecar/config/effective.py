@@ -30,9 +30,7 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
         settings.security,
         settings.health,
         settings.metrics,
-        settings.claims,
-        settings.bad_nodes,
-        settings.registration,
+        *settings.features.values(),
         settings.resize,
     ]
     return {type(part): part for part in parts}

@@ -13,10 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, SettingsError
-from execpods.core.badnodes import NodeBlocklistSettings
-from execpods.core.claims import ClaimSettings
-from execpods.core.registration import RegistrationSettings
+from execpods.core import CoreSettings, FeatureSettings, SettingsError
 from execpods.core.resize import ResizeSettings
 from execpods.core.settingkit import (
     FamilySpec,
@@ -30,7 +27,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.k8s import ApiRateSettings, KubernetesSettings
+from execpods.k8s import ApiRateSettings, KubernetesSettings, app_id_prefix_problem
 from execpods.sidecar.addresses import listen_address_problem
 from execpods.sidecar.config.properties import (
     OTHER_SPARK_KEYS,
@@ -124,9 +121,7 @@ class SidecarSettings(SettingsBase):
 
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
-    ClaimSettings,
-    NodeBlocklistSettings,
-    RegistrationSettings,
+    *FeatureSettings.slices(),
     ResizeSettings,
     KubernetesSettings,
     ApiRateSettings,
@@ -266,13 +261,20 @@ class Settings:
     security: SecuritySettings = field(default_factory=SecuritySettings)
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
-    claims: ClaimSettings = field(default_factory=ClaimSettings)
-    bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
-    registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    """Every allocation feature's own slice (bad nodes, claims, the registration timeout...)."""
     resize: ResizeSettings = field(default_factory=ResizeSettings)
+    """In-place resize of executors' memory (Spark's ExecutorResizePlugin's settings)."""
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
+        app_id = self.sidecar.app_id
+        problem = app_id_prefix_problem(app_id) if app_id else None
+        if problem is not None and self.kubernetes.pod_name_prefix is None:
+            raise SettingsError(
+                f"spark.app.id={app_id!r} {problem}: set "
+                "spark.kubernetes.executor.podNamePrefix to a prefix for the executor pods"
+            )
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], **sidecar: Any) -> Settings:
@@ -292,8 +294,6 @@ class Settings:
             security=SecuritySettings.from_properties(properties),
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
-            claims=ClaimSettings.from_properties(properties),
-            bad_nodes=NodeBlocklistSettings.from_properties(properties),
-            registration=RegistrationSettings.from_properties(properties),
+            features=FeatureSettings.from_properties(properties),
             resize=ResizeSettings.from_properties(properties),
         )

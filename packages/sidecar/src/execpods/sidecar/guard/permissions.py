@@ -21,7 +21,11 @@ ConfigMap whose name is invalid (422).
 A server that ignores `dryRun` still changes nothing: the names and the selector match no pod and
 the pod to create is invalid. Every verb is probed before the answer: the error names each missing
 verb and the resource, so one fix to the Role covers all. An unreachable API server does not stop
-the start (the watch and health deal with it); only a refusal does.
+the start (the watch and health deal with it, and `telemetry.contact` says once what to check);
+only a refusal does: a 403 as above, a 401 (the credential itself refused: `CredentialsRefused`
+names where it came from), and a create refused because the namespace does not exist
+(`MissingNamespace`: the dry-run create is admitted like a real one, so the API server's
+NamespaceLifecycle answers `namespaces "x" not found`).
 
 `cluster_probe` is the cheap call health uses to see whether the cluster answers.
 """
@@ -38,9 +42,11 @@ from execpods.core import (
     ExecpodsError,
     PodAdmissionRejected,
     PodForbidden,
+    PodNotFound,
     PodOperationError,
 )
-from execpods.k8s import ApiGateway
+from execpods.k8s import ApiGateway, ApiUnauthorized, ClusterAccess
+from execpods.sidecar.telemetry.contact import refused_credential
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +54,22 @@ VERBS = ("get", "list", "watch", "create", "patch", "delete", "deletecollection"
 CONFIG_MAP_VERBS = ("get", "create", "patch")
 """The verbs the id ledger needs on configmaps when there is no driver pod to annotate."""
 PROBE_LABEL = "execpods.io/permission-probe"
+
+
+class CredentialsRefused(ExecpodsError):
+    """The API server answered 401: it does not accept the credential (none, expired, or another
+    cluster's); the message names where the credential came from."""
+
+
+class MissingNamespace(ExecpodsError):
+    """The namespace the executor pods go to does not exist."""
+
+    def __init__(self, namespace: str, said: str) -> None:
+        super().__init__(
+            f"namespace {namespace!r} does not exist: create it, or set spark.kubernetes.namespace "
+            f"(--namespace) to one that does. The API said: {said}"
+        )
+        self.namespace = namespace
 
 
 class MissingPermissions(ExecpodsError):
@@ -110,9 +132,17 @@ def _config_map_probes(gateway: ApiGateway) -> dict[str, Callable[[], object]]:
     }
 
 
-def check_pod_permissions(gateway: ApiGateway, *, selector: str, config_maps: bool = False) -> None:
+def check_pod_permissions(
+    gateway: ApiGateway,
+    *,
+    selector: str,
+    config_maps: bool = False,
+    access: ClusterAccess | None = None,
+) -> None:
     """Raise `MissingPermissions` naming every verb on pods the API refuses (and, with
-    `config_maps`, every verb the id ledger needs on configmaps)."""
+    `config_maps`, every verb the id ledger needs on configmaps), `CredentialsRefused` on a 401
+    (naming where the credential came from, with `access`), `MissingNamespace` when the
+    namespace does not exist."""
     missing: dict[str, str] = {}
     probes = _probe_calls(gateway, selector)
     if config_maps:
@@ -124,13 +154,19 @@ def check_pod_permissions(gateway: ApiGateway, *, selector: str, config_maps: bo
             continue  # authorized; an admission policy objected to the probe pod itself
         except PodForbidden as error:
             missing[verb] = str(error)
+        except ApiUnauthorized as error:
+            if access is None:
+                raise CredentialsRefused(
+                    f"the Kubernetes API refused the credential: {error}"
+                ) from None
+            raise CredentialsRefused(refused_credential(access, str(error))) from None
+        except PodNotFound as error:
+            if verb == "create" and f'namespaces "{gateway.namespace}" not found' in str(error):
+                raise MissingNamespace(gateway.namespace, str(error)) from None
+            continue  # the probe's pod does not exist: the verb is granted
         except (ApiUnavailable, ApiThrottled) as error:
-            logger.warning(
-                "Could not check the %s permission on pods (%s); going on: the API's answers "
-                "will tell.",
-                verb,
-                error,
-            )
+            # An unreachable server is said once, naming what to check (telemetry.contact).
+            logger.info("Did not check the permissions on pods: %s", error)
             return
         except PodOperationError:
             continue  # any answer after authorization (404, 422, 409...) means it is granted

@@ -13,22 +13,28 @@ shared, these settings add, each on its own:
   line, where `ps` would show it: every call must carry `authorization: Bearer <token>`, compared
   in constant time; a missing or wrong one is UNAUTHENTICATED.
 
-Refusals are logged with the method, the peer and the reason, never with the token. Every kind of
+Refusals are logged with the method, the peer and the reason, never with the token, and at a
+bounded rate (`RefusalLog`: a peer that keeps knocking cannot fill the disk; the refusals not
+logged are counted in a metric and summed up in the next line logged). Every kind of
 method is guarded, server reflection (a bidirectional stream) included: with the token, grpcurl's
 reflection works; without, it is UNAUTHENTICATED like any call. The standard health service is
 exempt from the token (its answer is not a secret, and Kubernetes' gRPC probes cannot send
 headers); it still sits behind TLS on the main port.
 
 A listener beyond loopback with neither TLS nor a token does not start without
-`execpods.sidecar.insecure` (`check_listener`), and a short token is refused (`read_token`).
+`execpods.sidecar.insecure` (`check_listener`); one beyond loopback with a token but no TLS starts
+with a warning (the token crosses the network in the clear); a token that is short, or is not one
+line of printable ASCII (what gRPC metadata can carry), is refused (`read_token`).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +248,13 @@ def read_token(settings: SecuritySettings) -> bytes | None:
     token = _read(settings.token_file, key).strip()
     if not token:
         raise SettingsError(f"{key}: {settings.token_file!r} is empty")
+    if not all(0x21 <= byte <= 0x7E for byte in token):
+        what = "more than one line" if b"\n" in token else "characters beyond printable ASCII"
+        raise SettingsError(
+            f"{key}: the token in {settings.token_file!r} holds {what}: a bearer token must be "
+            "one line of printable ASCII without spaces (what a client can send in gRPC "
+            "metadata; e.g. openssl rand -hex 32), else every call would be refused"
+        )
     if len(token) < MIN_TOKEN_LENGTH:
         raise SettingsError(
             f"{key}: the token in {settings.token_file!r} has {len(token)} characters; at least "
@@ -272,7 +285,16 @@ def is_loopback_listen(listen: str) -> bool:
 def check_listener(listen: str, settings: SecuritySettings) -> None:
     """Refuse to serve anonymous callers beyond loopback unless `execpods.sidecar.insecure` says
     so (then warn): whoever reaches the port could create pods under the sidecar's account."""
-    if is_loopback_listen(listen) or settings.tls or settings.token_file is not None:
+    if is_loopback_listen(listen) or settings.tls:
+        return
+    if settings.token_file is not None:
+        logger.warning(
+            "Serving on %s beyond this host in plaintext with a bearer token: the token crosses "
+            "the network in the clear, and anybody who sees the traffic may replay it to create "
+            "and delete this application's pods; add TLS (execpods.sidecar.tls.certFile/keyFile) "
+            "or listen on 127.0.0.1 or a Unix socket.",
+            listen,
+        )
         return
     if not settings.insecure:
         raise SettingsError(
@@ -296,12 +318,91 @@ class Refused(Exception):
         self.code = code
 
 
+class RefusalLog:
+    """Refusal log lines at a bounded rate: a burst of `burst` per peer host, then one every
+    `interval` seconds per host, and never more than `total_burst` lines in `interval` over all
+    hosts (an attacker may vary its source address). A refusal not logged is told to
+    `on_unlogged` (a metric) and counted into the next line logged for that host."""
+
+    MAX_HOSTS = 1024
+    """Hosts remembered; beyond, the longest quiet is forgotten (its next refusal logs)."""
+
+    def __init__(
+        self,
+        *,
+        burst: int = 5,
+        interval: float = 10.0,
+        total_burst: int = 20,
+        on_unlogged: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._burst = burst
+        self._interval = interval
+        self._total_burst = total_burst
+        self.on_unlogged = on_unlogged
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._hosts: dict[str, list[float]] = {}  # host -> [tokens, last refill, unlogged]
+        self._total = [float(total_burst), clock()]
+        self.unlogged = 0
+
+    def refused(self, method: str, peer: str, refused: Refused) -> None:
+        host = _peer_host(peer)
+        with self._lock:
+            skipped = self._take(host)
+        if skipped is None:
+            self.unlogged += 1
+            if self.on_unlogged is not None:
+                self.on_unlogged(refused.code.name)
+            return
+        logger.warning(
+            "Refused %s from %s: %s (%s).%s",
+            method,
+            peer,
+            refused.code.name,
+            refused,
+            f" {skipped} more refusals from {host} were not logged." if skipped else "",
+            extra={"reason": refused.code.name},
+        )
+
+    def _take(self, host: str) -> int | None:
+        """The refusals not logged for `host` since its last line, or None: do not log."""
+        now = self._clock()
+        rate = 1.0 / self._interval
+        tokens, last = self._total
+        tokens = min(float(self._total_burst), tokens + (now - last) * rate * self._total_burst)
+        state = self._hosts.pop(host, None)
+        if state is None:
+            state = [float(self._burst), now, 0.0]
+            if len(self._hosts) >= self.MAX_HOSTS:
+                del self._hosts[next(iter(self._hosts))]
+        self._hosts[host] = state  # most recent last
+        state[0] = min(float(self._burst), state[0] + (now - state[1]) * rate)
+        state[1] = now
+        if state[0] < 1.0 or tokens < 1.0:
+            state[2] += 1
+            self._total = [tokens, now]
+            return None
+        state[0] -= 1.0
+        self._total = [tokens - 1.0, now]
+        skipped, state[2] = int(state[2]), 0.0
+        return skipped
+
+
+def _peer_host(peer: str) -> str:
+    """`ipv4:10.0.0.7:51234` -> `ipv4:10.0.0.7` (the port changes with every connection)."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rsplit(":", 1)[0]
+    return peer
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     """The checks one call must pass: the token and the client certificate's name."""
 
     token: bytes | None
     allowed_clients: frozenset[str]
+    log: RefusalLog = field(default_factory=RefusalLog)
 
     @property
     def active(self) -> bool:
@@ -346,22 +447,11 @@ class Gate:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token")
 
 
-def _refuse_log(method: str, context: Any, refused: Refused) -> None:
-    logger.warning(
-        "Refused %s from %s: %s (%s).",
-        method,
-        context.peer(),
-        refused.code.name,
-        refused,
-        extra={"reason": refused.code.name},
-    )
-
-
 def _check(gate: Gate, method: str, context: Any) -> Refused | None:
     try:
         gate.check(method, context.invocation_metadata() or (), context.auth_context())
     except Refused as refused:
-        _refuse_log(method, context, refused)
+        gate.log.refused(method, context.peer(), refused)
         return refused
     return None
 
@@ -436,9 +526,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return None  # a handler with no behaviour: grpc answers UNIMPLEMENTED
 
 
-def interceptors(settings: SecuritySettings) -> list[AuthInterceptor]:
-    """The interceptors the server needs for these settings (none when nothing is checked)."""
-    gate = Gate(token=read_token(settings), allowed_clients=frozenset(settings.allowed_clients))
+def interceptors(
+    settings: SecuritySettings, *, log: RefusalLog | None = None
+) -> list[AuthInterceptor]:
+    """The interceptors the server needs for these settings (none when nothing is checked);
+    refusals are logged through `log` (a default `RefusalLog` when None)."""
+    gate = Gate(
+        token=read_token(settings),
+        allowed_clients=frozenset(settings.allowed_clients),
+        log=log if log is not None else RefusalLog(),
+    )
     return [AuthInterceptor(gate)] if gate.active else []
 
 

@@ -10,6 +10,8 @@ template that is not a pod or is labelled for another application, and a total f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
     SPARK_LABELS,
@@ -26,11 +28,18 @@ class InvalidProfiles(ValueError):
     """A profile or a per-profile total is invalid; the message names it."""
 
 
+ProfileCheck = Callable[[ResourceProfile], None]
+"""Builds a profile's pod once, as a create would, and raises `ValueError` (`SettingsError`)
+when the Kubernetes client would refuse it (`ExecutorPodTemplateBuilder.check`)."""
+
+
 def profile_from_message(
     message: pb.ResourceProfile,
     *,
     app_id: str | None = None,
     policy: TemplatePolicy | None = None,
+    check: ProfileCheck | None = None,
+    declared: Callable[[int], ResourceProfile | None] | None = None,
 ) -> ResourceProfile:
     """The core's profile for a contract message; `InvalidProfiles` when it is unusable.
 
@@ -40,7 +49,9 @@ def profile_from_message(
     them. Saying so at the first RequestTotal beats a driver waiting for executors forever.
 
     The template is then checked against the sidecar's `policy` (templatepolicy.py), before any
-    pod is built from it."""
+    pod is built from it; and then, unless the same profile is `declared` already, built into
+    its pod once by `check`, so that a pod the Kubernetes client would refuse is refused here,
+    not at each create."""
     what = f"profiles[id={message.id}]"
     try:
         template = (
@@ -72,6 +83,11 @@ def profile_from_message(
                 f"({SPARK_LABELS.app_id}) but this sidecar allocates for {app_id!r}: start the "
                 f"sidecar with that application id (--app-id {owner})"
             )
+    if check is not None and (declared is None or declared(profile.id) != profile):
+        try:
+            check(profile)
+        except (ValueError, SettingsError) as error:
+            raise InvalidProfiles(f"{what} is invalid: {error}") from None
     return profile
 
 
@@ -80,11 +96,14 @@ def totals_request(
     *,
     app_id: str | None = None,
     policy: TemplatePolicy | None = None,
+    check: ProfileCheck | None = None,
+    declared: Callable[[int], ResourceProfile | None] | None = None,
 ) -> TotalsRequest:
     """The core's request for a RequestTotal; `InvalidProfiles` for what the message alone gets
     wrong (the backend judges the rest)."""
     profiles = tuple(
-        profile_from_message(m, app_id=app_id, policy=policy) for m in request.profiles
+        profile_from_message(m, app_id=app_id, policy=policy, check=check, declared=declared)
+        for m in request.profiles
     )
     if DEFAULT_RESOURCE_PROFILE_ID in request.profile_totals:
         raise InvalidProfiles(

@@ -77,7 +77,11 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         backend = self._runtime.backend
         try:
             totals = totals_request(
-                request, app_id=self._runtime.app_id, policy=self._runtime.template_policy
+                request,
+                app_id=self._runtime.app_id,
+                policy=self._runtime.template_policy,
+                check=self._runtime.profile_check,
+                declared=backend.declared_profile,
             )
             limit = failure_limit(request)  # checked before anything applies
             applied = backend.request(totals)
@@ -92,6 +96,12 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             await asyncio.wrap_future(applied)
         except ValueError as error:  # the message's or the backend's judgement: one wording
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except RecursionError:  # a RuntimeError, but the request's fault: never "shutting down"
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "the request nests too deeply to be read (a pod template nested thousands of "
+                "levels deep?); nothing was changed",
+            )
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
         counts = backend.counts()
@@ -125,6 +135,17 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             ids = parse_executor_ids(request.executor_ids)
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        # Ids above the highest ever issued never had a pod: nothing is sent or kept for them.
+        highest = self._runtime.backend.highest_executor_id()
+        named = len(ids)
+        ids = [i for i in ids if i <= highest]
+        if len(ids) < named:
+            logger.info(
+                "KillExecutors named %d ids above the highest executor id %d: no executor ever "
+                "had them, so nothing is done for them.",
+                named - len(ids),
+                highest,
+            )
         try:
             deleted = await asyncio.wrap_future(self._runtime.backend.kill_executors(ids))
         except PodOperationError as error:
@@ -153,8 +174,8 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
                 )
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        if request.HasField("registration_timeout_ms") and self._runtime.registration is not None:
-            self._runtime.registration.set_timeout(request.registration_timeout_ms / 1000)
+        if request.HasField("registration_timeout_ms"):
+            self._runtime.backend.set_registration_timeout(request.registration_timeout_ms / 1000)
         known = self._runtime.driver_view.update(
             registered=registered,
             released=released,

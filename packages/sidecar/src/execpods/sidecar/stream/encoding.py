@@ -32,6 +32,7 @@ from execpods.core import (
     ObservedPod,
 )
 from execpods.core.idlists import INT64_MAX
+from execpods.core.waiting import PendingReason, waiting_for
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,24 @@ _NOTICE_KINDS = {
     NoticeKind.RECOVERY_MODE: pb.AllocatorNotice.KIND_RECOVERY_MODE,
     NoticeKind.NODE_BLOCKED: pb.AllocatorNotice.KIND_NODE_BLOCKED,
     NoticeKind.NODE_UNBLOCKED: pb.AllocatorNotice.KIND_NODE_UNBLOCKED,
+    NoticeKind.QUOTA_EXCEEDED: pb.AllocatorNotice.KIND_QUOTA_EXCEEDED,
+    NoticeKind.QUOTA_CAP_LIFTED: pb.AllocatorNotice.KIND_QUOTA_CAP_LIFTED,
+    NoticeKind.ADMISSION_POLICY_REFUSED: pb.AllocatorNotice.KIND_ADMISSION_POLICY_REFUSED,
+    NoticeKind.PENDING_TIMEOUT: pb.AllocatorNotice.KIND_PENDING_TIMEOUT,
+    NoticeKind.CRASH_LOOP_PAUSED: pb.AllocatorNotice.KIND_CRASH_LOOP_PAUSED,
+    NoticeKind.CRASH_LOOP_RESUMED: pb.AllocatorNotice.KIND_CRASH_LOOP_RESUMED,
+    NoticeKind.FAILURE_RULE: pb.AllocatorNotice.KIND_FAILURE_RULE,
     NoticeKind.ALLOCATION_STALLED: pb.AllocatorNotice.KIND_ALLOCATION_STALLED,
     NoticeKind.ALLOCATION_RESUMED: pb.AllocatorNotice.KIND_ALLOCATION_RESUMED,
+}
+
+_PENDING_REASONS = {
+    PendingReason.UNSCHEDULABLE: pb.PendingReason.PENDING_REASON_UNSCHEDULABLE,
+    PendingReason.SCHEDULING_GATED: pb.PendingReason.PENDING_REASON_SCHEDULING_GATED,
+    PendingReason.IMAGE_PULL: pb.PendingReason.PENDING_REASON_IMAGE_PULL,
+    PendingReason.CONTAINER_CONFIG: pb.PendingReason.PENDING_REASON_CONTAINER_CONFIG,
+    PendingReason.CRASH_LOOP: pb.PendingReason.PENDING_REASON_CRASH_LOOP,
+    PendingReason.FAILED_MOUNT: pb.PendingReason.PENDING_REASON_FAILED_MOUNT,
 }
 
 _STATES = {
@@ -72,6 +89,8 @@ class _Visible(NamedTuple):
     pod_ip: str
     exit_code: int | None
     container_reason: str
+    pending_reason: pb.PendingReason.ValueType
+    pending_message: str
 
 
 def _visible(observed: ObservedPod) -> _Visible:
@@ -83,6 +102,7 @@ def _visible(observed: ObservedPod) -> _Visible:
         if isinstance(container, ContainerWaiting | ContainerTerminated) and container.reason
         else ""
     )
+    why = waiting_for(observed)
     return _Visible(
         state=_STATES[observed.state],
         pod_name=pod.name,
@@ -93,6 +113,12 @@ def _visible(observed: ObservedPod) -> _Visible:
         pod_ip=pod.pod_ip or "",
         exit_code=observed.exit_code(),
         container_reason=container_reason,
+        pending_reason=(
+            pb.PendingReason.PENDING_REASON_UNSPECIFIED
+            if why is None
+            else _PENDING_REASONS.get(why.reason, pb.PendingReason.PENDING_REASON_UNSPECIFIED)
+        ),
+        pending_message="" if why is None else why.describe(),
     )
 
 
@@ -107,6 +133,8 @@ def _fill(message: pb.ObservedPod, visible: _Visible) -> None:
     if visible.exit_code is not None:
         message.exit_code = visible.exit_code
     message.container_reason = visible.container_reason
+    message.pending_reason = visible.pending_reason
+    message.pending_message = visible.pending_message
 
 
 def encode_state(observed: ObservedPod) -> pb.ObservedPod:

@@ -29,8 +29,8 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
-    ProgressChange,
 )
+from execpods.core.progress import ProgressChange
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -238,6 +238,13 @@ class SidecarMetrics(TelemetryListener):
             "Nodes new executors keep off now (bad-node avoidance).",
             registry=registry,
         )
+        self.refusals_unlogged = Counter(
+            "execpods_refusals_unlogged",
+            "Calls refused (UNAUTHENTICATED, PERMISSION_DENIED) beyond the refusal log's rate "
+            "(a burst of 5 lines per peer host, then one every 10 s; 20 over all hosts).",
+            ("code",),
+            registry=registry,
+        )
         self.stalled = Gauge(
             "execpods_allocation_stalled",
             "1 while allocation cannot make progress for this reason (gRPC health is then "
@@ -268,6 +275,10 @@ class SidecarMetrics(TelemetryListener):
             self.blocked_nodes.inc()
         elif notice.kind is NoticeKind.NODE_UNBLOCKED:
             self.blocked_nodes.dec()
+
+    def refusal_unlogged(self, code: str) -> None:
+        """A refused call the refusal log left out (`security.RefusalLog`)."""
+        self.refusals_unlogged.labels(code).inc()
 
     def progress_changed(self, change: ProgressChange) -> None:
         """A stall began or ended (`ProgressMonitor`'s listener)."""

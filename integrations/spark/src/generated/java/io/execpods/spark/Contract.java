@@ -34,6 +34,18 @@ final class Contract {
     static final String STATE_UNKNOWN = "STATE_UNKNOWN";
     static final String STATE_TERMINATING = "STATE_TERMINATING";
   }
+  /** Enum PendingReason: its value names. */
+  static final class PendingReason {
+    private PendingReason() {}
+    static final String NAME = "PendingReason";
+    static final String PENDING_REASON_UNSPECIFIED = "PENDING_REASON_UNSPECIFIED";
+    static final String PENDING_REASON_UNSCHEDULABLE = "PENDING_REASON_UNSCHEDULABLE";
+    static final String PENDING_REASON_SCHEDULING_GATED = "PENDING_REASON_SCHEDULING_GATED";
+    static final String PENDING_REASON_IMAGE_PULL = "PENDING_REASON_IMAGE_PULL";
+    static final String PENDING_REASON_CONTAINER_CONFIG = "PENDING_REASON_CONTAINER_CONFIG";
+    static final String PENDING_REASON_CRASH_LOOP = "PENDING_REASON_CRASH_LOOP";
+    static final String PENDING_REASON_FAILED_MOUNT = "PENDING_REASON_FAILED_MOUNT";
+  }
   /** Message RequestTotalRequest: its name and its fields' names. */
   static final class RequestTotalRequest {
     private RequestTotalRequest() {}
@@ -130,6 +142,13 @@ final class Contract {
       static final String KIND_RECOVERY_MODE = "KIND_RECOVERY_MODE";
       static final String KIND_NODE_BLOCKED = "KIND_NODE_BLOCKED";
       static final String KIND_NODE_UNBLOCKED = "KIND_NODE_UNBLOCKED";
+      static final String KIND_QUOTA_EXCEEDED = "KIND_QUOTA_EXCEEDED";
+      static final String KIND_QUOTA_CAP_LIFTED = "KIND_QUOTA_CAP_LIFTED";
+      static final String KIND_ADMISSION_POLICY_REFUSED = "KIND_ADMISSION_POLICY_REFUSED";
+      static final String KIND_PENDING_TIMEOUT = "KIND_PENDING_TIMEOUT";
+      static final String KIND_CRASH_LOOP_PAUSED = "KIND_CRASH_LOOP_PAUSED";
+      static final String KIND_CRASH_LOOP_RESUMED = "KIND_CRASH_LOOP_RESUMED";
+      static final String KIND_FAILURE_RULE = "KIND_FAILURE_RULE";
       static final String KIND_ALLOCATION_STALLED = "KIND_ALLOCATION_STALLED";
       static final String KIND_ALLOCATION_RESUMED = "KIND_ALLOCATION_RESUMED";
     }
@@ -155,6 +174,8 @@ final class Contract {
     static final String NODE_NAME = "node_name";
     static final String POD_IP = "pod_ip";
     static final String CONTAINER_REASON = "container_reason";
+    static final String PENDING_REASON = "pending_reason";
+    static final String PENDING_MESSAGE = "pending_message";
   }
   /** Message ExecutorRemoved: its name and its fields' names. */
   static final class ExecutorRemoved {

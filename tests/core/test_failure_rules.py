@@ -1,0 +1,256 @@
+"""Failure rules (a Job's podFailurePolicy for executors): each action, each match kind, the order,
+the defaults, and configuration errors that name the property and the rule."""
+
+from __future__ import annotations
+
+import pytest
+from execpods.core import (
+    EXECUTOR_CONTAINER_NAME,
+    ContainerStatus,
+    ContainerTerminated,
+    ContainerWaiting,
+    ExecutorPod,
+    PodCondition,
+    SettingsError,
+)
+from execpods.core.failurerules import (
+    FailureAction,
+    FailureRules,
+    FailureRuleSettings,
+    parse_rule,
+)
+
+FAIL = FailureAction.FAIL_APPLICATION
+IGNORE = FailureAction.IGNORE
+COUNT = FailureAction.COUNT
+
+
+def _exited(name: str, code: int) -> ContainerStatus:
+    return ContainerStatus(name=name, state=ContainerTerminated(exit_code=code))
+
+
+def failed_pod(
+    executor_code: int | None = 1,
+    *,
+    sidecar_code: int | None = None,
+    init_code: int | None = None,
+    conditions: tuple[PodCondition, ...] = (),
+    reason: str | None = None,
+) -> ExecutorPod:
+    statuses = []
+    if executor_code is not None:
+        statuses.append(_exited(EXECUTOR_CONTAINER_NAME, executor_code))
+    else:
+        statuses.append(
+            ContainerStatus(
+                name=EXECUTOR_CONTAINER_NAME, state=ContainerWaiting(reason="PodInitializing")
+            )
+        )
+    if sidecar_code is not None:
+        statuses.append(_exited("log-shipper", sidecar_code))
+    inits = () if init_code is None else (_exited("fetch-deps", init_code),)
+    return ExecutorPod(
+        name="exec-1",
+        phase="Failed",
+        reason=reason,
+        container_statuses=tuple(statuses),
+        init_container_statuses=inits,
+        conditions=conditions,
+    )
+
+
+DISRUPTED = (PodCondition(type="DisruptionTarget", status="True", reason="PreemptionByScheduler"),)
+CONFIG_ISSUE = (PodCondition(type="ConfigIssue", status="True"),)
+
+# (rules, pod, expected action, index of the deciding rule among the configured ones or None)
+CASES = [
+    # onExitCodes, executor container (the default), In
+    (["FailApplication onExitCodes In 126,127"], failed_pod(127), FAIL, 0),
+    (["FailApplication onExitCodes In 126,127"], failed_pod(1), COUNT, None),
+    # NotIn
+    (["Ignore onExitCodes NotIn 1,52"], failed_pod(143), IGNORE, 0),
+    (["Ignore onExitCodes NotIn 1,52"], failed_pod(52), COUNT, None),
+    # exit 0 never matches, even NotIn (a Job excludes succeeded containers)
+    (
+        ["FailApplication onExitCodes container=* NotIn 1"],
+        failed_pod(None, init_code=0),
+        COUNT,
+        None,
+    ),
+    # the executor container only, by default: a sidecar's code does not speak for it
+    (["FailApplication onExitCodes In 3"], failed_pod(1, sidecar_code=3), COUNT, None),
+    # any container: a sidecar's and an init container's codes count
+    (["FailApplication onExitCodes container=* In 3"], failed_pod(1, sidecar_code=3), FAIL, 0),
+    (["Count onExitCodes container=* In 2"], failed_pod(None, init_code=2), COUNT, 0),
+    (["Ignore onExitCodes container=* In 2"], failed_pod(None, init_code=2), IGNORE, 0),
+    # a named container
+    (["Ignore onExitCodes container=log-shipper In 3"], failed_pod(1, sidecar_code=3), IGNORE, 0),
+    (["Ignore onExitCodes container=fetch-deps In 2"], failed_pod(1, init_code=2), IGNORE, 0),
+    (["Ignore onExitCodes container=other In 3"], failed_pod(1, sidecar_code=3), COUNT, None),
+    # onPodConditions: type (status True by default), type=status
+    (["Ignore onPodConditions ConfigIssue"], failed_pod(1, conditions=CONFIG_ISSUE), IGNORE, 0),
+    (
+        ["Ignore onPodConditions ConfigIssue=False"],
+        failed_pod(1, conditions=CONFIG_ISSUE),
+        COUNT,
+        None,
+    ),
+    (
+        ["FailApplication onPodConditions Other,ConfigIssue"],
+        failed_pod(1, conditions=CONFIG_ISSUE),
+        FAIL,
+        0,
+    ),
+    # the first match decides
+    (
+        ["Count onExitCodes In 127", "FailApplication onExitCodes In 126,127"],
+        failed_pod(127),
+        COUNT,
+        0,
+    ),
+    (
+        ["Ignore onExitCodes In 3", "FailApplication onExitCodes In 126,127"],
+        failed_pod(127),
+        FAIL,
+        1,
+    ),
+    # keywords are case-insensitive, statuses canonical
+    (["ignore ONEXITCODES notin 1"], failed_pod(2), IGNORE, 0),
+    (
+        ["Ignore onPodConditions configissue=true"],
+        failed_pod(1, conditions=CONFIG_ISSUE),
+        COUNT,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("texts", "pod", "action", "deciding"), CASES)
+def test_each_action_and_match_kind(
+    texts: list[str], pod: ExecutorPod, action: FailureAction, deciding: int | None
+) -> None:
+    configured = [parse_rule(t, source=f"rule {i}") for i, t in enumerate(texts)]
+    rules = FailureRules(
+        configured, count_disruptions=True, executor_container=EXECUTOR_CONTAINER_NAME
+    )
+    decision = rules.decide(pod)
+    assert decision.action is action
+    assert decision.rule is (None if deciding is None else configured[deciding])
+    assert decision.counted is (action is not IGNORE)
+
+
+# The defaults reproduce the behaviour before rules: disruptions are not counted (unless
+# countDisruptions), every other failure is.
+DEFAULT_CASES = [
+    (failed_pod(1), False, COUNT),
+    (failed_pod(137), False, COUNT),
+    (failed_pod(143, conditions=DISRUPTED), False, IGNORE),
+    (failed_pod(143, reason="Evicted"), False, IGNORE),  # a kubelet eviction, no condition
+    (failed_pod(143, conditions=DISRUPTED), True, COUNT),
+    (failed_pod(143, reason="Evicted"), True, COUNT),
+    (
+        failed_pod(1, conditions=(PodCondition(type="DisruptionTarget", status="False"),)),
+        False,
+        COUNT,
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod", "count_disruptions", "action"), DEFAULT_CASES)
+def test_the_defaults_reproduce_count_disruptions(
+    pod: ExecutorPod, count_disruptions: bool, action: FailureAction
+) -> None:
+    rules = FailureRules(
+        FailureRuleSettings().parsed(),
+        count_disruptions=count_disruptions,
+        executor_container=EXECUTOR_CONTAINER_NAME,
+    )
+    assert rules.decide(pod).action is action
+
+
+def test_the_disruption_rule_comes_before_the_configured_ones() -> None:
+    settings = FailureRuleSettings.from_properties(
+        {"execpods.executor.failureRules.1": "FailApplication onExitCodes In 143"}
+    )
+    rules = FailureRules(
+        settings.parsed(), count_disruptions=False, executor_container=EXECUTOR_CONTAINER_NAME
+    )
+    decision = rules.decide(failed_pod(143, conditions=DISRUPTED))
+    assert decision.action is IGNORE
+    assert decision.explain().startswith("execpods.executor.countDisruptions=false")
+    assert rules.decide(failed_pod(143)).action is FAIL
+
+
+def test_rules_apply_in_ascending_number_not_in_text_order() -> None:
+    settings = FailureRuleSettings.from_properties(
+        {
+            "execpods.executor.failureRules.10": "FailApplication onExitCodes In 1",
+            "execpods.executor.failureRules.2": "Ignore onExitCodes In 1",
+        }
+    )
+    parsed = settings.parsed()
+    assert [r.source for r in parsed] == [
+        "execpods.executor.failureRules.2",
+        "execpods.executor.failureRules.10",
+    ]
+    rules = FailureRules(parsed, count_disruptions=True, executor_container=EXECUTOR_CONTAINER_NAME)
+    assert rules.decide(failed_pod(1)).action is IGNORE
+
+
+def test_the_executor_container_is_the_configured_one() -> None:
+    rule = parse_rule("FailApplication onExitCodes In 3", source="r")
+    rules = FailureRules([rule], count_disruptions=True, executor_container="log-shipper")
+    assert rules.decide(failed_pod(1, sidecar_code=3)).action is FAIL
+
+
+BAD = [
+    ("1", "FailJob onExitCodes In 1", "FailJob is FailApplication here"),
+    ("1", "Explode onExitCodes In 1", "must be FailApplication, Ignore or Count, not 'Explode'"),
+    ("2", "Ignore", "a rule is"),
+    ("3", "Ignore onLabels x", "must be onExitCodes or onPodConditions, not 'onLabels'"),
+    ("4", "Ignore onExitCodes Equals 1", "the operator must be In or NotIn, not 'Equals'"),
+    ("5", "Ignore onExitCodes In 0,1", "exit code 0 cannot be used with In"),
+    ("6", "Ignore onExitCodes In 1,1", "must not repeat"),
+    ("7", "Ignore onExitCodes In one", "'one' is not an exit code"),
+    ("8", "Ignore onExitCodes In 1, 2", "comma-separated list without spaces"),
+    ("9", "Ignore onExitCodes container= In 1", "container= needs a container name"),
+    ("10", "Ignore onExitCodes In 4294967296", "not a 32-bit integer"),
+    ("11", "Ignore onPodConditions Ready=Maybe", "must be True, False or Unknown, not 'Maybe'"),
+    ("12", "Ignore onPodConditions", "onPodConditions takes"),
+    ("13", "Ignore onExitCodes In " + ",".join(str(i) for i in range(1, 300)), "at most 255"),
+]
+
+
+@pytest.mark.parametrize(("number", "text", "problem"), BAD)
+def test_a_bad_rule_names_its_property_and_the_rule(number: str, text: str, problem: str) -> None:
+    key = f"execpods.executor.failureRules.{number}"
+    with pytest.raises(SettingsError) as raised:
+        FailureRuleSettings.from_properties({key: text})
+    message = str(raised.value)
+    assert message.startswith(f"{key}={text!r} is invalid: ")
+    assert problem in message
+
+
+def test_rule_names_must_be_numbers_and_at_most_twenty_rules() -> None:
+    with pytest.raises(
+        SettingsError, match=r"failureRules\.first is invalid: 'first' must be a rule number"
+    ):
+        FailureRuleSettings.from_properties(
+            {"execpods.executor.failureRules.first": "Count onExitCodes In 1"}
+        )
+    with pytest.raises(SettingsError, match="must be a rule number"):
+        FailureRuleSettings.from_properties(
+            {"execpods.executor.failureRules.01": "Count onExitCodes In 1"}
+        )
+    many = {f"execpods.executor.failureRules.{i}": "Count onExitCodes In 1" for i in range(1, 22)}
+    with pytest.raises(SettingsError, match="at most 20 failure rules"):
+        FailureRuleSettings.from_properties(many)
+
+
+def test_a_rule_reads_back_as_written() -> None:
+    for text in (
+        "FailApplication onExitCodes In 126,127",
+        "Ignore onExitCodes container=* NotIn 0,1",
+        "Count onPodConditions DisruptionTarget,Ready=False",
+    ):
+        assert parse_rule(text, source="r").describe() == text

@@ -1,0 +1,162 @@
+"""ResourceQuota in kubesim: objects, usage, and the admission's exact 403 wording, through the
+official client over HTTP."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pytest
+from execpods.kubesim import KubeSim
+from execpods.kubesim.quota import Quantity
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubesim.conftest import NS, CoreApi, pod_body
+
+
+def quota_body(name: str, hard: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name},
+        "spec": {"hard": hard, **spec},
+    }
+
+
+def sized_pod(name: str, *, cpu: str | None = "1", memory: str | None = "1408Mi") -> dict[str, Any]:
+    body = pod_body(name)
+    resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    if cpu is not None:
+        resources["requests"]["cpu"] = cpu
+    if memory is not None:
+        resources["requests"]["memory"] = memory
+        resources["limits"]["memory"] = memory
+    body["spec"]["containers"][0]["resources"] = resources
+    return body
+
+
+def refusal(core: CoreApi, body: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(ApiException) as raised:
+        core.create_namespaced_pod(NS, body)
+    assert raised.value.status == 403
+    status: dict[str, Any] = orjson.loads(raised.value.body or "{}")
+    return status
+
+
+def used(core: CoreApi, name: str) -> dict[str, str]:
+    quota = core.read_namespaced_resource_quota(name, NS)
+    return dict(quota.status.used)
+
+
+def test_a_pod_quota_admits_its_worth_and_refuses_the_next_in_the_api_servers_words(
+    core: CoreApi,
+) -> None:
+    core.create_namespaced_resource_quota(NS, quota_body("compute", {"pods": "2"}))
+    assert used(core, "compute") == {"pods": "0"}
+    core.create_namespaced_pod(NS, sized_pod("exec-1"))
+    core.create_namespaced_pod(NS, sized_pod("exec-2"))
+    assert used(core, "compute") == {"pods": "2"}
+    status = refusal(core, sized_pod("exec-3"))
+    assert status["reason"] == "Forbidden"
+    assert status["details"] == {"name": "exec-3", "kind": "pods"}
+    assert status["message"] == (
+        'pods "exec-3" is forbidden: exceeded quota: compute, requested: pods=1, used: pods=2, '
+        "limited: pods=2"
+    )
+    assert core.list_namespaced_pod(NS).items.__len__() == 2
+
+
+def test_only_the_exhausted_resources_are_named_sorted_in_canonical_quantities(
+    core: CoreApi,
+) -> None:
+    hard = {"requests.memory": "3Gi", "requests.cpu": "2500m", "pods": "10"}
+    core.create_namespaced_resource_quota(NS, quota_body("compute", hard))
+    core.create_namespaced_pod(NS, sized_pod("a", cpu="1"))
+    core.create_namespaced_pod(NS, sized_pod("b", cpu="1"))
+    assert used(core, "compute") == {"pods": "2", "requests.cpu": "2", "requests.memory": "2816Mi"}
+    status = refusal(core, sized_pod("c", cpu="1"))
+    assert status["message"] == (
+        'pods "c" is forbidden: exceeded quota: compute, requested: requests.cpu=1,'
+        "requests.memory=1408Mi, used: requests.cpu=2,requests.memory=2816Mi, limited: "
+        "requests.cpu=2500m,requests.memory=3Gi"
+    )
+    core.create_namespaced_pod(NS, sized_pod("d", cpu="500m", memory="256Mi"))
+    assert used(core, "compute")["requests.cpu"] == "2500m"
+
+
+def test_a_quota_on_cpu_needs_every_container_to_name_it(core: CoreApi) -> None:
+    core.create_namespaced_resource_quota(NS, quota_body("compute", {"limits.cpu": "4"}))
+    status = refusal(core, sized_pod("exec-1"))
+    assert status["message"] == (
+        'pods "exec-1" is forbidden: failed quota: compute: must specify limits.cpu for: main'
+    )
+
+
+def test_usage_is_given_back_when_pods_end_and_a_raised_quota_admits_more(
+    sim: KubeSim, core: CoreApi
+) -> None:
+    core.create_namespaced_resource_quota(NS, quota_body("compute", {"pods": "1"}))
+    core.create_namespaced_pod(NS, sized_pod("exec-1"))
+    refusal(core, sized_pod("exec-2"))
+    core.delete_namespaced_pod("exec-1", NS, grace_period_seconds=0)
+    sim.run_until_idle()
+    assert used(core, "compute") == {"pods": "0"}
+    core.create_namespaced_pod(NS, sized_pod("exec-2"))
+    refusal(core, sized_pod("exec-3"))
+    core.patch_namespaced_resource_quota("compute", NS, {"spec": {"hard": {"pods": "3"}}})
+    quota = core.read_namespaced_resource_quota("compute", NS)
+    assert quota.status.hard == {"pods": "3"}
+    core.create_namespaced_pod(NS, sized_pod("exec-3"))
+    assert used(core, "compute") == {"pods": "2"}
+
+
+def test_a_failed_pod_stops_counting_but_its_object_count_stays(
+    sim: KubeSim, core: CoreApi
+) -> None:
+    core.create_namespaced_resource_quota(NS, quota_body("q", {"pods": "5", "count/pods": "5"}))
+    core.create_namespaced_pod(NS, sized_pod("exec-1"))
+    sim.run_until_idle()
+    sim.fail_pod("exec-1", exit_code=1)
+    sim.run_until_idle()
+    assert used(core, "q") == {"pods": "0", "count/pods": "1"}
+
+
+def test_scopes_and_quotas_in_other_namespaces(sim: KubeSim, core: CoreApi) -> None:
+    core.create_namespaced_resource_quota(
+        NS, quota_body("best-effort", {"pods": "0"}, scopes=["BestEffort"])
+    )
+    core.create_namespaced_pod(NS, sized_pod("sized"))  # not best effort: not this quota's
+    best_effort = sized_pod("bare", cpu=None, memory=None)
+    assert "exceeded quota: best-effort" in refusal(core, best_effort)["message"]
+    core.create_namespace({"metadata": {"name": "other"}})
+    core.create_namespaced_resource_quota("other", quota_body("none", {"pods": "0"}))
+    core.create_namespaced_pod(NS, sized_pod("sized-2"))
+
+
+QUANTITIES = [
+    ("1408Mi", True, "1408Mi"),
+    ("1Gi", True, "1Gi"),
+    ("1024Mi", True, "1Gi"),
+    ("1500", False, "1500"),
+    ("500m", False, "500m"),
+    ("1.5", False, "1500m"),
+    ("12000", False, "12k"),
+    ("0", False, "0"),
+]
+
+
+@pytest.mark.parametrize(("text", "binary", "canonical"), QUANTITIES)
+def test_quantities_print_as_the_api_prints_them(text: str, binary: bool, canonical: str) -> None:
+    quantity = Quantity.parse(text)
+    assert quantity.binary is binary
+    assert str(quantity) == canonical
+
+
+def test_a_sum_keeps_the_format_of_its_first_non_zero_term() -> None:
+    zero = Quantity(Decimal(0))
+    assert str(zero + Quantity.parse("1408Mi") + Quantity.parse("1408Mi")) == "2816Mi"
+    assert str(Quantity.parse("1") + Quantity.parse("1Gi")) == "1073741825"
+    # binary only for whole multiples of 1Ki: 1536 bytes is 1536 (not 1.5Ki), 2048 is 2Ki
+    assert str(Quantity.parse("1Ki") + Quantity.parse("512")) == "1536"
+    assert str(Quantity.parse("1Ki") + Quantity.parse("1024")) == "2Ki"
