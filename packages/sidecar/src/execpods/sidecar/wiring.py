@@ -42,6 +42,7 @@ from execpods.k8s import (
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
     KubernetesPodOperations,
+    KubernetesResizer,
     KubernetesSettings,
     PodWarnings,
     PollSource,
@@ -52,7 +53,6 @@ from execpods.k8s import (
     rate_limiter_for,
     resolve_namespace,
 )
-from execpods.k8s.resize import KubernetesResizer
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.driver_view import InferredDriverView
 from execpods.sidecar.guard.permissions import (
