@@ -141,14 +141,97 @@ def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
         "split_slots",
         "executors_to_request",
         "ExecutorFailureTracker",
-        "AllocatorStats",
     }
     exported = set(execpods.core.__all__)
     assert exported & internals == {"ExecutorPodsBackend"}, "only the facade among the parts"
     assert {"compose_backend", "TotalsRequest", "StreamHandle", "StoreFactory"} <= exported
-    # The ports grew by what the core decides and the adapter writes (`PodDecisions`, the claim
-    # port and its values) and by the composition's three values (`Ports`, `Machinery`,
-    # `FeatureSettings`); issue 30 adds four values that cross the ports: the pod's conditions and
-    # warning (the adapter builds them) and the two capacity refusals (the adapter raises them);
-    # `test_layering.py` proves shipped packages use nothing else.
-    assert len(exported) <= 84
+    # The surface grew by what the core decides and the adapter writes (`PodDecisions`, the claim
+    # port and its values), by the composition's three values (`Ports`, `Machinery`,
+    # `FeatureSettings`), by the helpers shipped packages used to reach past it for (ids in
+    # messages, the driver's readiness, why executors wait, the credentials' stall reason) and by
+    # issue 30's values that cross the ports (a pod's conditions and warning, the capacity
+    # refusals); tests/test_fences.py proves shipped packages use nothing else.
+    assert len(exported) <= 92
+
+
+# --- features: built only by their module's `plug`, plugged only by the composition root --------
+
+CORE_MODULES = sorted((ROOT / "packages/core/src/execpods/core").glob("*.py"))
+
+
+def _feature_classes() -> dict[str, Path]:
+    """Every class deriving (at any depth) from `features.Feature`, with its module."""
+    trees = _trees()
+    found: dict[str, Path] = {}
+    known = {"Feature"}
+    changed = True
+    while changed:
+        changed = False
+        for path in CORE_MODULES:
+            for node in ast.walk(trees[path]):
+                if (
+                    isinstance(node, ast.ClassDef)
+                    and node.name not in known
+                    and {_name(b) for b in node.bases} & known
+                ):
+                    known.add(node.name)
+                    found[node.name] = path
+                    changed = True
+    return found
+
+
+def feature_offences(tree: ast.Module, path: Path, features: dict[str, Path]) -> list[str]:
+    """Constructions of a feature outside its own module's `plug`, and `plug` calls outside the
+    composition root."""
+    offences: list[str] = []
+
+    def visit(node: ast.AST, in_plug: bool) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            in_plug = node.name == "plug"
+        if isinstance(node, ast.Call):
+            name = _name(node.func)
+            if name in features and not (in_plug and features[name] == path):
+                offences.append(f"{path.name}:{node.lineno} builds {name}")
+            if name == "plug" and path != COMPOSE:
+                offences.append(f"{path.name}:{node.lineno} plugs a feature")
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_plug)
+
+    visit(tree, False)
+    return offences
+
+
+def test_the_feature_check_sees_a_feature_built_beside_the_root() -> None:
+    features = {"NodeBlocklist": ROOT / "badnodes.py"}
+    wiring = ast.parse("def assemble():\n    return NodeBlocklist(settings=s, notices=n)\n")
+    assert feature_offences(wiring, ROOT / "wiring.py", features) == [
+        "wiring.py:2 builds NodeBlocklist"
+    ]
+    plugged = ast.parse("def plug(s, p):\n    return NodeBlocklist(settings=s, notices=p)\n")
+    assert feature_offences(plugged, ROOT / "badnodes.py", features) == []
+    assert feature_offences(ast.parse("badnodes.plug(s, p)\n"), ROOT / "x.py", features)
+
+
+def test_features_are_built_only_by_their_plug_and_plugged_only_by_compose_backend() -> None:
+    """Outside a feature's own unit tests, a feature exists only as `compose_backend` plugs it
+    from its settings slice: none is built by the sidecar, a test rig or another module."""
+    features = _feature_classes()
+    assert {"NodeBlocklist", "OomRecoveryMode", "ExecutorClaims", "RegistrationTimeout"} <= set(
+        features
+    ), features
+    offences = [
+        offence
+        for path, tree in _trees().items()
+        if not _core_unit_test(path)
+        for offence in feature_offences(tree, path, features)
+    ]
+    assert offences == []
+    plugged = {
+        node.func.value.id
+        for node in ast.walk(_trees()[COMPOSE])
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "plug"
+        and isinstance(node.func.value, ast.Name)
+    }
+    assert {features[f].stem for f in features} - {"ids"} <= plugged | {"idbudget"}

@@ -8,6 +8,10 @@
     python3 tools/dev.py gen      # regenerate the gRPC code and the settings doc's tables
     python3 tools/dev.py spark-plugin   # build integrations/spark's jar (javac, pyspark's jars)
     python3 tools/dev.py image    # build the sidecar image (buildah), run it against kubesim
+    python3 tools/dev.py gobuild [NAME...]   # build (or reuse) the pinned Go programs (default:
+                                             # etcd, kube-apiserver, kube-controller-manager, helm)
+    python3 tools/dev.py gobuild --path helm # print a program's binary (building it if missing)
+    python3 tools/dev.py realserver [-- CMD...]  # a real kube-apiserver + etcd on loopback
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -114,7 +118,12 @@ def lint() -> None:
 
 def check() -> None:
     lint()
-    _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:])
+    # The real API server tier (tests/realapi) needs etcd, kube-apiserver and
+    # kube-controller-manager, the chart's tests helm: built from source on the first run
+    # (minutes), cached after (execpods.devtools.realserver.gobuild.CHECK_BUILDS).
+    _run(_tool("python"), "-m", "execpods.devtools.realserver", "build")
+    env = {**os.environ, "EXECPODS_REAL_SERVER": "require"}
+    _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:], env=env)
 
 
 def demo() -> None:
@@ -135,6 +144,20 @@ def image() -> None:
     _run(_tool("python"), ROOT / "tools" / "image.py", *sys.argv[2:])
 
 
+def gobuild() -> None:
+    """Build the pinned Go programs into the cache outside the checkout (tools/gobuild/)."""
+    args = sys.argv[2:]
+    if args[:1] == ["--path"]:
+        _run(_tool("python"), "-m", "execpods.devtools.realserver", "path", *args[1:])
+    else:
+        _run(_tool("python"), "-m", "execpods.devtools.realserver", "build", *args)
+
+
+def realserver() -> None:
+    """Start etcd + kube-apiserver + kube-controller-manager on loopback (see docs/kubesim.md)."""
+    _run(_tool("python"), "-m", "execpods.devtools.realserver", "start", *sys.argv[2:])
+
+
 def gen() -> None:
     """The gRPC code from proto/, and the settings tables of docs/configuration.md."""
     _run(_tool("python"), ROOT / "tools" / "gen_proto.py")
@@ -149,6 +172,8 @@ JOBS = {
     "gen": gen,
     "spark-plugin": spark_plugin,
     "image": image,
+    "gobuild": gobuild,
+    "realserver": realserver,
 }
 
 

@@ -2,18 +2,18 @@
 (with two documented exceptions) and stays wire- and JSON-compatible with the last release.
 
 The last release is the tag the CHANGELOG names (`v0.2.0`), or its commit when this clone has no
-tags. buf is a Go program: `EXECPODS_BUF` or `buf` on PATH (skipped without it).
+tags. buf is a Go program (tests/gotools.py: pinned in tools/gobuild/buf, or EXECPODS_BUF).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.gotools import go_program
 from tests.test_release import release_tags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def buf() -> str:
-    found = os.environ.get("EXECPODS_BUF") or shutil.which("buf")
-    if not found:
-        pytest.skip("buf is not installed (EXECPODS_BUF or PATH)")
-    return found
+    return go_program("buf")
 
 
 def _run(buf: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,11 +11,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from execpods.core import (
+    AllocatorNotice,
     Claim,
     ExecutorPod,
     ExecutorPodsBackend,
     FeatureSettings,
     NeededClaim,
+    NoticeKind,
     PodManifest,
     PodOperationError,
 )
@@ -146,6 +148,11 @@ class ClaimsRig:
     policy: ExecutorClaims
     clock: ManualClock
     backend: ExecutorPodsBackend
+    notices: list[AllocatorNotice]
+
+    def told(self, kind: NoticeKind) -> int:
+        """How many creates the notices of this kind stood for."""
+        return sum(n.count for n in self.notices if n.kind is kind)
 
     def claim_of(self, executor_id: int) -> str:
         """The claim executor `executor_id`'s pod was created with."""
@@ -191,8 +198,10 @@ def claims_rig(
         claims=claims,
         features=FeatureSettings(claims=claim_settings or ClaimSettings()),
     )
+    notices: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(notices.append)
     composed.allocator.start(TEST_APP_ID, RecordingDriver())
     policy = composed.feature(ExecutorClaims)
     return ClaimsRig(
-        composed.allocator, composed.store, pods, claims, policy, clock, composed.backend
+        composed.allocator, composed.store, pods, claims, policy, clock, composed.backend, notices
     )

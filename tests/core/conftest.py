@@ -12,15 +12,18 @@ from dataclasses import dataclass
 
 import pytest
 from execpods.core import (
+    AllocatorNotice,
     CoreSettings,
     ExecutorIdLedger,
     ExecutorPodsBackend,
     ManualClock,
+    NoticeKind,
     ResourceProfiles,
 )
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.creation import CreateRunner
+from execpods.core.ids import ExecutorIds, IdBudget
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.testing import (
     TEST_APP_ID,
@@ -42,6 +45,14 @@ class AllocatorRig:
     driver: RecordingDriver
     backend: ExecutorPodsBackend
     """The facade over the same parts (its notices are the allocator's)."""
+    ids: ExecutorIds
+    """The id counter the id ledger's feature issues from."""
+    notices: list[AllocatorNotice]
+    """Every notice since the rig was made."""
+
+    def told(self, kind: NoticeKind) -> int:
+        """How many creates the notices of this kind stood for."""
+        return sum(n.count for n in self.notices if n.kind is kind)
 
 
 @dataclass
@@ -80,8 +91,19 @@ def make_allocator_rig(
         api_rate_ceiling=api_rate_ceiling,
     )
     composed.allocator.start(TEST_APP_ID, driver)
+    notices: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(notices.append)
+    ids = composed.feature(IdBudget).ids
     return AllocatorRig(
-        composed.allocator, composed.store, pods, clock, settings, driver, composed.backend
+        composed.allocator,
+        composed.store,
+        pods,
+        clock,
+        settings,
+        driver,
+        composed.backend,
+        ids,
+        notices,
     )
 
 

@@ -105,7 +105,7 @@ def test_request_executors_in_batches_another_batch_once_all_pending_start_runni
     assert rig.allocator.outstanding_pods == 5
     for executor_id in range(1, 5):
         rig.store.update_pod(pod(rig, executor_id, "running"))
-    assert rig.allocator.stats.ids_issued == 5
+    assert rig.ids.issued == 5
     rig.store.notify_subscribers()
     assert rig.allocator.outstanding_pods == 1
     assert created(rig) == [1, 2, 3, 4, 5]
@@ -141,7 +141,7 @@ def test_when_the_api_does_not_report_a_requested_executor_in_time_retry_it() ->
     rig.allocator.set_total_expected_executors(1)
     assert created(rig) == [1]
     rig.pods.pods.clear()  # the create never took effect, as far as the cluster is concerned
-    rig.clock.set_time(START + rig.allocator.pod_creation_timeout + 1)
+    rig.clock.set_time(START + rig.settings.pod_creation_timeout + 1)
     rig.store.notify_subscribers()
     assert rig.allocator.outstanding_pods == 1
     expected = PodSelector(labels=APP_LABELS, label_in={"spark-exec-id": frozenset({"1"})})
@@ -357,7 +357,7 @@ def test_an_unseen_request_blocks_its_profile_until_the_creation_timeout() -> No
     rig = spark_rig()
     rig.allocator.set_total_expected_executors(1)
     rig.pods.pods.clear()
-    rig.clock.set_time(START + rig.allocator.pod_creation_timeout)
+    rig.clock.set_time(START + rig.settings.pod_creation_timeout)
     rig.store.notify_subscribers()
     assert rig.pods.deletes == []
     assert created(rig) == [1]

@@ -4,6 +4,8 @@ explicit policy, and adaptive batches, on the rig of Spark's suite (allocator_su
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from execpods.core import (
     AllocatorNotice,
@@ -40,7 +42,7 @@ def test_a_refused_create_is_counted_reported_and_backed_off_without_ending_the_
     # Executor 1 is refused; the rest of the round goes on, the other profile included.
     assert created(rig) == [2, 3, 4, 5]
     assert [profile_of(rig, i) for i in (2, 3, 4, 5)] == [0, 0, RP, RP]
-    assert rig.allocator.stats.refused == 1
+    assert rig.told(NoticeKind.CREATE_REFUSED) == 1
     (notice,) = notices
     assert notice.kind is NoticeKind.CREATE_REFUSED
     assert notice.count == 1
@@ -92,8 +94,8 @@ def test_throttling_pauses_every_create_for_retry_after() -> None:
     # The throttled create made no pod: its id 1 is handed back and used (issue 20, defect 11).
     assert created(rig) == [1, 2, 3, 4]
     assert [profile_of(rig, i) for i in (1, 2, 3, 4)] == [0, 0, RP, RP]
-    assert rig.allocator.stats.throttled == 1
-    assert rig.allocator.stats.ids_issued == 4
+    assert rig.told(NoticeKind.CREATE_THROTTLED) == 1
+    assert rig.ids.issued == 4
 
 
 def test_a_create_with_unknown_outcome_is_read_back_and_replaced_at_once() -> None:
@@ -130,7 +132,7 @@ def test_an_unexpected_error_is_counted_and_never_ends_the_round() -> None:
     rig = spark_rig()
     rig.pods.fail_next_create(RuntimeError("a bug"))  # type: ignore[arg-type]
     rig.allocator.set_total_expected_executors(2)
-    assert rig.allocator.stats.failed == 1
+    assert rig.told(NoticeKind.CREATE_FAILED) == 1
     assert created(rig) == [2]
     rig.store.update_pod(pod(rig, 2, "running"))
     rig.store.notify_subscribers()
@@ -197,7 +199,8 @@ def test_adaptive_batches_halve_after_a_refusal_and_grow_again() -> None:
     assert recorder.steps == [8, 16, 32, 16, 29], "halved to 16, then doubling again"
 
 
-def test_a_start_failure_halves_the_step() -> None:
+def test_a_start_failure_halves_the_step(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="execpods.core.creator")
     settings = CoreSettings(batch_size=8)
     recorder = StepRecorder()
     rig = make_allocator_rig(settings, clock_start=START, runner=recorder, api_rate_ceiling=10)
@@ -207,7 +210,7 @@ def test_a_start_failure_halves_the_step() -> None:
         rig.store.update_pod(pod(rig, executor_id, "running"))
     rig.allocator.set_total_expected_executors(40)
     rig.store.notify_subscribers()
-    assert rig.allocator.stats.start_failures == 1
+    assert "1 executors failed to start; creating more slowly." in caplog.messages
     assert recorder.steps == [8, 8, 16, 9], "16 after the clean step, halved to 8 by the failure"
 
 

@@ -151,3 +151,23 @@ def test_a_total_beyond_the_maximum_is_refused_before_anything_runs() -> None:
     rig.requests.run_until_idle()
     future.result()
     assert rig.backend.counts().total == 100
+
+
+def test_stopping_makes_one_attempt_when_retrying_is_hopeless() -> None:
+    """The sidecar's case of a server that never answered: one delete, no wait, no list, the
+    reason in the report; a hopeless reason that comes only after a success changes nothing."""
+    clock = ManualClock()
+    pods = FlakyPods(failures=10**6)
+    backend = _backend(pods, clock, **{"execpods.shutdown.deleteGrace": "30s"})
+    backend.start()
+    never = "the Kubernetes API server at http://127.0.0.1:9 never answered"
+    report = backend.stop(wait=clock.advance, hopeless=lambda: never)
+    assert (report.complete, report.attempts, report.left) == (False, 1, None)
+    assert clock.monotonic() == 0  # no back-off
+    assert never in report.describe(TEST_APP_ID)
+    answering = FlakyPods(failures=0)
+    other = _backend(answering, ManualClock(), **{"execpods.shutdown.deleteGrace": "30s"})
+    other.start()
+    _add_executor_pods(answering, 2)
+    assert other.stop(hopeless=lambda: never).complete
+    assert answering.pods == {}

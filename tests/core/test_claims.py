@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from execpods.core import (
     ExecutorPodsBackend,
+    NoticeKind,
     PodForbidden,
 )
 from execpods.core.claims import ClaimSettings
@@ -83,7 +84,7 @@ def test_spark_39688_get_reusable_pvcs_handles_accounts_with_no_pvc_permission()
     rig.claims.list_error = PodForbidden("persistentvolumeclaims is forbidden")
     rig.allocator.set_total_expected_executors(1)
     assert rig.claim_of(1) == f"{TEST_APP_ID}-exec-1-pvc-0"
-    assert rig.allocator.stats.failed == 0
+    assert rig.told(NoticeKind.CREATE_FAILED) == 0
 
 
 def test_spark_41388_recently_created_pvcs_of_the_previous_batch_are_not_reused() -> None:
@@ -130,7 +131,7 @@ def test_spark_41410_an_exception_during_pvc_creation_does_not_increase_the_coun
     assert rig.policy.made == 0
     assert rig.allocator.outstanding_pods == 0
     assert rig.pods.deletes_of(f"{TEST_APP_ID}-exec-1") == 1
-    assert rig.allocator.stats.refused == 1
+    assert rig.told(NoticeKind.CREATE_REFUSED) == 1
 
 
 def stopping_backend(rig: ClaimsRig) -> ExecutorPodsBackend:

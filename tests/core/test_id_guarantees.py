@@ -152,7 +152,7 @@ def test_defect_11_an_id_is_spent_only_when_its_create_is_sent() -> None:
         rig.store.notify_subscribers()
     ids = rig.pods.created_executor_ids()
     assert sorted(ids) == list(range(1, 11)), ids
-    assert rig.allocator.stats.ids_issued == 10
+    assert rig.ids.issued == 10
 
 
 def test_the_allocation_maximum_counts_only_ids_sent() -> None:

@@ -12,6 +12,7 @@ from execpods.core import (
     CoreSettings,
     DeterministicScheduler,
     ManualClock,
+    NoticeKind,
     PodAdmissionRejected,
     PodSelector,
 )
@@ -130,7 +131,7 @@ def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocat
     rig = make_allocator_rig(
         CoreSettings.from_properties({"spark.executor.maxNumFailures": str(limit)})
     )
-    tracker = rig.allocator._failures  # shared with the lifecycle manager (compose_backend)
+    tracker = rig.allocator._scale_up._failures  # the lifecycle manager's (compose_backend)
     assert tracker is not None
     rig.store.replace_snapshot([])
     rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))
@@ -141,7 +142,7 @@ def test_refused_creations_count_as_failures_and_a_tripped_tracker_stops_allocat
     rig.store.notify_subscribers()
     rig.clock.advance(600)  # the unseen requests expire: the next round creates again
     rig.store.notify_subscribers()
-    assert rig.allocator.stats.throttled == 1
+    assert rig.told(NoticeKind.CREATE_THROTTLED) == 1
     assert tracker.failed_executors == 1, "throttling only paces creates: not a failure"
     rig.clock.advance(600)
     rig.pods.fail_next_create(PodAdmissionRejected("quota exceeded"))

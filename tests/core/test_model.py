@@ -102,7 +102,20 @@ class Life:
     stream: Stream
     driver_removals_before: int
     """How many removals the driver had heard of when this life began."""
+    start_failures: StartFailures
     violations: list[str] = dataclasses.field(default_factory=list)
+
+
+class StartFailures(logging.Handler):
+    """The start failures the creates count (their warning says how many), for one life."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "failed to start; creating more slowly" in record.getMessage():
+            self.count += int(record.getMessage().split()[0])
 
 
 def executor_id(pod: ExecutorPod) -> int | None:
@@ -145,7 +158,14 @@ class GuaranteesModel(RuleBasedStateMachine):
         composed.backend.open_stream(
             1.0, on_snapshots=stream.on_snapshots, on_removal=stream.on_removal
         )
-        life = Life(self.lives, composed, scheduler, observer, stream, len(self.driver.removed))
+        creator_log = logging.getLogger("execpods.core.creator")
+        if self.lives > 1:
+            creator_log.removeHandler(self.life.start_failures)
+        starts = StartFailures()
+        creator_log.addHandler(starts)
+        life = Life(
+            self.lives, composed, scheduler, observer, stream, len(self.driver.removed), starts
+        )
         self.life = life
         composed.backend.start(initial_executors=self.target)
         self.cluster.watch = composed.store
@@ -354,11 +374,12 @@ class GuaranteesModel(RuleBasedStateMachine):
         }
         first = self.life.stream.first_state
         never_ran = [i for i in made if first.get(i) is ExecutorState.FAILED]
-        starts = self.life.composed.allocator.stats.start_failures
+        starts = self.life.start_failures.count
         assert starts <= len(never_ran), f"{starts} start failures, never ran: {never_ran}"
 
     def teardown(self) -> None:
         """Faults stop, the target stays: the cluster must converge to exactly it."""
+        logging.getLogger("execpods.core.creator").removeHandler(self.life.start_failures)
         cluster = self.cluster
         cluster.create_outcomes.clear()
         cluster.deny_deletes = False

@@ -7,6 +7,7 @@ resuming once it can.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -62,7 +63,9 @@ class FailingLedger(InMemoryIdLedger):
         return super().highest_reserved()
 
 
-def test_an_unreadable_ledger_stalls_allocation_on_every_stream_until_it_reads() -> None:
+def test_an_unreadable_ledger_stalls_allocation_on_every_stream_until_it_reads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     clock = ManualClock(1_000.0)
     scheduler = DeterministicScheduler(clock)
     ledger = FailingLedger()
@@ -101,6 +104,12 @@ def test_an_unreadable_ledger_stalls_allocation_on_every_stream_until_it_reads()
         scheduler.tick(1.0)
         store.notify_subscribers()
     assert len(early) == 1
+    warned = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "Could not read the executor id ledger" in r.message
+    ]
+    assert len(warned) == 1  # each round's retry is DEBUG while the stall is on
 
     ledger.readable = True
     scheduler.tick(1.0)

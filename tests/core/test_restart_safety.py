@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from execpods.core import SPARK_LABELS, ApiUnavailable, CoreSettings, ExecutorPod
+from execpods.core import SPARK_LABELS, ApiUnavailable, CoreSettings, ExecutorPod, NoticeKind
 from execpods.core.testing import TEST_APP_ID
 
 from tests.core.conftest import make_allocator_rig
@@ -74,4 +74,4 @@ def test_an_id_held_by_a_pod_is_skipped_at_once_on_409() -> None:
         rig.pods.pods[pod.name] = dataclasses.replace(pod)
     rig.allocator.set_total_expected_executors(1)
     assert rig.pods.created_executor_ids() == [3]  # in the same round, not a round per 409
-    assert rig.allocator.stats.failed == 0
+    assert rig.told(NoticeKind.CREATE_FAILED) == 0

@@ -81,8 +81,8 @@ def test_a_delta_knows_what_changed_only_relative_to_its_parent() -> None:
     parent = ExecutorPodsSnapshot.from_pods([running_executor(1)])
     child = parent.with_update(failed_executor(1))
     grandchild = child.with_update(pending_executor(7))
-    assert parent.is_full
-    assert not child.is_full
+    assert parent.parent_serial is None
+    assert child.parent_serial is not None
     assert child.changes_since(parent) == frozenset({1})
     assert grandchild.changes_since(child) == frozenset({7})
     assert grandchild.changes_since(parent) is None

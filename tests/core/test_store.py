@@ -88,7 +88,7 @@ def test_replacing_the_snapshot_passes_the_new_snapshot_to_subscribers(
     full = ExecutorPodsSnapshot.from_pods([pod_with_index(2)], full_snapshot_ts=11.0)
     assert received == [snapshot(), snapshot(1), full]
     assert received[-1].full_snapshot_ts == 11.0
-    assert received[-1].is_full
+    assert received[-1].parent_serial is None
 
 
 def test_a_late_subscriber_starts_from_the_current_snapshot(

@@ -3,8 +3,8 @@ overlay and the monitoring kustomization (the same objects, field for field, but
 labels and the generated token), the rendered objects applied by the real kubectl to kubesim,
 and what each value changes.
 
-helm is built from its Go module (`python3 tools/dev.py gobuild --path helm`, pinned and cached),
-or taken from `EXECPODS_HELM` or PATH.
+helm is built from its Go module, pinned and cached (tests/gotools.py), or taken from
+`EXECPODS_HELM` or PATH.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from execpods.kubesim import KubeSim
 from execpods.sidecar.cli import build_parser, load_settings
 
 from tests.deploy.test_kustomize import MODELS, render
+from tests.gotools import go_program
 from tests.kubesim.test_kubectl import kubectl_path
 from tests.sidecar.conftest import FAST_CLUSTER
 
@@ -39,24 +40,9 @@ Doc = dict[str, Any]
 KUBE_VERSION = "1.33.0"  # helm template assumes 1.20 without it; the chart needs >= 1.29
 
 
-def helm_path() -> str:
-    """helm: EXECPODS_HELM, PATH, or the project's pinned Go build (built once, cached)."""
-    found = os.environ.get("EXECPODS_HELM") or shutil.which("helm")
-    if found:
-        return found
-    built = subprocess.run(
-        ["python3", str(ROOT / "tools" / "dev.py"), "gobuild", "--path", "helm"],
-        capture_output=True, text=True, check=False, timeout=1800,
-    )  # fmt: skip
-    path = built.stdout.strip().splitlines()[-1] if built.stdout.strip() else ""
-    if built.returncode != 0 or not Path(path).is_file():
-        pytest.skip(f"helm is not available: {built.stderr.strip()[-300:]}")
-    return path
-
-
 @pytest.fixture(scope="module")
 def helm() -> str:
-    return helm_path()
+    return go_program("helm")
 
 
 def template(helm: str, *values: str) -> list[Doc]:

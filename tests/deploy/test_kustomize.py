@@ -76,10 +76,11 @@ def test_each_overlay_renders_offline_into_valid_objects(deploy: Path, overlay: 
             assert doc["metadata"]["namespace"] == "spark", doc["metadata"]
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
     assert secret["metadata"]["name"] == "execpods-sidecar-token"
-    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "spark-driver", "namespace": "spark"}
-    ]
+    bindings = {d["metadata"]["name"]: d["subjects"] for d in docs if d["kind"] == "RoleBinding"}
+    account = {"kind": "ServiceAccount", "namespace": "spark"}
+    assert bindings["spark-driver-execpods"] == [{**account, "name": "spark-driver"}]
+    if overlay == "cluster-mode":  # and who may submit (spark-submitter)
+        assert bindings["spark-submitter"] == [{**account, "name": "spark-submitter"}]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

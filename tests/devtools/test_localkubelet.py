@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import textwrap
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,4 +198,39 @@ def test_command_and_args_follow_the_kubelets_rules() -> None:
     assert argv({"command": ["sh"], "args": ["-c", "$$(X)"]}) == ["sh", "-c", "$(X)"]
     assert expand("$(MISSING)", {}) == "$(MISSING)"
     assert ImageCatalogue().resolve("busybox:1") is None
+    # A Spark image built from integrations/spark/Containerfile has the plugin in its jars.
+    jar = Path("/built/execpods-spark.jar")
+    with_plugin = ImageCatalogue(plugin_jar=jar).resolve(
+        "registry.example.com/execpods/spark:4.3.0"
+    )
+    assert with_plugin is not None
+    assert with_plugin.links.get("/opt/spark/jars/execpods-spark.jar") == jar
+    assert "/opt/spark/jars/execpods-spark.jar" not in image.links
     assert ImageCatalogue().resolve("my.registry:5000/execpods/sidecar:0.2.0") is not None
+
+
+@needs_namespaces
+def test_a_deleted_pod_is_stopped_within_its_grace_period_and_removed() -> None:
+    """A graceful delete reaches the local kubelet: SIGTERM to the containers, the pod's final
+    status, then the delete with grace 0 that removes it (as a kubelet does)."""
+    sleeper: dict[str, Any] = {
+        "metadata": {"name": "sleeper"},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", "600"]}],
+        },
+    }
+    with (
+        KubeSim(cluster=FAST_CLUSTER, namespaces=[NS]) as sim,
+        LocalKubelet(Api(api_url=sim.url)),
+    ):
+        sim.create_pod(sleeper, namespace=NS)
+        wait_for(lambda: (p := sim.pod("sleeper", NS)) and p["status"].get("phase") == "Running")
+        started = time.monotonic()
+        code, deleting = raw(sim, "DELETE", f"/api/v1/namespaces/{NS}/pods/sleeper")
+        assert code == 200
+        assert deleting["metadata"]["deletionTimestamp"]
+        wait_for(lambda: sim.pod("sleeper", NS) is None, timeout=30)
+        assert time.monotonic() - started < 5  # SIGTERM ends sleep at once: no grace to wait out

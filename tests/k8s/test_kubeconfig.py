@@ -162,6 +162,11 @@ def test_an_explicit_list_and_broken_files(tmp_path: Path) -> None:
     _, access = connect_cluster(kubeconfig=f"{first}{os.pathsep}{second}", context="one")
     assert access.server == "http://first.invalid:1"
     assert access.credential.startswith(f"kubeconfig user 'alice' (context 'one', file {first})")
+    # What the one line for a server that never answered tells to check:
+    assert access.via == (
+        f"the kubeconfig {first}:{second} (context 'one'; --kubeconfig "
+        "(execpods.kubernetes.kubeconfig), --context)"
+    )
     with pytest.raises(SettingsError, match="no such file"):
         connect_cluster(kubeconfig=f"{tmp_path / 'x'}{os.pathsep}{tmp_path / 'y'}")
     broken = tmp_path / "broken"

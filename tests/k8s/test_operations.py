@@ -6,10 +6,12 @@ import logging
 
 import pytest
 from execpods.core import (
+    AllocatorNotice,
     ApiThrottled,
     ApiUnavailable,
     CoreSettings,
     ManualClock,
+    NoticeKind,
     PodAdmissionRejected,
     PodConflict,
     PodForbidden,
@@ -180,13 +182,15 @@ def test_creation_errors_reach_the_core_allocator_typed(
         clock=clock,
     )
     allocator, store = composed.allocator, composed.store
+    notices: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(notices.append)
     allocator.start(APP_ID)
     sim.reject_creates(422, count=3)  # a quota: the pods were refused, nothing to track
     with caplog.at_level(logging.WARNING, logger="execpods.core"):
         allocator.set_total_expected_executors(3)  # a round at once (the store is deterministic)
     assert "PodAdmissionRejected" in caplog.text
     assert "exceeded quota" in caplog.text
-    assert allocator.stats.refused == 3
+    assert sum(n.count for n in notices if n.kind is NoticeKind.CREATE_REFUSED) == 3
     assert allocator.outstanding_pods == 0, "refused creates are not tracked"
     assert sim.pods() == []
     caplog.clear()
@@ -201,7 +205,7 @@ def test_creation_errors_reach_the_core_allocator_typed(
     assert allocator.outstanding_pods == 3
     allocator.on_new_snapshots([store.current_snapshot])
     assert len(_writes(sim)) == 6, "held back by the unseen executors"
-    clock.advance(allocator.pod_creation_timeout + 1)
+    clock.advance(composed.backend.settings.pod_creation_timeout + 1)
     allocator.on_new_snapshots([store.current_snapshot])
     writes = _writes(sim)
     # Executor 4's create is confirmed lost by reading it back (one list of that id) instead of

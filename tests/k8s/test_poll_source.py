@@ -13,7 +13,7 @@ from execpods.core import (
     ExecutorState,
     PodSelector,
 )
-from execpods.k8s import ApiGateway, KubernetesPodOperations, PollSource
+from execpods.k8s import ApiGateway, KubernetesApiClient, KubernetesPodOperations, PollSource
 from execpods.kubesim import KubeSim
 
 from tests.k8s.conftest import APP_ID, RecordingStore, executor_pod, mislabelled_executor_pods
@@ -219,15 +219,13 @@ def test_listed_pods_with_missing_or_malformed_labels_are_skipped_with_a_warning
 
 def test_a_timed_out_poll_is_logged_and_the_next_one_runs(
     sim: KubeSim,
-    operations: KubernetesPodOperations,
+    api_client: KubernetesApiClient,
     store: RecordingStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     running_executors(sim, 1)
     sim.set_latency(0.3)  # slower than the client's timeout: a transport failure, not an answer
-    slow = KubernetesPodOperations(
-        ApiGateway(operations.gateway.api_client, namespace="default", request_timeout=0.1)
-    )
+    slow = KubernetesPodOperations(ApiGateway(api_client, namespace="default", request_timeout=0.1))
     source, scheduler = started(store, slow)
     with caplog.at_level(logging.WARNING, logger="execpods.k8s.poll"):
         scheduler.tick(INTERVAL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import orjson
 import pytest
@@ -74,11 +74,34 @@ def pod_body(
     }
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The conformance modules run on kubesim and on the real API server (``[real]``), unless a
+    test is marked ``kubesim_only`` with the reason (docs/kubesim.md's fidelity table)."""
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "sim" not in metafunc.fixturenames or not module.startswith("test_conformance_"):
+        return
+    only = metafunc.definition.get_closest_marker("kubesim_only")
+    kinds = ["kubesim"] if only else ["kubesim", "real"]
+    metafunc.parametrize("server_kind", kinds, indirect=True)
+
+
 @pytest.fixture
-def sim() -> Iterator[KubeSim]:
+def server_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = getattr(request, "param", "kubesim")
+    return kind
+
+
+@pytest.fixture
+def sim(server_kind: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
     cfg = ClusterConfig(
         nodes=2, pods_per_node=3, start_latency=1.0, start_jitter=0.5, stop_latency=0.5, seed=7
     )
+    if server_kind == "real":
+        from execpods.devtools.realserver.harness import real_cluster
+
+        with real_cluster(request.getfixturevalue("real_server"), cfg, ("default", "other")) as c:
+            yield cast(KubeSim, c)  # the part of KubeSim's surface a real cluster has
+        return
     with KubeSim(cluster=cfg, deterministic=True, bookmark_interval=30.0) as s:
         yield s
 

@@ -49,12 +49,49 @@ def collect(stream: Any, into: list[str]) -> None:
         into.append(event["type"])
 
 
+class _WithToken(http.client.HTTPSConnection):
+    """A TLS connection that sends the real server's token (and JSON) with every request."""
+
+    token = ""
+
+    def request(
+        self, method: str, url: str, body: Any = None, headers: Any = None, **kwargs: Any
+    ) -> None:
+        sent = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        super().request(method, url, body=body, headers={**sent, **(headers or {})}, **kwargs)
+
+
+def connection(sim: KubeSim) -> http.client.HTTPConnection:
+    """A keep-alive connection to the server under test: plain HTTP to kubesim, TLS with the
+    admin's token to the real API server."""
+    if getattr(sim, "real", False):
+        real: Any = sim
+        conn = _WithToken(real.host, real.port, timeout=10, context=real.ssl_context())
+        conn.token = real.server.token
+        return conn
+    return http.client.HTTPConnection(sim.host, sim.port, timeout=10)
+
+
+def made(core: CoreApi, namespace: str) -> None:
+    """Create the namespace unless it exists (on the real server the session keeps it)."""
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 def names(pods: Any) -> list[str]:
     return sorted(p.metadata.name for p in pods.items)
 
 
 def raw(sim: KubeSim, method: str, path: str, body: Any = None, **headers: str) -> tuple[int, Any]:
-    """One JSON request on a fresh connection: the status and the parsed body (None if empty)."""
+    """One JSON request on a fresh connection: the status and the parsed body (None if empty).
+    On the real API server (``sim.real``) over TLS with its token."""
+    if getattr(sim, "real", False):
+        real: Any = sim
+        result: tuple[int, Any] = real.request_raw(method, path, body, headers)
+        return result
     return http_json(sim.host, sim.port, method, path, body, **headers)
 
 

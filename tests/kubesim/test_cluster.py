@@ -92,16 +92,52 @@ def test_image_pull_failure() -> None:
             pod_body("tagged", annotations={ANNOTATION_PREFIX + "image-pull-failure": "true"})
         )
         s.create_pod(pod_body("good"))
-        s.run_until_idle()
+        s.advance(2.5)  # bound and started: the pulls fail
         for name in ("bad", "tagged"):
             pod = s.pod(name)
             assert pod is not None
             assert pod["status"]["phase"] == "Pending"
             waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"]
-            assert waiting["reason"] == "ErrImagePull"
+            assert waiting["reason"] in ("ErrImagePull", "ImagePullBackOff")
         good = s.pod("good")
         assert good is not None
         assert good["status"]["phase"] == "Running"
+
+
+def waiting_of(sim: KubeSim, name: str) -> dict[str, str]:
+    pod = sim.pod(name)
+    assert pod is not None
+    state = pod["status"]["containerStatuses"][0]["state"]["waiting"]
+    return {"reason": str(state.get("reason")), "message": str(state.get("message"))}
+
+
+def test_image_pull_backs_off_as_the_kubelet_does() -> None:
+    """ErrImagePull, then ImagePullBackOff with the kubelet's message while it backs off
+    (10 s, doubling), then another pull; the kubelet's Failed and BackOff events."""
+    cfg = ClusterConfig(image_pull_failures=("broken:1",), start_distribution="fixed")
+    with KubeSim(cluster=cfg, deterministic=True) as s:
+        s.create_pod(pod_body("bad", image="broken:1"))
+        s.advance(1.0)  # scheduled at 0, the pull fails at start (1 s)
+        assert waiting_of(s, "bad") == {
+            "reason": "ErrImagePull",
+            "message": 'failed to pull image "broken:1": not found',
+        }
+        s.advance(1.0)
+        assert waiting_of(s, "bad") == {
+            "reason": "ImagePullBackOff",
+            "message": 'Back-off pulling image "broken:1": ErrImagePull: '
+            'failed to pull image "broken:1": not found',
+        }
+        s.advance(9.0)  # the second pull, 10 s after the first
+        assert waiting_of(s, "bad")["reason"] == "ErrImagePull"
+        s.advance(1.0)
+        assert waiting_of(s, "bad")["reason"] == "ImagePullBackOff"
+        s.advance(18.5)  # 20 s after the second: not yet
+        assert waiting_of(s, "bad")["reason"] == "ImagePullBackOff"
+        s.advance(1.0)
+        assert waiting_of(s, "bad")["reason"] == "ErrImagePull"
+        reasons = [(e["reason"], e["type"], e["source"]["component"]) for e in s.objects("events")]
+        assert reasons[:2] == [("Failed", "Warning", "kubelet"), ("BackOff", "Normal", "kubelet")]
 
 
 def test_crash_after_a_time_with_exit_code(sim: KubeSim, core: CoreApi) -> None:

@@ -14,7 +14,7 @@ from tests.kubesim.conftest import (
     CoreApi,
     pod_body,
 )
-from tests.kubesim.support import names, raw, running_pod, status_of
+from tests.kubesim.support import made, names, raw, running_pod, status_of
 
 # -- create / get / list / errors ----------------------------------------------------------------
 
@@ -104,7 +104,7 @@ def test_field_selectors(sim: KubeSim, core: CoreApi) -> None:
         core.create_namespaced_pod(NS, pod_body(f"p{i}"))
     sim.run_until_idle()
     core.create_namespaced_pod(NS, pod_body("late"))
-    core.create_namespace({"metadata": {"name": "other"}})
+    made(core, "other")
     core.create_namespaced_pod("other", pod_body("elsewhere"))
     assert names(core.list_namespaced_pod(NS, field_selector="metadata.name=p1")) == ["p1"]
     assert names(core.list_namespaced_pod(NS, field_selector="status.phase=Pending")) == ["late"]
@@ -147,7 +147,9 @@ def test_list_pagination_with_limit_and_continue(core: CoreApi) -> None:
 # -- patch / put / status --------------------------------------------------------------------------
 
 
-def test_strategic_merge_on_status_merges_lists_by_key(sim: KubeSim, core: CoreApi) -> None:
+def test_strategic_merge_on_status_merges_conditions_and_replaces_container_statuses(
+    sim: KubeSim, core: CoreApi
+) -> None:
     body = pod_body("p")
     body["spec"]["containers"].append({"name": "side", "image": "busybox"})
     core.create_namespaced_pod(NS, body)
@@ -161,10 +163,8 @@ def test_strategic_merge_on_status_merges_lists_by_key(sim: KubeSim, core: CoreA
         }
     }
     after = core.patch_namespaced_pod_status("p", NS, patch)
-    statuses = {c.name: c for c in after.status.container_statuses}
-    assert set(statuses) == {"main", "side"}
-    assert statuses["side"].ready is False
-    assert statuses["main"].ready is True
+    # containerStatuses is an atomic list: the patch's list replaces it whole.
+    assert [(c.name, c.ready) for c in after.status.container_statuses] == [("side", False)]
     conds = {c.type: c for c in after.status.conditions}
     assert conds["Ready"].status == "False"
     assert conds["Ready"].reason == "Manual"
@@ -197,13 +197,13 @@ def test_unsupported_patch_type_is_415(sim: KubeSim, core: CoreApi) -> None:
         "PATCH",
         f"/api/v1/namespaces/{NS}/pods/p",
         {"metadata": {}},
-        **{"Content-Type": "application/apply-patch+yaml"},
+        **{"Content-Type": "application/xml"},
     )
     assert code == 415
     assert body["reason"] == "UnsupportedMediaType"
 
 
-def test_main_resource_writes_cannot_change_status_and_status_writes_only_status(
+def test_main_resource_writes_cannot_change_status_and_status_writes_keep_the_spec(
     sim: KubeSim, core: CoreApi
 ) -> None:
     running_pod(sim, core)
@@ -215,7 +215,7 @@ def test_main_resource_writes_cannot_change_status_and_status_writes_only_status
     after = core.patch_namespaced_pod_status(
         "p", NS, {"metadata": {"labels": {"y": "2"}}, "status": {"phase": "Succeeded"}}
     )
-    assert "y" not in after.metadata.labels
+    assert after.metadata.labels["y"] == "2"  # the status strategy resets the spec only
     assert after.status.phase == "Succeeded"
 
 
@@ -255,12 +255,14 @@ def test_pod_spec_is_immutable_except_image(sim: KubeSim, core: CoreApi) -> None
 
 @pytest.mark.parametrize("content_type", [None, "application/merge-patch+json"])
 def test_a_patch_cannot_unbind_a_pod(sim: KubeSim, core: CoreApi, content_type: str | None) -> None:
-    """An omitted or deleted nodeName keeps the binding, for a patch as for a PUT."""
+    """Deleting nodeName is a spec change: 422, and the binding stays."""
     running_pod(sim, core)
     node = core.read_namespaced_pod("p", NS).spec.node_name
     kwargs = {"_content_type": content_type} if content_type else {}
-    after = core.patch_namespaced_pod("p", NS, {"spec": {"nodeName": None}}, **kwargs)
-    assert after.spec.node_name == node
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("p", NS, {"spec": {"nodeName": None}}, **kwargs)
+    assert exc.value.status == 422
+    assert "pod updates may not change fields" in status_of(exc.value)["message"]
     stored = sim.pod("p")
     assert stored is not None
     assert stored["spec"]["nodeName"] == node

@@ -53,6 +53,12 @@ def test_a_finalizer_holds_a_running_pod_after_its_containers_stop(
 # -- denied deletes --------------------------------------------------------------------------------
 
 
+@pytest.mark.kubesim_only(
+    reason=(
+        "fault injection (a webhook denying deletes): no admission webhook server runs beside"
+        " the real one"
+    )
+)
 @pytest.mark.parametrize(
     ("code", "reason", "text"),
     [(403, "Forbidden", "admission webhook"), (400, "BadRequest", "cannot be deleted")],
@@ -78,6 +84,12 @@ def test_a_denied_delete_fails_for_matching_pods_only(
     assert core.list_namespaced_pod(NS).items == []
 
 
+@pytest.mark.kubesim_only(
+    reason=(
+        "fault injection (a webhook denying deletes): no admission webhook server runs beside"
+        " the real one"
+    )
+)
 def test_a_denied_deletecollection_deletes_the_others_then_fails(
     sim: KubeSim, core: CoreApi
 ) -> None:
@@ -94,6 +106,7 @@ def test_a_denied_deletecollection_deletes_the_others_then_fails(
     assert core.list_namespaced_pod(NS).items == []
 
 
+@pytest.mark.kubesim_only(reason="kubesim's control endpoint")
 def test_denied_deletes_over_the_control_endpoint(sim: KubeSim, core: CoreApi) -> None:
     running_pod(sim, core)
     body = {"labels": {"app": "a"}, "code": 422, "message": "immutable"}

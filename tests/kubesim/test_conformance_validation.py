@@ -68,8 +68,8 @@ def test_a_namespace_exists_once_created_and_not_before(core: CoreApi) -> None:
         ("create_namespaced_pod", "Upper"),
         ("create_namespaced_config_map", "under_score"),
         ("create_namespaced_secret", "x" * 254),
-        ("create_namespaced_service", "dotted.name"),  # a DNS-1035 label, no dots
-        ("create_namespaced_service", "1starts-with-digit"),
+        ("create_namespaced_service", "dotted.name"),  # an RFC 1123 label, no dots
+        ("create_namespaced_service", "ends-with-dash-"),
     ],
 )
 def test_object_names_follow_their_kinds_rules(core: CoreApi, create: str, name: str) -> None:
@@ -97,19 +97,39 @@ def test_resource_names_must_be_standard_or_fully_qualified(core: CoreApi) -> No
     assert code == 422
     cause = status["details"]["causes"][0]
     assert cause["field"] == "spec.containers[0].resources.limits[bad key!]"
+    assert "name part must consist of alphanumeric characters" in cause["message"]
+    code, status = _refused(
+        core.create_namespaced_pod, NS, _with_resources("p", {"limits": {"gpu": "1"}})
+    )
+    assert code == 422
+    cause = status["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].resources.limits[gpu]"
     assert "must be a standard resource type or fully qualified" in cause["message"]
+    service = {"metadata": {"name": "1starts-with-digit"}, "spec": {"ports": [{"port": 80}]}}
+    core.create_namespaced_service(NS, service)  # allowed since Kubernetes 1.34
     accepted = {"limits": {"cpu": "1", "memory": "1Gi", "example.com/gpu": "1"}}
     core.create_namespaced_pod(NS, _with_resources("ok", accepted))
 
 
-@pytest.mark.parametrize("quantity", ["lots", "1.2.3Gi", "5XB", "1e", "--1"])
-def test_a_quantity_that_does_not_parse_is_a_bad_request(core: CoreApi, quantity: str) -> None:
+@pytest.mark.parametrize(
+    ("quantity", "error"),
+    [
+        ("lots", "quantities must match the regular expression"),
+        ("1.2.3Gi", "quantities must match the regular expression"),
+        ("5XB", "quantities must match the regular expression"),
+        ("1e", "unable to parse quantity's suffix"),  # scanned whole, an unknown suffix
+        ("--1", "unable to parse quantity's suffix"),
+    ],
+)
+def test_a_quantity_that_does_not_parse_is_a_bad_request(
+    core: CoreApi, quantity: str, error: str
+) -> None:
     code, status = _refused(
         core.create_namespaced_pod, NS, _with_resources("p", {"requests": {"memory": quantity}})
     )
     assert code == 400
     assert status["reason"] == "BadRequest"
-    assert "quantities must match the regular expression" in status["message"]
+    assert error in status["message"]
 
 
 def test_negative_quantities_and_requests_over_limits_are_invalid(core: CoreApi) -> None:
@@ -231,3 +251,21 @@ def test_kubectl_get_ns_and_a_namespace_named_against_the_rules(
     missing = kubectl("get", "ns", "Bad_NS")
     assert missing.returncode != 0
     assert 'namespaces "Bad_NS" not found' in missing.stderr
+
+
+def test_a_privileged_container_that_may_not_escalate_is_invalid(core: CoreApi) -> None:
+    """Found on the real API server: the pair is a contradiction, refused before admission."""
+    body = pod_body("both")
+    body["spec"]["containers"][0]["securityContext"] = {
+        "privileged": True,
+        "allowPrivilegeEscalation": False,
+    }
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(NS, body)
+    assert exc.value.status == 422
+    causes = status_of(exc.value)["details"]["causes"]
+    assert [c["field"] for c in causes] == ["spec.containers[0].securityContext"]
+    assert (
+        "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"
+        in (causes[0]["message"])
+    )

@@ -112,8 +112,8 @@ def test_a_restart_keeps_the_state_and_cuts_the_watches(sim: KubeSim, core: Core
     # A watch from the fresh list works.
     rv = core.list_namespaced_pod(NS).metadata.resource_version
     resp = open_watch(core, timeout=2, resource_version=rv)
-    core.delete_namespaced_pod("new", NS)
-    assert [e["type"] for e in read_events(resp, limit=1)] == ["DELETED"]
+    core.delete_namespaced_pod("new", NS)  # unscheduled: marked (grace 0), then removed
+    assert [e["type"] for e in read_events(resp, limit=2)] == ["MODIFIED", "DELETED"]
     assert sim.state()["restarts"] == 1
 
 

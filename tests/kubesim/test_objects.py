@@ -67,7 +67,7 @@ def test_invalid_names_and_labels_are_422(core: CoreApi) -> None:
     with pytest.raises(ApiException) as label:
         core.create_namespaced_config_map(NS, config_map("ok", {"bad key!": "v"}))
     assert label.value.status == 422
-    service = {"metadata": {"name": "1starts-with-digit"}, "spec": {"ports": [{"port": 80}]}}
+    service = {"metadata": {"name": "ends-with-dash-"}, "spec": {"ports": [{"port": 80}]}}
     with pytest.raises(ApiException) as svc:
         core.create_namespaced_service(NS, service)
     assert svc.value.status == 422

@@ -40,6 +40,45 @@ class Server:
     url: str
     token: str = ""
     context: ssl.SSLContext | None = None
+    sim: KubeSim | None = None
+
+    @contextlib.contextmanager
+    def as_account(self, name: str, rules: list[dict[str, Any]]) -> Iterator[Server]:
+        """This server as a service account bound to a Role with `rules` (RBAC enforced)."""
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": NS},
+        }
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": NS},
+            "rules": rules,
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}],
+        }
+        if self.sim is not None:
+            self.sim.enable_rbac([account, role, binding])
+            try:
+                yield Server(self.url, self.sim.token_for(name, NS))
+            finally:
+                self.sim.disable_rbac()
+            return
+        self("POST", f"/api/v1/namespaces/{NS}/serviceaccounts", account)
+        self("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles", role)
+        self("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings", binding)
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+        code, issued = self(
+            "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{name}/token", request
+        )
+        assert code == 201, issued
+        yield Server(self.url, issued["status"]["token"], self.context)
 
     def __call__(
         self,
@@ -74,7 +113,7 @@ class Server:
 @contextlib.contextmanager
 def _kubesim() -> Iterator[Server]:
     with KubeSim(cluster=FAST_CLUSTER) as sim:
-        server = Server(sim.url)
+        server = Server(sim.url, sim=sim)
         server("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
         yield server
 
@@ -257,6 +296,30 @@ def test_sparks_network_policy_is_applied(api: Server) -> None:
     code, created = api("PATCH", f"{NP}/app-policy?fieldManager=fabric8&force=true", policy, APPLY)
     assert code == 201, created
     assert created["spec"]["podSelector"] == policy["spec"]["podSelector"]
+
+
+def test_an_apply_that_creates_needs_create_as_well_as_patch(api: Server) -> None:
+    """RBAC: Spark's submitter needs create and patch on what it applies (its Role in
+    deploy/overlays/cluster-mode/submitter-rbac.yaml): a patch-only account is refused with
+    the create verb named; an apply of an existing object needs patch alone."""
+    api("PATCH", f"{CM}/existing?fieldManager=admin", configmap("existing", {"k": "1"}), APPLY)
+    patch_only = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}]
+    with api.as_account("applier", patch_only) as account:
+        code, status = account(
+            "PATCH", f"{CM}/fresh?fieldManager=fabric8&force=true", configmap("fresh", {}), APPLY
+        )
+        assert code == 403, status
+        assert status["message"] == (
+            'configmaps "fresh" is forbidden: User "system:serviceaccount:ssa:applier" cannot '
+            'create resource "configmaps" in API group "" in the namespace "ssa"'
+        )
+        code, _ = account(
+            "PATCH",
+            f"{CM}/existing?fieldManager=fabric8&force=true",
+            configmap("existing", {"k": "2"}),
+            APPLY,
+        )
+        assert code == 200
 
 
 def test_owned_fields_and_fields_v1_follow_the_api_servers_shape() -> None:

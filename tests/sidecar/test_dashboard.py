@@ -30,7 +30,7 @@ from tests.sidecar.test_observability import (
 )
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
-_METRIC = re.compile(r"\b(?:execpods|rest_client)_[a-z0-9_]+\b")
+_METRIC = re.compile(r"\b(?:execpods|rest_client|grpc_server|process)_[a-z0-9_]+\b")
 
 
 def _queries(dashboard: dict[str, Any]) -> list[str]:
@@ -56,9 +56,12 @@ def test_the_dashboard_is_well_formed() -> None:
             assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
             assert _METRIC.search(target["expr"]), target["expr"]
             assert 'instance=~"$instance"' in target["expr"], target["expr"]
-    assert {"execpods_executor_removals_total", "execpods_grpc_server_calls_total"} <= (
-        queried_metrics()
-    )
+    assert {
+        "execpods_executor_removals_total",
+        "grpc_server_handled_total",
+        "rest_client_requests_total",
+        "process_cpu_seconds_total",
+    } <= queried_metrics()
 
 
 def dashboard_scenario(sim: KubeSim, make_sidecar: SidecarFactory) -> tuple[Samples, Samples]:
@@ -104,4 +107,4 @@ def test_every_metric_the_dashboard_queries_exists_on_a_live_sidecar(
     served = {name for name, _ in samples}
     missing = sorted(queried_metrics() - served)
     assert not missing, f"the dashboard queries metrics no sidecar serves: {missing}"
-    assert total(samples, "execpods_grpc_server_calls_total", code="INVALID_ARGUMENT") == 1
+    assert total(samples, "grpc_server_handled_total", grpc_code="InvalidArgument") == 1

@@ -204,8 +204,10 @@ def test_a_wrong_api_url_logs_one_line_naming_it_and_stops_at_once(refused_port:
     assert f"The Kubernetes API server at http://127.0.0.1:{refused_port} has not answered" in line
     assert "Connection refused" in line
     assert "check --api-url (execpods.kubernetes.apiUrl)" in line
-    # Stopping does not retry deletes against a server that never answered (deleteGrace: 20 s).
-    assert stopped_after < 5.0, f"{stopped_after:.1f} s\n{''.join(lines)}"
+    # Stopping does not retry deletes against a server that never answered: one attempt, where
+    # it retried for execpods.shutdown.deleteGrace (20 s). Under 1 s on a quiet machine; the
+    # bound leaves room for a loaded one and still fails the retrying.
+    assert stopped_after < 10.0, f"{stopped_after:.1f} s\n{''.join(lines)}"
     assert process.returncode == 1
     assert "never answered" in errors
     assert "an unknown number of executor pods" in errors

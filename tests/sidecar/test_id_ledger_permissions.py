@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from execpods.k8s import ClusterIdLedger
+from execpods.k8s.ledger import ANNOTATION as LEDGER_ANNOTATION
 from execpods.sidecar.config.settings import Settings
 from execpods.sidecar.guard.permissions import CONFIG_MAP_VERBS, MissingPermissions
 from execpods.sidecar.wiring import connect
 
+from tests.sidecar.conftest import wait_for
 from tests.sidecar.test_rbac import NAMESPACE, RBAC, properties, start_simulator
 
 
@@ -61,12 +62,21 @@ def test_without_a_driver_a_missing_configmap_verb_stops_the_start(
 
 
 def test_with_a_driver_configmaps_are_not_needed(tmp_path: Path) -> None:
+    """The mark goes to the driver pod's annotation: allocating with no verb on configmaps."""
     sim, kubeconfig = start_simulator(role_without_on_configmaps(*CONFIG_MAP_VERBS), tmp_path)
+    props = properties(kubeconfig)
+    driver = props["spark.kubernetes.driver.pod.name"]
     try:
-        runtime = connect(Settings.from_properties(properties(kubeconfig)))
+        runtime = connect(Settings.from_properties(props))
         try:
-            assert isinstance(runtime.id_ledger, ClusterIdLedger)
-            assert not runtime.id_ledger.uses_config_map
+            runtime.backend.start(initial_executors=1)
+
+            def marked() -> bool:
+                pod = sim.pod(driver, NAMESPACE)
+                annotations = (pod or {}).get("metadata", {}).get("annotations") or {}
+                return LEDGER_ANNOTATION in annotations
+
+            wait_for(marked, what="the id ledger's mark on the driver pod")
         finally:
             runtime.backend.stop()
         assert not [r for r in sim.requests() if "configmaps" in r.path]

@@ -18,6 +18,7 @@ from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
 from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
+from tests.sidecar.test_observability import METRICS_CONF, scrape, value
 
 BAD_NODES = {
     "execpods.badNodes.enabled": "true",
@@ -88,8 +89,10 @@ def test_executors_keep_off_a_bad_node_until_its_cool_down_ends(
 def test_a_running_executor_that_never_registers_is_replaced(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
+    """... and its delete, like every pod call a feature makes, is counted in the metrics."""
     sidecar = make_sidecar(
-        "registration", conf={"spark.kubernetes.executor.apiPollingInterval": "100ms"}
+        "registration",
+        conf={"spark.kubernetes.executor.apiPollingInterval": "100ms", **METRICS_CONF},
     )
     updates: list[StreamUpdate] = []
     with (
@@ -111,6 +114,8 @@ def test_a_running_executor_that_never_registers_is_replaced(
         assert "without registering with the driver" in removals[0].message
         assert (removals[0].exit_code, removals[0].exit_caused_by_app) == (-1, False)
         assert 1 in running_ids(sim, "registration"), "the registered executor stays"
+        deleted = value(scrape(sidecar.server.ops.metrics_address), "execpods_pods_deleted_total")
+        assert deleted == 1, "the registration timeout's delete is counted, once"
         with pytest.raises(grpc.RpcError) as refused:
             stub.UpdateDriverExecutors(
                 pb.UpdateDriverExecutorsRequest(registration_timeout_ms=-1), timeout=10

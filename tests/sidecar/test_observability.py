@@ -103,10 +103,10 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
             "the scrape to show 4 running executors and the target reached",
         )
         assert value(during, "execpods_target_executors", resource_profile="0") == 4
-        assert value(during, "execpods_grpc_server_calls_total", method="RequestTotal", code="OK")
-        assert value(
-            during, "execpods_grpc_server_call_duration_seconds_count", method="RequestTotal"
+        assert total(
+            during, "grpc_server_handled_total", grpc_method="RequestTotal", grpc_code="OK"
         )
+        assert total(during, "grpc_server_handling_seconds_count", grpc_method="RequestTotal")
         assert value(during, "execpods_pods_created_total") == 4
         # Four pods, and the id ledger's ConfigMap (no driver pod here) before them.
         assert value(during, "execpods_api_calls_total", verb="create", outcome="success") == 5
@@ -149,7 +149,14 @@ def test_a_scrape_follows_executors_as_they_come_and_go(
         )
         assert value(removed, "execpods_executor_failures_total", source="create") == 1
         assert value(removed, "execpods_executor_failures_total", source="pod") == 0
-        assert value(removed, "execpods_grpc_server_calls_total", method="KillExecutors", code="OK")
+        killed = total(removed, "grpc_server_handled_total", grpc_method="KillExecutors")
+        assert (
+            killed
+            == total(
+                removed, "grpc_server_handled_total", grpc_code="OK", grpc_method="KillExecutors"
+            )
+            == 1
+        )
         victim = min(running_ids(sim, "metrics"))
         sim.oom_kill(pod_name(sim, "metrics", victim))
         oom = scrape_until(

@@ -45,8 +45,9 @@ def test_an_executor_over_the_threshold_is_resized_in_place(
         def resized() -> Any:
             pod: Any = sim.pod(pods["1"]["metadata"]["name"])
             statuses = pod["status"].get("containerStatuses") or []
-            actual = [s.get("resources") for s in statuses if s["name"] == EXECUTOR]
-            return pod if actual and actual[0] and _memory(pod, "limits") == grown else None
+            actual = [s.get("resources") or {} for s in statuses if s["name"] == EXECUTOR]
+            limits = actual[0].get("limits", {}) if actual else {}
+            return pod if quantity_bytes(limits.get("memory", "0")) == grown else None
 
         pod = wait_for(resized, what="executor 1 resized and actuated")
         assert _memory(pod, "requests") == grown, "limit and request together, as Spark"

@@ -93,7 +93,7 @@ def test_streams_rebuild_the_chain_and_deltas_carry_only_changes(
             expected = {i: executor_from_proto(encode_state(s)) for i, s in snapshot.items()}
             assert rebuilt.executors == expected
             assert rebuilt.full_snapshot_ts_ms == round(snapshot.full_snapshot_ts * 1000)
-            assert wire.full == (index == 0 or snapshot.is_full)
+            assert wire.full == (index == 0 or (snapshot.parent_serial is None))
             if not wire.full:
                 assert before is not None
                 for executor_id in wire.executor_pods:

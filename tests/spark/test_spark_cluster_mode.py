@@ -14,16 +14,32 @@ Costs about 40 s (two JVMs: spark-submit's and the driver's).
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from execpods.devtools.localkubelet.kubelet import LOGS_ENV
 
 from tests.test_docs_run import block_by_id, missing_needs, run_block
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY = ROOT / "deploy" / "overlays" / "cluster-mode"
+# The documented block's settings (docs/spark.md, "Cluster mode, end to end on kubesim").
+SUBMIT_CONF = [
+    "--properties-file", str(OVERLAY / "spark-defaults.conf"),
+    "--conf", f"spark.kubernetes.driver.podTemplateFile={OVERLAY / 'driver-pod-template.yaml'}",
+    "--conf", "spark.kubernetes.driver.scheduler.name=execpods-local",
+    "--conf", "spark.executor.instances=2",
+    "--conf", "spark.scheduler.minRegisteredResourcesRatio=0",
+]  # fmt: skip
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(360)  # two JVMs; 40 s quiet, two minutes under a load average of 30
 def test_spark_submit_cluster_mode_runs_the_shipped_overlay_through_execpods(
     tmp_path: Path,
 ) -> None:
@@ -60,3 +76,76 @@ def test_spark_submit_cluster_mode_runs_the_shipped_overlay_through_execpods(
     assert any("Received SIGTERM" in m for m in messages)  # stopped after the driver ended
     assert sidecar[-1]["message"].startswith("The sidecar for application spark-")
     assert (pod_logs / "execpods-plugin.log").read_text() == ""  # cp copied the jar quietly
+
+
+@pytest.mark.timeout(480)  # the real server's start, then the same two JVMs
+def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rehearsal against kube-apiserver (the real-server tier), with its RBAC,
+    admission and service-account tokens: the overlay applied by kubectl, spark-submit run as the
+    overlay's spark-submitter (its Role is enough), Spark's objects applied server-side, the
+    driver pod run by the local kubelet under the base Role's permissions, the executors on the
+    tier's simulated nodes."""
+    server_module = pytest.importorskip("execpods.devtools.realserver.server")
+    nodesim = pytest.importorskip("execpods.kubesim.nodesim")
+    from execpods.devtools.localkubelet import LocalKubelet, missing_tools
+    from execpods.devtools.localkubelet.apiclient import Api
+
+    from tests.kubesim.test_kubectl import kubectl_path
+
+    if missing := missing_tools() + missing_needs(["java"]):
+        pytest.skip(f"needs {', '.join(missing)}")
+    deploy = tmp_path / "deploy"
+    shutil.copytree(ROOT / "deploy", deploy, ignore=shutil.ignore_patterns("token", "helm"))
+    (deploy / "base" / "token").write_text(secrets.token_hex(32))
+    try:
+        server = server_module.RealServer().start()
+    except Exception as exc:  # the tier cannot run here (no Go build, no cache)
+        pytest.skip(f"the real API server does not start: {exc}")
+    kubeconfig = str(server.kubeconfig_path)
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "HOME": str(tmp_path)}
+    logs = tmp_path / "pod-logs"
+    monkeypatch.setenv(LOGS_ENV, str(logs))  # the kubelet copies the pods' logs there at exit
+    try:
+        applied = subprocess.run(
+            [kubectl_path(), "apply", "-k", str(deploy / "overlays" / "cluster-mode")],
+            env=env, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        # spark-submit runs as the overlay's spark-submitter: its Role is what it needs.
+        token = subprocess.run(
+            [kubectl_path(), "create", "token", "spark-submitter", "-n", "spark"],
+            env=env, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        config = json.loads(Path(kubeconfig).read_text())
+        config["users"][0]["user"] = {"token": token}
+        submitter = tmp_path / "submitter.kubeconfig"
+        submitter.write_text(json.dumps(config))
+        simulator = nodesim.NodeSimulator(
+            url=server.url, token=server.token, ca_file=str(server.ca_path), namespaces=("spark",)
+        )
+        with simulator, LocalKubelet(Api(kubeconfig=kubeconfig), namespace="spark"):
+            submit = subprocess.run(
+                [str(ROOT / ".venv" / "bin" / "spark-submit"), "--master", f"k8s://{server.url}",
+                 "--deploy-mode", "cluster", *SUBMIT_CONF,
+                 "--conf", f"spark.kubernetes.file.upload.path=file://{tmp_path}",
+                 str(ROOT / "tests" / "spark" / "job_wait_for_executors.py")],
+                env={**env, "KUBECONFIG": str(submitter),
+                     "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"},
+                capture_output=True, text=True, check=False, timeout=300, cwd=ROOT,
+            )  # fmt: skip
+        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+        pods = json.loads(
+            subprocess.run(
+                [kubectl_path(), "get", "pods", "-n", "spark", "-o", "json"],
+                env=env, capture_output=True, text=True, check=True, timeout=60,
+            ).stdout
+        )["items"]  # fmt: skip
+        (driver,) = [p for p in pods if p["metadata"]["labels"].get("spark-role") == "driver"]
+        spark = logs / f"spark_{driver['metadata']['name']}" / "spark-kubernetes-driver.log"
+        assert driver["status"]["phase"] == "Succeeded", spark.read_text()[-3000:]
+        assert [p for p in pods if p["metadata"]["labels"].get("spark-role") == "executor"] == []
+        assert '"executorsRunning": true' in spark.read_text()
+    finally:
+        server.stop()

@@ -43,7 +43,8 @@ from execpods.core.errors import (
     QuotaExceeded,
     SettingsError,
 )
-from execpods.core.labels import SPARK_LABELS, ExecutorLabels
+from execpods.core.idlists import INT64_MAX, summarize_ids
+from execpods.core.labels import SPARK_LABELS, ExecutorLabels, parse_executor_id
 from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.pods import (
     EXECUTOR_CONTAINER_NAME,
@@ -83,16 +84,26 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ProfileConflict, ResourceProfile, ResourceProfiles
-from execpods.core.progress import ProgressChange, ProgressMonitor
+from execpods.core.progress import (
+    CREDENTIALS_REFUSED,
+    ProgressChange,
+    ProgressMonitor,
+    watch_threads,
+)
+from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
+from execpods.core.resize import ExecutorResizer, MemoryUse, ResizeSettings
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState, ObservedPod, PodClassifier
 from execpods.core.totals import TotalsRequest
+from execpods.core.waiting import PendingReason, waiting_for
 
 __all__ = [
+    "CREDENTIALS_REFUSED",
     "DEFAULT_RESOURCE_PROFILE_ID",
+    "INT64_MAX",
     "EXECUTOR_CONTAINER_NAME",
     "SPARK_LABELS",
     "UNKNOWN_EXIT_CODE",
@@ -122,10 +133,12 @@ __all__ = [
     "ExecutorPodsBackend",
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
+    "ExecutorResizer",
     "ExecutorState",
     "FeatureSettings",
     "InvalidPosition",
     "LifecycleObserver",
+    "MemoryUse",
     "Machinery",
     "ManualClock",
     "NeededClaim",
@@ -136,6 +149,7 @@ __all__ = [
     "PodClassifier",
     "PodCondition",
     "PodConflict",
+    "PendingReason",
     "PodDecisions",
     "PodForbidden",
     "PodInvalid",
@@ -151,6 +165,7 @@ __all__ = [
     "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
+    "ResizeSettings",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",
@@ -172,5 +187,10 @@ __all__ = [
     "TotalsRequest",
     "compose_backend",
     "no_sources",
+    "parse_executor_id",
     "scheduled_store",
+    "summarize_ids",
+    "wait_for_driver_ready",
+    "waiting_for",
+    "watch_threads",
 ]

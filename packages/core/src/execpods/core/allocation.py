@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+from execpods.core.labels import ExecutorLabels
+from execpods.core.profiles import profile_id_of
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
 
@@ -82,6 +84,64 @@ class ProfileState:
     def wants_more(self) -> bool:
         """Spark's gate: below target and nothing of this profile requested-but-unseen."""
         return not self.unseen and self.pod_count < self.target
+
+
+class Outstanding(Protocol):
+    """The book of outstanding requests as the decision reads it (`book.RequestBook`)."""
+
+    def unseen_of(self, profile_id: int) -> Sequence[int]:
+        """Requests of the profile no snapshot showed, the driver does not know, oldest first."""
+
+    def known_count(self, profile_id: int) -> int:
+        """Requests of the profile no snapshot showed that the driver knows."""
+
+
+def classify(
+    snapshot: ExecutorPodsSnapshot,
+    *,
+    targets: Mapping[int, int],
+    labels: ExecutorLabels,
+    known: Collection[int],
+    deleted: Collection[int],
+    book: Outstanding,
+) -> list[ProfileState]:
+    """Every profile with a target, classified from the snapshot, in ascending id.
+
+    A pod scale-down deleted (`deleted`) counts for nothing; a Running pod being deleted counts
+    as running until it is gone (Spark 4.3's toState makes it PodRunning: no replacement while
+    it shuts down). `book` holds the outstanding requests (`book.RequestBook`)."""
+    running: dict[int, int] = dict.fromkeys(targets, 0)
+    pending_unknown: dict[int, list[int]] = {p: [] for p in targets}
+    pending_known: dict[int, int] = dict.fromkeys(targets, 0)
+    for executor_id, observed in snapshot.executor_pods.items():
+        kind = observed.state
+        if kind is ExecutorState.TERMINATING and (observed.pod.phase or "").lower() == "running":
+            kind = ExecutorState.RUNNING
+        if (kind is not ExecutorState.RUNNING and kind is not ExecutorState.PENDING) or (
+            executor_id in deleted
+        ):
+            continue
+        profile_id = profile_id_of(observed.pod, labels)
+        if profile_id not in targets:
+            continue
+        if kind is ExecutorState.RUNNING:
+            running[profile_id] += 1
+        elif executor_id in known:
+            pending_known[profile_id] += 1
+        else:
+            pending_unknown[profile_id].append(executor_id)
+    return [
+        ProfileState(
+            profile_id=profile_id,
+            target=targets[profile_id],
+            running=running[profile_id],
+            pending_unknown=tuple(sorted(pending_unknown[profile_id])),
+            pending_known=pending_known[profile_id],
+            unseen=tuple(book.unseen_of(profile_id)),
+            unseen_known=book.known_count(profile_id),
+        )
+        for profile_id in sorted(targets)
+    ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,18 +24,16 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
-from execpods.core.clock import SystemClock
 from execpods.core.errors import PodOperationError
-from execpods.core.features import FeatureSet
+from execpods.core.features import FeatureParts, FeatureSet
 from execpods.core.idlists import summarize_ids
+from execpods.core.ids import IdBudget
 from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
-from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind, NoticeListener
+from execpods.core.notices import AllocatorNotice, NoticeKind, NoticeListener
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
-    DriverView,
-    PodOperations,
     PodSelector,
     Scheduler,
     SnapshotsCallback,
@@ -44,7 +42,7 @@ from execpods.core.ports import (
     Subscription,
 )
 from execpods.core.profiles import ResourceProfile
-from execpods.core.progress import ProgressChange, ProgressMonitor, Stall
+from execpods.core.progress import ProgressChange, Stall
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import (
     FailureListener,
@@ -54,7 +52,7 @@ from execpods.core.removals import (
     RemovalChannel,
     RemovalListener,
 )
-from execpods.core.settings import CoreSettings
+from execpods.core.scheduling import ThreadScheduler
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.totals import TotalsRequest
 
@@ -152,47 +150,49 @@ class ExecutorPodsBackend:
     def __init__(
         self,
         *,
-        app_id: str,
-        settings: CoreSettings,
+        parts: FeatureParts,
         store: SnapshotsStore,
         allocator: ExecutorPodsAllocator,
         lifecycle: ExecutorPodsLifecycleManager,
-        pod_operations: PodOperations,
-        driver: DriverView,
         removals: RemovalChannel,
-        notices: NoticeHub,
         features: FeatureSet,
-        request_scheduler: Scheduler,
+        request_scheduler: Scheduler | None = None,
         sources: Sequence[SnapshotSource] = (),
         close: Callable[[], None] | None = None,
-        clock: Clock | None = None,
-        progress: ProgressMonitor | None = None,
     ) -> None:
-        self.app_id = app_id
-        self.settings = settings
+        """`parts` are what the backend shares with its features (the app id, settings, clock,
+        pod operations, driver view, notice hub and progress monitor); the driver's requests run
+        on `request_scheduler` (one worker thread when None)."""
+        self.app_id = parts.app_id
+        self.settings = parts.settings
         self._store = store
         self._allocator = allocator
         self._lifecycle = lifecycle
-        self._pods = pod_operations
-        self._driver = driver
-        self._requests = request_scheduler
+        self._pods = parts.pod_operations
+        self._driver = parts.driver
+        self._requests: Scheduler = (
+            request_scheduler
+            if request_scheduler is not None
+            else ThreadScheduler(workers=1, name="execpods-requests")
+        )
         self._sources = tuple(sources)
         self._close = close
         self._removals = removals
-        self._notices = notices
+        self._notices = parts.notices
         self._registration = next((f for f in features if isinstance(f, RegistrationTimeout)), None)
+        self._ids = next(f.ids for f in features if isinstance(f, IdBudget))
         self._live: set[object] = set()
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        self.progress = progress if progress is not None else ProgressMonitor(clock=self._clock)
+        self._clock: Clock = parts.clock
+        self.progress = parts.progress
         """Whether allocation can make progress; any part may say it cannot (`progress.py`).
         Each stall and its end reach every stream as a notice."""
         self.progress.add_listener(self._progress_changed)
         self._started = False
         self._request_lock = threading.Lock()
         self._killer = GracefulKiller(
-            settings=settings,
-            pod_operations=pod_operations,
-            scheduler=request_scheduler,
+            settings=parts.settings,
+            pod_operations=parts.pod_operations,
+            scheduler=self._requests,
             on_killed=lifecycle.executors_killed,
             before_delete=features.killing,
         )
@@ -367,7 +367,7 @@ class ExecutorPodsBackend:
         snapshot. A driver cannot know an executor above it: what it says of such ids is kept
         nowhere (issue 32: driver input stays bounded)."""
         pods = self._store.current_snapshot.executor_pods
-        return max(self._allocator.highest_executor_id, max(pods, default=0))
+        return max(self._ids.highest, max(pods, default=0))
 
     def kill_executors(self, executor_ids: Collection[int]) -> Future[int]:
         """Delete these executors' pods gracefully (`GracefulKiller`, `KILL_CHUNK` ids a request);
@@ -405,7 +405,7 @@ class ExecutorPodsBackend:
         # second).
         counts = ExecutorCounts.of(self._store.current_snapshot)
         return AllocationCounts(
-            total=self._allocator.total_expected_executors,
+            total=sum(self._allocator.targets().values()),
             running=counts.running,
             pending=counts.pending,
         )

@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from execpods.core.allocation import ProfileState
 from execpods.core.errors import PodOperationError
 from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundFacts
 from execpods.core.ports import (
@@ -191,7 +192,7 @@ class ExecutorClaims(Feature):
         logger.info("Found %d reusable PVCs from %d PVCs", len(reusable), len(claims))
         return reusable
 
-    def cap(self, profile_id: int, wanted: int) -> int:
+    def cap(self, state: ProfileState, wanted: int) -> int:
         """All of `wanted`, unless waiting to reuse and the application already has its most
         claims."""
         if wanted <= 0 or not self.waiting_to_reuse or self._per_executor == 0:

@@ -31,6 +31,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Protocol
 
 from execpods.core import badnodes, claims, decommission, oom_recovery, registration
+from execpods.core import ids as idbudget
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
 from execpods.core.backend import ExecutorPodsBackend
@@ -39,7 +40,7 @@ from execpods.core.claims import ClaimSettings
 from execpods.core.clock import SystemClock
 from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
-from execpods.core.features import FeatureParts, FeatureSet
+from execpods.core.features import Feature, FeatureParts, FeatureSet
 from execpods.core.labels import ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager, RemovalReasons
 from execpods.core.notices import NoticeHub
@@ -193,16 +194,15 @@ def _slice_class(slice_field: Field[Any]) -> type[SettingsBase]:
     return factory
 
 
-def _features(slices: FeatureSettings, parts: FeatureParts) -> FeatureSet:
-    """Every feature, in the order the allocation calls them: one line each."""
-    return FeatureSet(
-        (
-            badnodes.plug(slices.bad_nodes, parts),
-            oom_recovery.plug(parts),
-            claims.plug(slices.claims, parts),
-            registration.plug(slices.registration, parts),
-            decommission.plug(parts),
-        )
+def _features(slices: FeatureSettings, parts: FeatureParts) -> tuple[Feature | None, ...]:
+    """Every feature, in the order the allocation calls them (after the id ledger): one line
+    each; a feature that is off is None."""
+    return (
+        badnodes.plug(slices.bad_nodes, parts),
+        oom_recovery.plug(parts),
+        claims.plug(slices.claims, parts),
+        registration.plug(slices.registration, parts),
+        decommission.plug(parts),
     )
 
 
@@ -217,36 +217,11 @@ def compose_backend(
     """The backend over these ports, with these features, not yet started."""
     run = machinery if machinery is not None else Machinery()
     clock = run.clock if run.clock is not None else SystemClock()
-    snapshots = (run.store if run.store is not None else scheduled_store())(
-        labels=settings.labels,
-        classifier=PodClassifier(
-            executor_container=settings.executor_container_name,
-            check_all_containers=settings.check_all_containers,
-        ),
-        clock=clock,
-    )
-    notices, reasons, close = NoticeHub(), RemovalReasons(), ports.close
-    progress = ProgressMonitor(clock=clock)
-    parts = FeatureParts(
-        app_id=app_id,
-        settings=settings,
-        clock=clock,
-        notices=notices,
-        pod_operations=ports.pod_operations,
-        driver=ports.driver,
-        expect_removal=reasons.expect,
-        progress=progress,
-        claims=ports.claims,
-    )
-    plugged = _features(features if features is not None else FeatureSettings(), parts)
-    close = _then(plugged.close, close)
-    runner = run.runner
-    if run.concurrent_creates:
-        if runner is not None:
-            raise ValueError("give either a runner or concurrent_creates, not both")
-        pool = ThreadPoolRunner(workers=settings.batch_concurrency)
-        close = _then(pool.shutdown, close)  # the create threads go with the backend
-        runner = pool
+    snapshots = _store(run, settings, clock)
+    parts, reasons = _parts(app_id, settings, ports, clock)
+    ids = idbudget.plug(parts, ports.id_ledger)
+    plugged = FeatureSet((ids, *_features(features or FeatureSettings(), parts)))
+    runner, close = _runner(run, settings, then=_then(plugged.close, ports.close))
     failures = ExecutorFailureTracker.from_settings(settings, clock)
     removals = RemovalChannel(
         window=run.removal_window,
@@ -259,14 +234,13 @@ def compose_backend(
         pod_operations=ports.pod_operations,
         store=_timed(snapshots, "allocator", run.on_round, clock),
         clock=clock,
-        notices=notices,
+        notices=parts.notices,
+        ids=ids,
         features=plugged,
         failure_tracker=failures,
         profiles=ports.profiles,
         runner=runner,
         rng=run.rng,
-        id_ledger=ports.id_ledger,
-        progress=progress,
         api_rate_ceiling=ports.api_rate_ceiling,
     )
     lifecycle = ExecutorPodsLifecycleManager(
@@ -279,23 +253,61 @@ def compose_backend(
         reasons=reasons,
     )
     return ExecutorPodsBackend(
-        app_id=app_id,
-        settings=settings,
+        parts=parts,
         store=snapshots,
         allocator=allocator,
         lifecycle=lifecycle,
-        pod_operations=ports.pod_operations,
-        driver=ports.driver,
         removals=removals,
-        notices=notices,
         features=plugged,
-        request_scheduler=run.request_scheduler
-        or ThreadScheduler(workers=1, name="execpods-requests"),
+        request_scheduler=run.request_scheduler,
         sources=ports.sources(snapshots),
         close=close,
-        clock=clock,
-        progress=progress,
     )
+
+
+def _parts(
+    app_id: str, settings: CoreSettings, ports: Ports, clock: Clock
+) -> tuple[FeatureParts, RemovalReasons]:
+    """What the backend and its features share: one notice hub, one progress monitor, the
+    backend's pod operations; and the reasons features give the lifecycle manager."""
+    reasons = RemovalReasons()
+    parts = FeatureParts(
+        app_id=app_id,
+        settings=settings,
+        clock=clock,
+        notices=NoticeHub(),
+        pod_operations=ports.pod_operations,
+        driver=ports.driver,
+        expect_removal=reasons.expect,
+        progress=ProgressMonitor(clock=clock),
+        claims=ports.claims,
+    )
+    return parts, reasons
+
+
+def _store(run: Machinery, settings: CoreSettings, clock: Clock) -> SnapshotsStore:
+    """The snapshot store, classifying pods as the settings say (whoever makes it)."""
+    make = run.store if run.store is not None else scheduled_store()
+    return make(
+        labels=settings.labels,
+        classifier=PodClassifier(
+            executor_container=settings.executor_container_name,
+            check_all_containers=settings.check_all_containers,
+        ),
+        clock=clock,
+    )
+
+
+def _runner(
+    run: Machinery, settings: CoreSettings, *, then: Callable[[], None]
+) -> tuple[CreateRunner | None, Callable[[], None]]:
+    """The create runner, and the backend's last step on stop (`then` after the runner's)."""
+    if not run.concurrent_creates:
+        return run.runner, then
+    if run.runner is not None:
+        raise ValueError("give either a runner or concurrent_creates, not both")
+    pool = ThreadPoolRunner(workers=settings.batch_concurrency)
+    return pool, _then(pool.shutdown, then)  # the create threads go with the backend
 
 
 def _timed(

@@ -93,7 +93,6 @@ class PodCreator:
         )
         self.starts = StartTracker()
         self._lock = threading.Lock()
-        self.counts = dict.fromkeys(("created", "refused", "throttled", "failed", "starts"), 0)
 
     # What the allocator's decision needs.
 
@@ -112,7 +111,6 @@ class PodCreator:
         batch delay started (its failure is the lifecycle manager's), it did not fail to start."""
         failures = self.starts.observe_all(snapshots)
         if failures:
-            self.counts["starts"] += failures
             logger.warning("%d executors failed to start; creating more slowly.", failures)
             for batch in self._batches.values():
                 batch.trouble()
@@ -154,7 +152,7 @@ class PodCreator:
                 for o in outcomes
                 if o.result in (CreateResult.CREATED, CreateResult.UNKNOWN)
             )
-            if not self._settle(profile_id, outcomes):
+            if not self._settle(app_id, profile_id, outcomes):
                 batch.trouble()
                 break
             batch.clean_step(step)
@@ -216,17 +214,18 @@ class PodCreator:
             return _Outcome(used[-1], CreateResult.FAILED, error)
         return _Outcome(executor_id, CreateResult.CREATED)
 
-    def _settle(self, profile_id: int, outcomes: list[_Outcome]) -> bool:
+    def _settle(self, app_id: str, profile_id: int, outcomes: list[_Outcome]) -> bool:
         """Book a step's outcomes; report failures; returns whether every create went through."""
         created = [o.executor_id for o in outcomes if o.result is CreateResult.CREATED]
         self.starts.created(created)
-        self.counts["created"] += len(created)
         if created:
             self._backoff.succeeded(profile_id)
         failed = [
             o
             for o in outcomes
-            if o.result is not CreateResult.CREATED and o.result is not CreateResult.NOT_SENT
+            if o.result is not CreateResult.CREATED
+            and o.result is not CreateResult.NOT_SENT
+            and not self._taken(app_id, profile_id, o)
         ]
         if not failed:
             return len(created) == len(outcomes)  # a create held back unsent is no clean step
@@ -240,23 +239,32 @@ class PodCreator:
             self._report(profile_id, result, group, now)
         return False
 
+    def _taken(self, app_id: str, profile_id: int, outcome: _Outcome) -> bool:
+        """Whether a feature takes this refusal as the cluster's capacity (a quota): then it is
+        neither a failure nor a reason to back off, and the feature tells the driver."""
+        if outcome.result is not CreateResult.REFUSED or not isinstance(
+            outcome.error, PodOperationError
+        ):
+            return False
+        executor = NewExecutor(
+            app_id=app_id, executor_id=outcome.executor_id, resource_profile_id=profile_id
+        )
+        return self._features.refused(executor, outcome.error)
+
     def _report(
         self, profile_id: int, result: CreateResult, group: list[_Outcome], now: float
     ) -> None:
         first = group[0].error
         detail = f"{type(first).__name__}: {first}" if first is not None else "unknown error"
         if result is CreateResult.REFUSED:
-            self.counts["refused"] += len(group)
             wait = self._backoff.refused(profile_id, now)
             kind = NoticeKind.CREATE_REFUSED
             what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
         elif result is CreateResult.THROTTLED:
-            self.counts["throttled"] += len(group)
             wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
             kind = NoticeKind.CREATE_THROTTLED
             what = f"throttled or unavailable; pausing creates for {wait:.1f} s"
         else:
-            self.counts["failed"] += len(group)
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"

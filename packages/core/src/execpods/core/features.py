@@ -16,12 +16,14 @@ The hooks, in the order of an allocation round (and the thread each runs on):
 
 - `observe(facts)`: each allocation round, once the outstanding requests are up to date and
   before any decision (the allocator's thread);
-- `cap(profile, wanted)`: for each profile about to create, at most how many; called in
-  composition order, each feature on what the one before allowed (the allocator's thread);
+- `cap(state, wanted)`: for each profile about to create (its `ProfileState`), at most how many;
+  called in composition order, each on what the one before allowed (the allocator's thread);
 - `shape(executor)`: just before one pod is built, what the core decides about it
   (`PodDecisions`, which the adapter's builder writes) (a create worker: concurrently);
 - `created(executor, pod, decisions)`: the API accepted the pod; raising fails the create, after
   the feature undid what it made (a create worker);
+- `refused(executor, error)`: the API refused the create; a feature that takes it as capacity (a
+  quota) keeps it from counting as a failure or backing the profile off (a create worker);
 - `finished(outcome)`: the round's decisions are made (the allocator's thread);
 - `killing(selector)`: the driver's KillExecutors, before those pods are deleted (the request
   worker);
@@ -49,6 +51,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from execpods.core.allocation import ProfileState
+from execpods.core.errors import PodOperationError
 from execpods.core.notices import NoticeHub
 from execpods.core.ports import (
     NO_DECISIONS,
@@ -145,8 +148,10 @@ class Feature(Protocol):
         """An allocation round starts from `facts`."""
         return
 
-    def cap(self, profile_id: int, wanted: int) -> int:
-        """At most how many of `wanted` new executors of `profile_id` this round may create."""
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        """At most how many of `wanted` new executors of `state`'s profile this round may create
+        (`state`: its target, running, pending and requested-but-unseen executors, as the round
+        classified them after scale-down)."""
         return wanted
 
     def shape(self, executor: NewExecutor) -> PodDecisions:
@@ -158,6 +163,13 @@ class Feature(Protocol):
         """The API accepted the pod `pod_name` of `executor`, built with `decisions`. Raising
         fails the create; the feature undoes what it made first."""
         return
+
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        """The API refused the create of `executor` (403, 422: `error` says why). True takes the
+        refusal as the cluster's capacity (a quota), not a failure: it is then neither counted
+        toward `spark.executor.maxNumFailures` nor backed off, and this feature tells the
+        driver."""
+        return False
 
     def finished(self, outcome: RoundOutcome) -> None:
         """The allocation round's decisions are made."""
@@ -199,18 +211,18 @@ class FeatureSet:
     def observe(self, facts: RoundFacts) -> None:
         self._each("observe", lambda f: f.observe(facts))
 
-    def cap(self, profile_id: int, wanted: int) -> int:
+    def cap(self, state: ProfileState, wanted: int) -> int:
         allowed = wanted
         for feature in self._features:
             if allowed <= 0:
                 return 0
             try:
-                allowed = min(allowed, feature.cap(profile_id, allowed))
+                allowed = min(allowed, feature.cap(state, allowed))
             except Exception:
                 logger.exception(
                     "Feature %s failed to cap resource profile %d: held back this round",
                     type(feature).__name__,
-                    profile_id,
+                    state.profile_id,
                 )
                 return 0
         return max(0, allowed)
@@ -224,6 +236,15 @@ class FeatureSet:
     def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
         for feature in self._features:
             feature.created(executor, pod_name, decisions)
+
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        taken = False
+        for feature in self._features:  # every feature hears it, whoever takes it
+            try:
+                taken = feature.refused(executor, error) or taken
+            except Exception:
+                logger.exception("Feature %s failed on a refused create", type(feature).__name__)
+        return taken
 
     def finished(self, outcome: RoundOutcome) -> None:
         self._each("finished", lambda f: f.finished(outcome))

@@ -26,14 +26,3 @@ def summarize_ids(ids: Iterable[object], *, shown: int = SHOWN_IDS) -> str:
         return ", ".join(items) if items else "none"
     head = ", ".join(items[:shown])
     return f"{head} and {len(items) - shown} more ({len(items)} in all)"
-
-
-MESSAGE_LIMIT = 1000
-"""Most characters of an error's text that go into a gRPC status or a log line."""
-
-
-def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """`text`, cut to `limit` characters with a note of how much was cut."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"

@@ -34,8 +34,12 @@ import heapq
 import logging
 import threading
 
+from execpods.core.allocation import ProfileState
 from execpods.core.errors import PodOperationError
+from execpods.core.features import Feature, FeatureParts, RoundOutcome
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
 from execpods.core.ports import Clock, ExecutorIdLedger
+from execpods.core.progress import ID_LEDGER_UNREADABLE, ID_LEDGER_UNWRITABLE, ProgressMonitor
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +80,11 @@ class ExecutorIds:
         self._failures = 0
         self._retry_at = 0.0
         self.last_error: PodOperationError | None = None
+
+    @property
+    def maximum(self) -> int:
+        """`spark.kubernetes.allocation.maximum`: no id at or above it is issued."""
+        return self._maximum
 
     @property
     def issued(self) -> int:
@@ -196,3 +205,116 @@ class ExecutorIds:
             if executor_id < self._next and executor_id not in self._returned:
                 heapq.heappush(self._returned, executor_id)
                 self._spent -= 1
+
+
+def plug(parts: FeatureParts, ledger: ExecutorIdLedger | None) -> IdBudget:
+    """The id ledger's part in every round (always there: every create needs an id)."""
+    settings = parts.settings
+    ids = ExecutorIds(
+        maximum=settings.allocation_maximum,
+        clock=parts.clock,
+        ledger=ledger,
+        block=settings.id_block,
+        retry_base=settings.batch_delay,
+    )
+    return IdBudget(ids=ids, notices=parts.notices, progress=parts.progress)
+
+
+class IdBudget(Feature):
+    """Creates capped by the ids that may be issued now; what stops them told once.
+
+    The first feature asked: a profile gets only the ids reserved in the ledger (`reserve`); a
+    ledger that cannot be written or read stalls allocation (`progress.py`) and is told as
+    `ID_RESERVATION_FAILED` once per failure spell; `spark.kubernetes.allocation.maximum` reached
+    is told once, after the round issued the ids it still could (the numbers are then final).
+    """
+
+    def __init__(self, *, ids: ExecutorIds, notices: NoticeHub, progress: ProgressMonitor) -> None:
+        self.ids = ids
+        self._notices = notices
+        self._progress = progress
+        self._reservation_reported = False
+        self._maximum_reported = False
+        self._held = False
+        self._short: dict[int, int] = {}
+
+    def read_mark(self) -> int | None:
+        """The ledger's mark (None without a ledger); when it cannot be read, allocation stalls
+        and `PodOperationError` is raised: nothing is created before it is read."""
+        try:
+            mark = self.ids.read_mark()
+        except PodOperationError as error:
+            # Said at WARNING once; while the stall is on (its ERROR line names it), each
+            # round's retry is DEBUG, not a line a second.
+            again = self._progress.is_stalled(ID_LEDGER_UNREADABLE)
+            (logger.debug if again else logger.warning)(
+                "Could not read the executor id ledger (%s); retrying.", error
+            )
+            self._progress.stall(
+                ID_LEDGER_UNREADABLE,
+                f"the executor id ledger cannot be read ({error}); no executor is created "
+                "before it is, since an id could otherwise be issued twice (retried every "
+                "allocation round)",
+            )
+            raise
+        self._progress.resume(ID_LEDGER_UNREADABLE)
+        return mark
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        profile_id = state.profile_id
+        allowed = self.ids.reserve(wanted)
+        if allowed < wanted:
+            if self.ids.left < wanted:
+                self._short[profile_id] = wanted - self.ids.left
+            else:
+                self._held = True
+                self._report_reservation_failure(profile_id, wanted - allowed)
+        elif self.ids.last_error is None:
+            self._reservation_reported = False
+        return allowed
+
+    def finished(self, outcome: RoundOutcome) -> None:
+        if not self._held:
+            self._progress.resume(ID_LEDGER_UNWRITABLE)
+        self._held = False
+        short, self._short = self._short, {}
+        if short and self.ids.left == 0:
+            profile_id = min(short)
+            self._report_maximum(profile_id, short[profile_id])
+
+    def _report_reservation_failure(self, profile_id: int, held_back: int) -> None:
+        error = self.ids.last_error
+        if not self._reservation_reported:
+            self._reservation_reported = True
+            message = (
+                f"Could not reserve executor ids in the id ledger ({error}): {held_back} "
+                f"executors of resource profile {profile_id} wait until it can be written "
+                "(retried with back-off); no id above the last reserved one is used, so none can "
+                "ever be issued twice."
+            )
+            self._tell(NoticeKind.ID_RESERVATION_FAILED, message, profile_id, held_back)
+        self._progress.stall(
+            ID_LEDGER_UNWRITABLE,
+            f"the executor id ledger cannot be written ({error}); executors wait for ids above "
+            "its mark (retried with back-off)",
+        )
+
+    def _report_maximum(self, profile_id: int, short: int) -> None:
+        if self._maximum_reported:
+            return
+        self._maximum_reported = True
+        maximum = self.ids.maximum
+        message = (
+            f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
+            f"{self.ids.issued} executor ids were issued since this allocator started (Spark's "
+            f"counter) and no more will be; {short} more executors of resource profile "
+            f"{profile_id} were wanted. Allocation has stopped; raise the limit and restart to "
+            "allocate again."
+        )
+        self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
+
+    def _tell(self, kind: NoticeKind, message: str, profile_id: int, count: int) -> None:
+        logger.error(message)
+        self._notices.notify(
+            AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
+        )

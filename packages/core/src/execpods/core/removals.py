@@ -105,10 +105,6 @@ class RemovalChannel:
         """The sequence number of the newest removal (0 before the first)."""
         return self._sequence
 
-    @property
-    def stream_count(self) -> int:
-        return len(self._listeners)
-
     # LifecycleObserver (the lifecycle manager's thread).
 
     def round_started(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:

@@ -22,8 +22,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 
+from execpods.core.allocation import ProfileState, excess_to_delete
+from execpods.core.book import RequestBook
 from execpods.core.errors import PodOperationError
+from execpods.core.labels import ExecutorLabels
+from execpods.core.ports import Clock, PodOperations, PodSelector
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState
 
@@ -127,3 +132,109 @@ class ScaleDownDeletions:
         self._failing.difference_update(ids)
         self._due.update(dict.fromkeys(ids, now + CHECK_AFTER_DELAYS * self._base))
         return True
+
+
+class ScaleDown:
+    """Scale-down carried out: a profile's excess requests and Pending pods deleted, and the
+    deletes (and those of expired requests) followed until the pods are gone."""
+
+    def __init__(
+        self,
+        *,
+        pods: PodOperations,
+        labels: ExecutorLabels,
+        batch_delay: float,
+        idle_timeout: float,
+        clock: Clock,
+    ) -> None:
+        self._clock = clock
+        self._pods = pods
+        self._labels = labels
+        self._idle_timeout = idle_timeout
+        self.deleted = ScaleDownDeletions(batch_delay=batch_delay)
+
+    def follow_up(self, snapshot: ExecutorPodsSnapshot, *, app_id: str, now: float) -> None:
+        """Retry or check the deletes whose time has come; forget the pods that are gone."""
+        self.deleted.revisit(snapshot, partial(self._delete_pending, app_id), now)
+        self.deleted.forget_gone(snapshot)
+
+    def delete_expired(self, ids: Iterable[int], *, app_id: str, now: float) -> None:
+        """Spark's delete by id of requests that never showed; followed as scale-down's are
+        (retried only while Pending): a denied delete must not leak them."""
+        self.deleted.delete(ids, partial(self._delete_by_id, app_id), now)
+
+    def trim(
+        self,
+        states: Iterable[ProfileState],
+        *,
+        snapshot: ExecutorPodsSnapshot,
+        book: RequestBook,
+        app_id: str,
+        wall: float,
+    ) -> list[ProfileState]:
+        """Each profile without its excess, deleted (`allocation.excess_to_delete`). Unseen
+        requests age on the monotonic clock (the book's), Pending pods by their creation
+        stamps (`wall`)."""
+        now = self._clock.monotonic()
+        return [
+            self._trim(s, snapshot=snapshot, book=book, app_id=app_id, now=now, wall=wall)
+            for s in states
+        ]
+
+    def _trim(
+        self,
+        state: ProfileState,
+        *,
+        snapshot: ExecutorPodsSnapshot,
+        book: RequestBook,
+        app_id: str,
+        now: float,
+        wall: float,
+    ) -> ProfileState:
+        if state.pod_count <= state.target:
+            return state
+        pods = snapshot.executor_pods
+        pending_ages: dict[int, float | None] = {}
+        for executor_id in state.pending_unknown:
+            stamp = pods[executor_id].pod.creation_timestamp
+            pending_ages[executor_id] = None if stamp is None else wall - stamp.timestamp()
+        excess = excess_to_delete(
+            state,
+            request_ages={i: book.age(i, now) for i in state.unseen},
+            pending_ages=pending_ages,
+            idle_timeout=self._idle_timeout,
+        )
+        if not excess:
+            return state
+        ids = excess.ids
+        logger.info(
+            "Deleting %d excess pod requests of resource profile %d (%s).",
+            len(ids),
+            state.profile_id,
+            ",".join(map(str, ids)),
+        )
+        # Deleted or being retried, the ids count as deleted: never orphaned.
+        self.deleted.delete(ids, partial(self._delete_pending, app_id), now)
+        book.drop(excess.unseen)
+        dropped = set(ids)
+        return ProfileState(
+            profile_id=state.profile_id,
+            target=state.target,
+            running=state.running,
+            pending_unknown=tuple(i for i in state.pending_unknown if i not in dropped),
+            pending_known=state.pending_known,
+            unseen=tuple(i for i in state.unseen if i not in dropped),
+            unseen_known=state.unseen_known,
+        )
+
+    def _delete_by_id(self, app_id: str, ids: frozenset[int]) -> None:
+        self._pods.delete_by_selector(PodSelector.executors_of(self._labels, app_id, ids))
+
+    def _delete_pending(self, app_id: str, ids: frozenset[int]) -> None:
+        """Scale-down's one call: the Pending pods of `ids`, never one that turned Running."""
+        selector = PodSelector(
+            labels=self._labels.for_app(app_id),
+            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
+            phase="Pending",
+        )
+        self._pods.delete_by_selector(selector)

@@ -82,11 +82,6 @@ class ExecutorPodsSnapshot:
             classifier=classifier,
         )
 
-    @property
-    def is_full(self) -> bool:
-        """True when this snapshot came from a full list (or from nothing), not from an update."""
-        return self.parent_serial is None
-
     def with_update(self, pod: ExecutorPod) -> ExecutorPodsSnapshot:
         """A new snapshot with `pod`'s state; `self` when the pod has no valid executor id."""
         executor_id = self.labels.executor_id_of_pod(pod)

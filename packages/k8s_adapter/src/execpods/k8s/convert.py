@@ -26,8 +26,8 @@ from execpods.core import (
     ContainerWaiting,
     ExecutorPod,
     PodCondition,
+    parse_executor_id,
 )
-from execpods.core.labels import parse_executor_id
 
 logger = logging.getLogger(__name__)
 

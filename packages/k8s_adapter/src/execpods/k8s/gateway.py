@@ -115,10 +115,6 @@ class ApiGateway:
         self.rate_limiter = rate_limiter
         self.backoff = backoff
 
-    @property
-    def api_client(self) -> KubernetesApiClient:
-        return self._api_client
-
     # --- the pod calls ---------------------------------------------------------------------
 
     def create_pod(

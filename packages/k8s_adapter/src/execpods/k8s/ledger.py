@@ -106,10 +106,6 @@ class ClusterIdLedger:
             return f"annotation {ANNOTATION} of pod {self._driver}"
         return f"configmap {self._config_map} (key {DATA_KEY})"
 
-    @property
-    def uses_config_map(self) -> bool:
-        return self._driver is None
-
     def highest_reserved(self) -> int:
         with self._lock:
             mark = self._read()

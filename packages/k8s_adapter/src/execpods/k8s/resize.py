@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from execpods.core import SPARK_LABELS, ExecutorLabels, PodSelector
-from execpods.core.resize import MemoryUse
+from execpods.core import SPARK_LABELS, ExecutorLabels, MemoryUse, PodSelector
 from execpods.k8s.gateway import ApiGateway
 
 __all__ = ["KubernetesResizer", "quantity_bytes"]

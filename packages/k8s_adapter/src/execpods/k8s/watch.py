@@ -64,6 +64,8 @@ READ_SIZE = 256 * 1024
 READ_TIMEOUT_MARGIN = 10.0
 STOP_JOIN_TIMEOUT = 0.9
 HEALTHY_WATCH = 1.0
+REPEAT_WARNING_AFTER = 60.0
+"""Seconds between the WARNINGs of one streak of failures (the others are DEBUG)."""
 """A watch open this long (seconds) before it broke counted as working: its back-off resets."""
 
 
@@ -140,6 +142,9 @@ class WatchSource:
         self._enabled = core.enable_api_watcher
         self._labels: ExecutorLabels = core.labels
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._streak = 0
+        """Failures in a row, for the log (`_log_failure`)."""
+        self._streak_logged = 0.0
         self._waiter: Waiter = waiter if waiter is not None else EventWaiter()
         self._backoff = Backoff(
             initial=self._settings.backoff_initial,
@@ -229,6 +234,7 @@ class WatchSource:
                 if self._resource_version is None:
                     self._list(selector)
                 if self._watch(selector):
+                    self._recovered()
                     self._backoff.reset()
                     self._relist_backoff.reset()
                     expired_streak = 0
@@ -251,12 +257,12 @@ class WatchSource:
                 self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay(error.retry_after)
-                logger.warning("Watch throttled (%s); retrying in %.2fs.", error, delay)
+                self._log_failure("Watch throttled (%s); retrying in %.2fs.", error, delay)
             except PodOperationError as error:
                 self._failing = True
                 self.stats.failures += 1
                 delay = self._backoff.next_delay()
-                logger.warning("Watch failed (%s); retrying in %.2fs.", error, delay)
+                self._log_failure("Watch failed (%s); retrying in %.2fs.", error, delay)
             except Exception:
                 self._failing = True
                 self.stats.failures += 1
@@ -266,9 +272,28 @@ class WatchSource:
                 break
         logger.debug("The watch of %s stopped.", selector)
 
+    def _log_failure(self, message: str, error: Exception, delay: float) -> None:
+        """The first failure of a streak at WARNING, then at most one a minute: a server that
+        stays unreachable is said once (and health says NOT_SERVING), not on every retry."""
+        now = self._clock.monotonic()
+        self._streak += 1
+        if self._streak > 1 and now - self._streak_logged < REPEAT_WARNING_AFTER:
+            logger.debug(message, error, delay)
+            return
+        self._streak_logged = now
+        if self._streak > 1:
+            message = f"{message[:-1]} (failing for {self._streak} attempts)."
+        logger.warning(message, error, delay)
+
+    def _recovered(self) -> None:
+        if self._streak > 1:
+            logger.info("The watch works again after %d failed attempts.", self._streak)
+        self._streak = 0
+
     def _list(self, selector: str) -> None:
         self.stats.lists += 1
         pods, version = self._operations.list_with_version(selector)
+        self._recovered()
         self._failing = False
         self._backoff.reset()
         if self._warnings is not None:

@@ -29,7 +29,7 @@ from execpods.kubesim.disruptions import disrupt
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
 from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
-from execpods.kubesim.mounts import VolumeMounts
+from execpods.kubesim.mounts import served_mounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
 from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.quota import ResourceQuotas
@@ -104,7 +104,9 @@ class KubeSim:
             )
             for k in (*KINDS, *APPLY_KINDS)
         }
-        self.cluster.mounts = VolumeMounts(
+        events = self.object_apis["events"]
+        self.cluster.store_port.events = events.create
+        self.cluster.mounts = served_mounts(
             objects=self.object_apis, now=lambda: rfc3339(self.clock.now())
         )
         #: Namespaces: the default ones, ``namespaces``, and those created since.

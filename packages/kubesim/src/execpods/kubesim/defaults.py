@@ -8,13 +8,20 @@ stored without them makes it crash. The rules are those of Kubernetes' own defau
 `defaultMode`, the declarative `+default` markers such as a gRPC probe's `service: ""`), for
 every field a Spark pod or the shipped manifests use; the ServiceAccount admission plugin's
 `serviceAccountName: default` is applied here too. A field the client set is never changed.
+
+`admit_pod_spec` adds, to a new pod only, what two admission plugins every cluster runs add:
+Priority (`priority: 0`, `preemptionPolicy: PreemptLowerPriority` without a priority class) and
+DefaultTolerationSeconds (tolerate `node.kubernetes.io/not-ready` and `unreachable` for 300 s).
+Compared field by field with kube-apiserver v1.36 on the shipped overlays' pods, the one
+difference left is the service account token volume (`kube-api-access-*`) that the
+ServiceAccount plugin mounts: kubesim mounts none.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["default_pod_spec", "image_pull_policy"]
+__all__ = ["admit_pod_spec", "default_pod_spec", "image_pull_policy"]
 
 Obj = dict[str, Any]
 
@@ -137,6 +144,8 @@ def _default_volume(volume: Obj) -> None:
         host_path["type"] = ""
     ephemeral = volume.get("ephemeral")
     template = ephemeral.get("volumeClaimTemplate") if isinstance(ephemeral, dict) else None
+    if isinstance(template, dict) and template.get("metadata") is None:
+        template["metadata"] = {}  # a struct, not a pointer: the API server always writes it
     claim = template.get("spec") if isinstance(template, dict) else None
     if isinstance(claim, dict) and claim.get("volumeMode") is None:
         claim["volumeMode"] = "Filesystem"
@@ -174,4 +183,44 @@ def default_pod_spec(spec: Obj) -> Obj:
     for volume in spec.get("volumes") or ():
         if isinstance(volume, dict):
             _default_volume(volume)
+    return spec
+
+
+DEFAULT_TOLERATION_SECONDS = 300
+"""DefaultTolerationSeconds' `--default-not-ready-toleration-seconds` and `--default-unreachable-
+toleration-seconds`."""
+TOLERATED_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _tolerates(tolerations: list[Any], key: str) -> bool:
+    """Whether a toleration already covers the NoExecute taint `key` (the plugin's own test)."""
+    return any(
+        isinstance(t, dict)
+        and t.get("key", "") in ("", key)
+        and t.get("effect", "") in ("", "NoExecute")
+        for t in tolerations
+    )
+
+
+def admit_pod_spec(spec: Obj) -> Obj:
+    """What the Priority and DefaultTolerationSeconds admission plugins add to a new pod."""
+    if not spec.get("priorityClassName"):
+        if spec.get("priority") is None:
+            spec["priority"] = 0  # no class, no global default class in kubesim
+        if not spec.get("preemptionPolicy"):
+            spec["preemptionPolicy"] = "PreemptLowerPriority"
+    tolerations = spec.get("tolerations")
+    if not isinstance(tolerations, list):
+        tolerations = []
+    for key in TOLERATED_TAINTS:
+        if not _tolerates(tolerations, key):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    spec["tolerations"] = tolerations
     return spec

@@ -52,17 +52,18 @@ def disrupt(cluster: Cluster, namespace: str, name: str, cause: str, message: st
     pod = cluster.store.find(namespace, name)
     if pod is None:
         raise ApiError.not_found(name)
-    now = rfc3339(cluster.clock.now())
-
-    def mark(p: Obj) -> Obj:
-        status = p.setdefault("status", {})
-        condition(status, DISRUPTION_TARGET, "True", now, reason=CAUSES[cause], message=text)
-        return p
-
-    cluster.store.update(namespace, name, mark)
     if cause == "Evicted":
+        # The kubelet writes the condition with the Failed phase in one status update.
         ended = cluster.evict(namespace, name, text)
     else:
+        now = rfc3339(cluster.clock.now())
+
+        def mark(p: Obj) -> Obj:
+            status = p.setdefault("status", {})
+            condition(status, DISRUPTION_TARGET, "True", now, reason=CAUSES[cause], message=text)
+            return p
+
+        cluster.store.update(namespace, name, mark)
         ended = cluster.delete(namespace, name)
     if ended is None:
         raise ApiError.not_found(name)

@@ -43,6 +43,8 @@ class Responder(Protocol):
 
     def header(self, name: str, default: str = "") -> str: ...
 
+    def authorize(self, method: str, path: str) -> None: ...
+
     def reply(self, code: int, obj: Any) -> int: ...
 
     def watched(
@@ -127,13 +129,15 @@ def serve(
     route = _object_route(path, objects)
     if route is not None:
         api, namespace, name, watch_path = route
+        applying = h.header("Content-Type").split(";", 1)[0].strip().lower() == APPLY_PATCH
+        creating = namespace and name and api.store.find(namespace, name) is None
+        if method == "PATCH" and applying and creating:
+            h.authorize("POST", path)  # an apply that creates needs create as well as patch
         return _objects(
             h, method, query, body, api=api, namespace=namespace, name=name, watch_path=watch_path
         )
-    if m := _NAMESPACE.match(path):
-        if method != "GET":
-            raise ApiError(405, "MethodNotAllowed", "namespaces are read-only in kubesim")
-        return h.reply(200, resources.namespace(m.group(1)))
+    if _NAMESPACE.match(path):  # a server without namespaces (none is built so): none exists
+        raise namespace_not_found(path.rsplit("/", 1)[1])
     return None
 
 

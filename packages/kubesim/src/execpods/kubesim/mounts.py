@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.store import Obj
 
-__all__ = ["MOUNT_RETRY_SECONDS", "VolumeMounts", "missing_volume"]
+__all__ = ["MOUNT_RETRY_SECONDS", "VolumeMounts", "missing_volume", "served_mounts"]
 
 MOUNT_RETRY_SECONDS = (0.5, 122.0)
 """The kubelet's retries of a failed mount: from 0.5 s, doubling, up to 2 min 2 s."""
@@ -55,18 +55,19 @@ def missing_volume(pod: Obj, exists: Any) -> str | None:
 
 
 class VolumeMounts:
-    """Looks the referenced objects up in the served stores and records the kubelet's events."""
+    """The kubelet's mount check, over any way to look objects up and record events: kubesim's
+    served stores in process (:func:`served_mounts`), or an API server (``nodesim``)."""
 
-    def __init__(self, *, objects: Mapping[str, Any], now: Any) -> None:
-        self._objects = objects
-        self._now = now
-        self._rng = random.Random("kubesim-events")
+    def __init__(
+        self,
+        *,
+        exists: Callable[[str, str, str], bool],
+        record: Callable[[Obj, str], None],
+    ) -> None:
+        self._exists = exists
+        self._record = record
         self._lock = threading.Lock()
         self._retries: dict[str, float] = {}
-
-    def _exists(self, kind: str, namespace: str, name: str) -> bool:
-        api = self._objects.get(f"{kind}s")
-        return api is not None and api.store.find(namespace, name) is not None
 
     def problem(self, pod: Obj) -> str | None:
         return missing_volume(pod, self._exists)
@@ -82,22 +83,38 @@ class VolumeMounts:
         self._record(pod, message)
         return delay
 
-    def _record(self, pod: Obj, message: str) -> None:
-        events = self._objects.get("events")
+    def start_check(self, pod: Obj) -> float | None:
+        """None when every volume object exists, else the wait before the kubelet's next try."""
+        problem = self.problem(pod)
+        return None if problem is None else self.failed(pod, problem)
+
+
+def served_mounts(*, objects: Mapping[str, Any], now: Callable[[], str]) -> VolumeMounts:
+    """The check over kubesim's served stores, its events counted up on each retry."""
+    rng = random.Random("kubesim-events")
+    lock = threading.Lock()
+
+    def exists(kind: str, namespace: str, name: str) -> bool:
+        api = objects.get(f"{kind}s")
+        return api is not None and api.store.find(namespace, name) is not None
+
+    def record(pod: Obj, message: str) -> None:
+        events = objects.get("events")
         if events is None:
             return
         meta = pod["metadata"]
-        namespace, now = meta.get("namespace", "default"), self._now()
+        namespace, stamp = meta.get("namespace", "default"), now()
         for event in events.store.list(namespace)[0]:
             involved = event.get("involvedObject") or {}
             if involved.get("uid") == meta.get("uid") and event.get("message") == message:
-                updated = {**event, "count": int(event.get("count", 1)) + 1, "lastTimestamp": now}
+                count = int(event.get("count", 1)) + 1
+                updated = {**event, "count": count, "lastTimestamp": stamp}
                 # A client changed it meanwhile: the next retry counts again.
                 with contextlib.suppress(ApiError):
                     events.replace(namespace, event["metadata"]["name"], updated)
                 return
-        with self._lock:
-            suffix = f"{self._rng.getrandbits(64):016x}"
+        with lock:
+            suffix = f"{rng.getrandbits(64):016x}"
         events.create(
             namespace,
             {
@@ -115,9 +132,11 @@ class VolumeMounts:
                 "message": message,
                 "type": "Warning",
                 "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
                 "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
                 "reportingComponent": "kubelet",
             },
         )
+
+    return VolumeMounts(exists=exists, record=record)

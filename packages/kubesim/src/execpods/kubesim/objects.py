@@ -31,7 +31,9 @@ from execpods.kubesim.store import Event, Obj, PodStore, Predicate, Watcher
 __all__ = ["KINDS", "GarbageCollector", "Kind", "ObjectApi"]
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Service names: RFC 1123 labels since Kubernetes 1.34 (RelaxedServiceNameValidation); a leading
+# digit is accepted, as a real v1.36 server showed.
+_DNS1035 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 

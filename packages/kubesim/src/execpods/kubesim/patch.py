@@ -1,8 +1,9 @@
 """The three patch formats the API server accepts for pods.
 
-Strategic merge matters most: the official clients send a dict body as a strategic merge patch, and
-status updates rely on ``containerStatuses`` and ``conditions`` being merged by key (a JSON merge
-patch would replace the whole list and lose the other entries).
+Strategic merge matters most: the official clients send a dict body as a strategic merge patch.
+``conditions`` are merged by ``type``; ``containerStatuses`` (and the init and ephemeral ones) are
+atomic lists, replaced whole, as kube-apiserver treats them (checked against a real server: a
+patch naming one container's status leaves only that one).
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH)
 
 #: List fields of a pod merged by key under strategic merge (field name -> merge key).
 MERGE_KEYS: dict[str, str] = {
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "ephemeralContainerStatuses": "name",
     "conditions": "type",
     "containers": "name",
     "initContainers": "name",

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 
 from execpods.kubesim.bodies import JsonValue, StatusCause
-from execpods.kubesim.defaults import default_pod_spec
+from execpods.kubesim.defaults import admit_pod_spec, default_pod_spec
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.quantities import check_resources
 from execpods.kubesim.selectors import valid_label_key, valid_label_value
@@ -97,6 +97,7 @@ def validate_pod(pod: Obj) -> None:
                 causes.append(
                     _cause(f"spec.containers[{i}].image", "Required value", "FieldValueRequired")
                 )
+            causes.extend(_privilege(c, f"spec.containers[{i}]"))
     if isinstance(spec, dict):
         policy = spec.get("restartPolicy", "Always")
         if policy not in ("Always", "OnFailure", "Never"):
@@ -107,6 +108,20 @@ def validate_pod(pod: Obj) -> None:
             )
     if causes:
         raise ApiError.invalid(name or meta.get("generateName") or "", causes)
+
+
+def _privilege(container: object, path: str) -> list[StatusCause]:
+    """A privileged container always may escalate: kube-apiserver refuses the contradiction
+    (found by running the sidecar against a real API server)."""
+    context = container.get("securityContext") if isinstance(container, dict) else None
+    if (
+        isinstance(context, dict)
+        and context.get("privileged") is True
+        and context.get("allowPrivilegeEscalation") is False
+    ):
+        message = "Invalid value: cannot set `allowPrivilegeEscalation` to false and "
+        return [_cause(f"{path}.securityContext", message + "`privileged` to true")]
+    return []
 
 
 def _metadata_shape(meta: Obj) -> list[StatusCause]:
@@ -202,7 +217,7 @@ def admit_new_pod(
     }
     pod["metadata"]["name"] = name
     validate_pod(pod)
-    spec = default_spec(pod["spec"])
+    spec = admit_pod_spec(default_spec(pod["spec"]))
     pod["metadata"].update(
         namespace=namespace,
         uid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),

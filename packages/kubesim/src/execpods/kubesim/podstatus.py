@@ -5,6 +5,7 @@ Kept apart from the scheduling and timing logic in ``cluster.py`` so each reads 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ __all__ = [
     "Termination",
     "condition",
     "container_creating",
+    "image_pull_backoff",
     "image_pull_failed",
     "not_ready",
     "running",
@@ -33,6 +35,8 @@ class Termination:
     force_phase: str | None = None
     pod_reason: str | None = None
     pod_message: str | None = None
+    #: The CrashLoopBackOff message; ``{container}`` is replaced by each container's name.
+    backoff_message: str = "back-off restarting failed container={container}"
 
 
 def condition(
@@ -65,9 +69,30 @@ def not_ready(status: Obj, now: str, reason: str, message: str) -> None:
     condition(status, "ContainersReady", "False", now, reason=reason, message=message)
 
 
-def image_pull_failed(pod: Obj, now: str) -> Obj:
-    """Containers stuck in ErrImagePull; the pod stays Pending."""
-    return _waiting(pod, now, "ErrImagePull", lambda c: f'failed to pull image "{c}": not found')
+def _pull_error(image: str) -> str:
+    return f'failed to pull image "{image}": not found'
+
+
+def image_pull_failed(pod: Obj, now: str, images: list[str] | None = None) -> Obj:
+    """Containers stuck in ErrImagePull; the pod stays Pending. (``images``: the ones that
+    failed, all when None; the kubelet pulls nothing else until those succeed.)"""
+    return _waiting(pod, now, "ErrImagePull", _pull_error)
+
+
+def image_pull_backoff(pod: Obj, images: list[str] | None = None) -> Obj | None:
+    """Between pulls: ErrImagePull becomes ImagePullBackOff, its message the kubelet's
+    ``Back-off pulling image "IMAGE": ErrImagePull: <the pull's error>``. None when the
+    containers are no longer waiting on a pull (nothing to write)."""
+    changed = False
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") != "ErrImagePull":
+            continue
+        image = status.get("image", "")
+        message = f'Back-off pulling image "{image}": ErrImagePull: {_pull_error(image)}'
+        status["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": message}}
+        changed = True
+    return pod if changed else None
 
 
 def container_creating(pod: Obj, now: str) -> Obj:
@@ -115,6 +140,7 @@ def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj
     statuses = []
     for c in pod["spec"]["containers"]:
         prev = previous.get(c["name"], {})
+        resources = copy.deepcopy(c.get("resources") or {})
         statuses.append(
             {
                 "name": c["name"],
@@ -126,6 +152,10 @@ def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj
                 "restartCount": prev.get("restartCount", 0),
                 "state": {"running": {"startedAt": now}},
                 "lastState": prev.get("lastState", {}),
+                # What the kubelet (1.33+) reports of a running container: the API server takes
+                # it as the node's support for in-place resize (pods/resize).
+                "resources": resources,
+                "allocatedResources": dict(resources.get("requests") or {}),
             }
         )
     st["containerStatuses"] = statuses
@@ -164,9 +194,8 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
             "restartCount": restarts + 1 if restart else restarts,
         }
         if restart:
-            entry["state"] = {
-                "waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}
-            }
+            backoff = end.backoff_message.replace("{container}", c["name"])
+            entry["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": backoff}}
             entry["lastState"] = {"terminated": term}
         else:
             entry["state"] = {"terminated": term}
@@ -185,3 +214,33 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
         if pod_message:
             st["message"] = pod_message
     return p
+
+
+def resize_pending(pod: Obj) -> bool:
+    """A running pod whose containers' spec resources differ from what the kubelet reports:
+    a resize (pods/resize) the kubelet has yet to actuate."""
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return False
+    reported = {
+        s.get("name"): s.get("resources")
+        for s in (pod.get("status") or {}).get("containerStatuses") or []
+        if (s.get("state") or {}).get("running") is not None
+    }
+    return any(
+        c["name"] in reported and (c.get("resources") or {}) != reported[c["name"]]
+        for c in pod["spec"]["containers"]
+    )
+
+
+def resize_actuated(pod: Obj) -> Obj | None:
+    """The kubelet's report once it actuated a resize: each running container's status carries
+    its spec resources (None when nothing is pending)."""
+    if not resize_pending(pod):
+        return None
+    wanted = {c["name"]: copy.deepcopy(c.get("resources") or {}) for c in pod["spec"]["containers"]}
+    for container_status in pod["status"].get("containerStatuses") or []:
+        resources = wanted.get(container_status.get("name"))
+        if resources is not None and (container_status.get("state") or {}).get("running"):
+            container_status["resources"] = resources
+            container_status["allocatedResources"] = dict(resources.get("requests") or {})
+    return pod

@@ -35,13 +35,40 @@ _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
+_SUFFIX_CHARS = frozenset("eEinumkKMGTP")
+
+
+def _quantity_error(text: str) -> str:
+    """apimachinery's error for a quantity that does not parse: its scan (sign, digits,
+    fraction, suffix letters, an exponent's sign and digits) fails on a stray character with
+    ErrFormatWrong, and an unknown suffix with ErrSuffix."""
+    i, end = 0, len(text)
+    if i < end and text[i] in "+-":
+        i += 1
+    while i < end and text[i].isdigit():
+        i += 1
+    if i < end and text[i] == ".":
+        i += 1
+        while i < end and text[i].isdigit():
+            i += 1
+    while i < end and text[i] in _SUFFIX_CHARS:
+        i += 1
+    if i < end and text[i] in "+-":
+        i += 1
+    while i < end and text[i].isdigit():
+        i += 1
+    if i < end or not text:
+        return f"quantities must match the regular expression '{QUANTITY_PATTERN}'"
+    return "unable to parse quantity's suffix"
+
+
 def parse_quantity(text: object) -> Decimal:
     """The value of a quantity (a JSON string or number); ValueError when it does not parse."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"quantities must match the regular expression '{QUANTITY_PATTERN}'")
     match = _GRAMMAR.match(str(text).strip())
     if match is None:
-        raise ValueError(f"quantities must match the regular expression '{QUANTITY_PATTERN}'")
+        raise ValueError(_quantity_error(str(text).strip()))
     try:
         number = Decimal(match["number"])
     except InvalidOperation as error:  # pragma: no cover - the grammar admits only decimals
@@ -64,6 +91,20 @@ def _valid_resource_name(name: str) -> bool:
         and len(part) <= 63
         and bool(_NAME_PART.match(part))
     )
+
+
+def _resource_name_message(name: str) -> str:
+    """kube-apiserver's first complaint about a resource name: its characters, else that it is
+    neither standard nor qualified."""
+    part = name.rpartition("/")[2]
+    if not _NAME_PART.match(part) or len(part) > 63:
+        return (
+            f'Invalid value: "{name}": name part must consist of alphanumeric characters, '
+            "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+            "'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        )
+    return f'Invalid value: "{name}": must be a standard resource type or fully qualified'
 
 
 def _cause(field: str, message: str) -> StatusCause:
@@ -99,13 +140,7 @@ def check_resources(container: Obj, path: str) -> list[StatusCause]:
                 value = MAX_QUANTITY.copy_sign(value)
                 amounts[name] = str(int(value))
             if not _valid_resource_name(name):
-                causes.append(
-                    _cause(
-                        field,
-                        f"Invalid value: {name!r}: must be a standard resource type or fully "
-                        "qualified",
-                    )
-                )
+                causes.append(_cause(field, _resource_name_message(name)))
             if value < 0:
                 causes.append(
                     _cause(

@@ -1,19 +1,20 @@
 """In-place pod resize (the `pods/resize` subresource) and the resource metrics API.
 
-As kube-apiserver serves them (KEP 1287, beta in Kubernetes 1.33):
+As kube-apiserver serves them (KEP 1287; checked against a real kube-apiserver 1.36 in
+tests/kubesim/test_conformance_resize.py):
 
-- `/resize` takes an update (PUT) or a patch of the whole pod, of which only
-  `spec.containers[*].resources` (and a sidecar init container's) may change, and only their
-  `cpu` and `memory`; the pod's QoS class may not change; every other change, or a resize of a
-  pod in a terminal phase, is 422 Invalid naming the field. The main resource still refuses any
-  change to resources (`pods` updates, in `resources.py`).
-- The kubelet then actuates the resize: after `RESIZE_LATENCY` the container statuses report the
-  new resources (`status.containerStatuses[*].resources`, `allocatedResources` = requests), and
-  the `PodResizeInProgress` condition it showed meanwhile goes. Every resize fits: the simulated
-  nodes count pods, not CPU or memory, so nothing is Deferred or Infeasible.
-- `GET /apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods` lists PodMetrics (what metrics-server
-  serves, `kubectl top pods`): each Running pod's containers with the usage a test set
-  (`ResourceUsage.set`), 0 when none was.
+- `/resize` takes an update (PUT) or a patch of the whole pod, of which it keeps only the
+  containers' resources (and a sidecar init container's): every other change in the body is
+  dropped, silently, as the API server's resize strategy does. The resources may change only in
+  `cpu` and `memory`, and the pod's QoS class may not change (422, `spec`); a running container
+  whose status has no `resources` means its node does not support resize (422).
+- The kubelet actuates the resize (`nodes.py`, the shared node simulation): after
+  `nodes.RESIZE_LATENCY` the container statuses report the new resources
+  (`status.containerStatuses[*].resources`, `allocatedResources` = requests). Every resize fits:
+  the simulated nodes count pods, not CPU or memory, so nothing is Deferred or Infeasible.
+- `GET /apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods[/<name>]` lists PodMetrics (what
+  metrics-server serves, `kubectl top pods`): each Running pod's containers with the usage a test
+  set (`ResourceUsage.set`), 0 when none was.
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ from execpods.kubesim.pods import qos_class
 from execpods.kubesim.quantities import parse_quantity
 from execpods.kubesim.store import Obj
 
-__all__ = ["RESIZE_LATENCY", "ResourceUsage", "actuated", "resized_spec"]
+__all__ = ["ResourceUsage", "resized_spec"]
 
-RESIZE_LATENCY = 0.1
-"""Seconds the kubelet takes to actuate a resize."""
 RESIZABLE = ("cpu", "memory")
 METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/namespaces/"
 
@@ -49,34 +48,34 @@ def _without_resources(spec: Obj) -> Obj:
     return view
 
 
-def resized_spec(old: Obj, new: Obj, name: str, *, phase: str) -> Obj:
-    """The spec a resize of `old` to `new` leaves, or the API server's 422."""
-    if phase in ("Succeeded", "Failed"):
-        raise _forbidden(name, "spec", "Forbidden: a pod in a terminal phase cannot be resized")
+def _resources_from(old: Obj, new: Obj) -> Obj:
+    """`old` with only the containers' resources of `new` (by position, as the API server's
+    resize strategy copies them); everything else of `new` is dropped."""
+    spec = copy.deepcopy(old)
+    for key in ("containers", "initContainers"):
+        for before, after in zip(spec.get(key) or [], new.get(key) or [], strict=False):
+            if isinstance(after, dict) and "resources" in after:
+                before["resources"] = copy.deepcopy(after["resources"])
+    return spec
+
+
+def resized_spec(old: Obj, new: Obj, name: str, *, statuses: Iterable[Obj] = ()) -> Obj:
+    """The spec a resize of `old` to `new` leaves, or the API server's 422 (`statuses`: the
+    pod's container statuses, whose `resources` say the node supports resize)."""
     if not isinstance(new, dict):
         raise ApiError.bad_request("the request body must be a pod object")
-    if _without_resources(old) != _without_resources(new):
-        raise _forbidden(
-            name,
-            "spec",
-            "Forbidden: only cpu and memory resources of containers are mutable through the "
-            "resize subresource",
-        )
+    spec = _resources_from(old, new)
+    if spec == old:
+        return spec
+    if any(
+        (s.get("state") or {}).get("running") is not None and s.get("resources") is None
+        for s in statuses
+    ):
+        raise _forbidden(name, "spec", "Forbidden: Pod running on node without support for resize")
     for key in ("containers", "initContainers"):
         for index, (before, after) in enumerate(
-            zip(old.get(key) or [], new.get(key) or [], strict=False)
+            zip(old.get(key) or [], spec.get(key) or [], strict=False)
         ):
-            for part in ("requests", "limits"):
-                was = (before.get("resources") or {}).get(part) or {}
-                now = (after.get("resources") or {}).get(part) or {}
-                for resource in set(was) | set(now):
-                    if resource in RESIZABLE or was.get(resource) == now.get(resource):
-                        continue
-                    raise _forbidden(
-                        name,
-                        f"spec.{key}[{index}].resources.{part}[{resource}]",
-                        "Forbidden: only cpu and memory resources are mutable",
-                    )
             if (
                 key == "initContainers"
                 and before.get("resources") != after.get("resources")
@@ -85,45 +84,21 @@ def resized_spec(old: Obj, new: Obj, name: str, *, phase: str) -> Obj:
                 raise _forbidden(
                     name,
                     f"spec.initContainers[{index}].resources",
-                    "Forbidden: resources of a non-restartable init container are immutable",
+                    "Forbidden: resources for non-sidecar init containers are immutable",
                 )
-    if qos_class(old.get("containers") or []) != qos_class(new.get("containers") or []):
+            for part in ("requests", "limits"):
+                was = (before.get("resources") or {}).get(part) or {}
+                now = (after.get("resources") or {}).get(part) or {}
+                changed = {r for r in set(was) | set(now) if was.get(r) != now.get(r)}
+                if changed - set(RESIZABLE):
+                    raise _forbidden(
+                        name, "spec", "Forbidden: only cpu and memory resources are mutable"
+                    )
+    if qos_class(old.get("containers") or []) != qos_class(spec.get("containers") or []):
         raise _forbidden(
-            name,
-            "spec.containers",
-            "Forbidden: Pod QOS Class may not change as a result of resizing",
+            name, "spec", "Forbidden: Pod QOS Class may not change as a result of resizing"
         )
-    return copy.deepcopy(new)
-
-
-def actuated(pod: Obj) -> Obj:
-    """The kubelet's report once a resize is actuated: each container's status carries its
-    spec resources, and PodResizeInProgress is gone."""
-    spec_resources = {
-        c["name"]: copy.deepcopy(c.get("resources") or {}) for c in pod["spec"]["containers"]
-    }
-    status = pod.setdefault("status", {})
-    for container_status in status.get("containerStatuses") or []:
-        resources = spec_resources.get(container_status.get("name"))
-        if resources is None:
-            continue
-        container_status["resources"] = resources
-        container_status["allocatedResources"] = dict(resources.get("requests") or {})
-    status["conditions"] = [
-        c for c in status.get("conditions") or [] if c.get("type") != "PodResizeInProgress"
-    ]
-    return pod
-
-
-def in_progress(pod: Obj, now: str) -> Obj:
-    """The pod while the kubelet actuates its resize: condition PodResizeInProgress."""
-    status = pod.setdefault("status", {})
-    conditions = [
-        c for c in status.get("conditions") or [] if c.get("type") != "PodResizeInProgress"
-    ]
-    conditions.append({"type": "PodResizeInProgress", "status": "True", "lastTransitionTime": now})
-    status["conditions"] = conditions
-    return pod
+    return spec
 
 
 class ResourceUsage:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import calendar
-import contextlib
 import copy
 import threading
 import time
@@ -42,18 +41,12 @@ from execpods.kubesim.pods import (
     validate_status,
 )
 from execpods.kubesim.rbac import Authorizer
-from execpods.kubesim.resize import (
-    RESIZE_LATENCY,
-    ResourceUsage,
-    actuated,
-    in_progress,
-    resized_spec,
-)
+from execpods.kubesim.resize import ResourceUsage, resized_spec
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
 from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
 
-__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery", "namespace"]
+__all__ = ["DISCOVERY_PATHS", "KUBERNETES_VERSION", "PodApi", "as_table", "discovery"]
 
 KUBERNETES_VERSION = {
     "major": "1",
@@ -122,17 +115,6 @@ def discovery(path: str, address: Sequence[object]) -> Obj | None:
     if path in _HEALTH:
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}
     return None
-
-
-def namespace(name: str) -> Obj:
-    """Every namespace exists in the simulator; this is what a GET of one returns."""
-    return {
-        "kind": "Namespace",
-        "apiVersion": "v1",
-        "metadata": {"name": name, "resourceVersion": "1", "uid": f"namespace-{name}"},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    }
 
 
 _COLUMNS = [
@@ -389,9 +371,19 @@ class PodApi:
                 "version and try again",
             )
         if status:
+            # kube-apiserver's pod status strategy resets the spec, not the metadata: a /status
+            # write changes labels, annotations and finalizers too (seen on a real server).
             updated = dict(old)
             updated["status"] = new.get("status") or {}
             validate_status(name, updated["status"])
+            _default_container_statuses(updated["status"])
+            kept = dict(old["metadata"])
+            for key in ("labels", "annotations", "finalizers"):
+                if new_meta.get(key) is not None:
+                    kept[key] = new_meta[key]
+                else:
+                    kept.pop(key, None)
+            updated["metadata"] = kept
             return updated
         meta: Obj = {k: v for k, v in new_meta.items() if k not in SERVER_META}
         for k in SERVER_META:
@@ -401,8 +393,6 @@ class PodApi:
         spec = new.get("spec")
         if isinstance(spec, dict):
             spec = default_spec(spec)
-            if "nodeName" in old["spec"]:  # a write that omits the binding keeps it
-                spec.setdefault("nodeName", old["spec"]["nodeName"])
         result: Obj = {
             "kind": "Pod",
             "apiVersion": "v1",
@@ -468,9 +458,8 @@ class PodApi:
     def resize(
         self, namespace: str, name: str, content_type: str, body: JsonValue, *, patch: bool
     ) -> Pod:
-        """The `pods/resize` subresource (`resize.py`): only the containers' cpu and memory may
-        change; the kubelet then actuates the new resources."""
-        now = rfc3339(self.cluster.clock.now())
+        """The `pods/resize` subresource (`resize.py`): only the containers' resources change
+        (cpu and memory); the kubelet (`nodes.py`) then actuates them."""
 
         def mutate(old: Obj) -> Obj:
             new = apply_patch(content_type, old, body) if patch else body
@@ -481,29 +470,15 @@ class PodApi:
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise ApiError.conflict(name, "the object has been modified; please apply your "
                                         "changes to the latest version and try again")  # fmt: skip
-            phase = (old.get("status") or {}).get("phase", "")
             new_spec = new.get("spec")
             if not isinstance(new_spec, dict):
                 raise ApiError.bad_request("the pod's spec must be an object")
-            spec = resized_spec(old["spec"], new_spec, name, phase=phase)
+            statuses = (old.get("status") or {}).get("containerStatuses") or []
             updated = copy.deepcopy(old)
-            changed = spec != old["spec"]
-            updated["spec"] = spec
-            return in_progress(updated, now) if changed and old["spec"].get("nodeName") else updated
+            updated["spec"] = resized_spec(old["spec"], new_spec, name, statuses=statuses)
+            return updated
 
-        result = self.store.update(namespace, name, mutate)
-        uid = result["metadata"]["uid"]
-
-        def actuate() -> None:
-            def done(pod: Obj) -> Obj | None:
-                return actuated(pod) if pod["metadata"]["uid"] == uid else None
-
-            with contextlib.suppress(ApiError):
-                self.store.update(namespace, name, done)
-
-        if result["spec"].get("nodeName"):
-            self.cluster.kubelet_later(RESIZE_LATENCY, actuate)
-        return as_pod(result)
+        return as_pod(self.store.update(namespace, name, mutate))
 
     def pod_metrics(
         self, namespace: str, query: dict[str, str], *, name: str | None = None
@@ -569,7 +544,9 @@ class PodApi:
     def delete_collection(
         self, namespace: str, query: dict[str, str], options: JsonValue
     ) -> PodList:
-        """Delete every match with the same rules as a single delete; return what was deleted."""
+        """Delete every match with the same rules as a single delete; return the matches as
+        they were listed, before their deletes (kube-apiserver's DeleteCollection answers the
+        list it worked through, not the marked objects)."""
         grace, _ = self._grace(query, options)
         items, _ = self.store.list(namespace, self.predicate(query))
         deleted = []
@@ -579,14 +556,13 @@ class PodApi:
                 self.faults.check_delete(
                     pod["metadata"]["name"], pod["metadata"].get("labels") or {}
                 )
-                deleted.append(
-                    self.cluster.delete(
-                        namespace,
-                        pod["metadata"]["name"],
-                        grace_period=grace,
-                        preconditions={"uid": pod["metadata"]["uid"]},
-                    )
+                self.cluster.delete(
+                    namespace,
+                    pod["metadata"]["name"],
+                    grace_period=grace,
+                    preconditions={"uid": pod["metadata"]["uid"]},
                 )
+                deleted.append(pod)
             except ApiError as err:
                 if err.code in (400, 403, 422) and denied is None:
                     denied = err  # the others are deleted; the call then fails with it
@@ -595,3 +571,23 @@ class PodApi:
         if denied is not None:
             raise denied
         return _pod_list(deleted, self.store.resource_version)
+
+
+_STATUS_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("state", {}),
+    ("lastState", {}),
+    ("ready", False),
+    ("restartCount", 0),
+    ("image", ""),
+    ("imageID", ""),
+)
+
+
+def _default_container_statuses(status: Obj) -> None:
+    """Fields a Go ContainerStatus always serialises (no omitempty): a status write that leaves
+    them out reads back with their zero values, as from kube-apiserver."""
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for entry in status.get(key) or []:
+            if isinstance(entry, dict):
+                for field, zero in _STATUS_DEFAULTS:
+                    entry.setdefault(field, copy.deepcopy(zero))

@@ -31,7 +31,7 @@ from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
 from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.params import TRUE, parse_bool
+from execpods.kubesim.params import parse_bool
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -80,7 +80,7 @@ def _verb(method: str, path: str, query: dict[str, str]) -> str:
         len(parts) == 6 and parts[3] == "namespaces"
     )
     if method == "GET":
-        if "/watch/" in path or query.get("watch", "") in TRUE:
+        if "/watch/" in path or parse_bool(query.get("watch"), "watch"):
             return "watch"
         return "list" if collection else "get"
     if method == "DELETE":
@@ -159,6 +159,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         with contextlib.suppress(OSError):
             self._send_error(ApiError(code, "BadRequest", message))
+
+    def authorize(self, method: str, path: str) -> None:
+        """A second authorization of this request as another verb (an apply that creates is
+        also a create, for kube-apiserver's RBAC)."""
+        self.server.context.api.authorizer.check(method, path, {}, self.header("Authorization"))
 
     def header(self, name: str, default: str = "") -> str:
         """A request header by case-insensitive name."""

@@ -60,7 +60,13 @@ class Event:
         """The watch line for this event as ``event_type``, serialised once and shared."""
         data = self._encoded.get(event_type)
         if data is None:
-            data = watch_line(event_type, self.new)
+            obj = self.new
+            if event_type == "DELETED" and self.type == "MODIFIED" and self.old is not None:
+                # An update that moves the object out of a filtered watch: kube-apiserver's
+                # watch cache sends the object as it last matched, at the event's version.
+                obj = copy_obj(self.old)
+                obj["metadata"]["resourceVersion"] = str(self.rv)
+            data = watch_line(event_type, obj)
             self._encoded[event_type] = data
         return data
 

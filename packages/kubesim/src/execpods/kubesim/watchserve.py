@@ -74,7 +74,9 @@ def serve_watch(
     bookmarks = parse_bool(query.get("allowWatchBookmarks"), "allowWatchBookmarks")
     timeout_text = query.get("timeoutSeconds")
     try:
-        timeout = float(timeout_text) if timeout_text else 1800.0
+        timeout = float(timeout_text) if timeout_text else 0.0
+        # 0 is no timeout asked for, as in kube-apiserver: the server's own (30 minutes).
+        timeout = timeout if timeout > 0 else 1800.0
     except ValueError:
         raise ApiError.bad_request(f"invalid timeoutSeconds {timeout_text!r}") from None
     key = handler.header("Sec-WebSocket-Key")

@@ -19,16 +19,22 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from execpods.core import Subscription
-from execpods.core.progress import ProgressChange, watch_threads
+from execpods.core import ProgressChange, Subscription, watch_threads
 from execpods.sidecar.telemetry.apimetrics import ApiMetrics
 from execpods.sidecar.telemetry.grpcmetrics import GrpcServerMetrics
 from execpods.sidecar.telemetry.health import ClusterHealth, HealthStatus
 from execpods.sidecar.telemetry.metrics import MetricsServer, SidecarMetrics
 from execpods.sidecar.wiring import Runtime
-from grpc_health.v1 import health_pb2_grpc
+from execpods.v1 import allocator_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 logger = logging.getLogger(__name__)
+
+SERVED_SERVICES = (
+    allocator_pb2.DESCRIPTOR.services_by_name["ExecutorAllocator"],
+    health_pb2.DESCRIPTOR.services_by_name["Health"],
+)
+"""The services whose gRPC series start at zero (the reflection service is not counted)."""
 
 TARGET_TICK = 0.1
 """Seconds between checks whether a pending target runs (the resolution of that metric)."""
@@ -66,6 +72,7 @@ class OpsPlane:
                 app_id=runtime.app_id,
             )
             self.grpc_metrics = GrpcServerMetrics(self.metrics.registry)
+            self.grpc_metrics.initialize(SERVED_SERVICES)
             self.api_metrics = ApiMetrics(self.metrics.registry, runtime.rate_limiter)
             self._metrics_server = MetricsServer(settings.metrics, self.metrics.registry)
         self._health_server: Any = None

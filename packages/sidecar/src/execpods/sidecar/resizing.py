@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from execpods.core.resize import ExecutorResizer
+from execpods.core import ExecutorResizer
 
 logger = logging.getLogger(__name__)
 

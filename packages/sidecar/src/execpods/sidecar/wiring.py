@@ -19,6 +19,7 @@ from execpods.core import (
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
+    ExecutorResizer,
     Machinery,
     PodOperations,
     PodSelector,
@@ -32,9 +33,8 @@ from execpods.core import (
     SourcesFactory,
     SystemClock,
     compose_backend,
+    wait_for_driver_ready,
 )
-from execpods.core.readiness import wait_for_driver_ready
-from execpods.core.resize import ExecutorResizer
 from execpods.k8s import (
     ApiBackoffGate,
     ApiGateway,
@@ -80,8 +80,6 @@ class Runtime:
     """The API client's rate limit (None over the in-memory registry), for health and benches."""
     probe: Callable[[], None] | None = None
     """A cheap API call that tells whether the cluster answers (for health); None: no API."""
-    id_ledger: ExecutorIdLedger | None = None
-    """Where the highest executor id ever reserved is kept (None: in the process only)."""
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
@@ -156,7 +154,6 @@ def assemble(
         driver_view=view,
         telemetry=telemetry,
         rate_limiter=rate_limiter,
-        id_ledger=id_ledger,
         template_policy=template_policy_of(settings, settings.kubernetes.namespace or "default"),
     )
 

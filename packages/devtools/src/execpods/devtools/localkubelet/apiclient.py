@@ -36,7 +36,8 @@ class Api:
             k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         self.url: str = configuration.host
         self.ca_file: str | None = configuration.ssl_ca_cert
-        self._auth = configuration.get_api_key_with_prefix("authorization") or ""
+        bearer = configuration.auth_settings().get("BearerToken")  # from a token or a plugin
+        self._auth: str = bearer["value"] if bearer else ""
         self._pool = urllib3.PoolManager(
             maxsize=8,
             ca_certs=configuration.ssl_ca_cert,
@@ -71,9 +72,11 @@ class Api:
         return items
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> None:
+        """A JSON merge patch of `pods/status`: the lists it sends replace the server's whole
+        (containerStatuses are atomic for a strategic merge too, on kube-apiserver)."""
         self.request(
             "PATCH",
             f"/api/v1/namespaces/{namespace}/pods/{name}/status",
             {"status": status},
-            content_type="application/strategic-merge-patch+json",
+            content_type="application/merge-patch+json",
         )

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from execpods.devtools.spark_plugin import pyspark_jars
+from execpods.devtools.spark_plugin import JAR_NAME, ROOT, pyspark_jars
 
 __all__ = ["SPARK_ENTRYPOINT", "Image", "ImageCatalogue"]
 
@@ -51,6 +51,11 @@ esac
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def _built_jar() -> Path | None:
+    jar = ROOT / "integrations" / "spark" / "build" / JAR_NAME
+    return jar if jar.is_file() else None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Image:
     """An image as the local kubelet runs it."""
@@ -72,7 +77,8 @@ class ImageCatalogue:
     """The images this machine can run, from its virtual environment and the plugin jar."""
 
     venv: Path = field(default_factory=lambda: Path(sys.prefix))
-    plugin_jar: Path | None = None
+    #: Default: the jar `tools/dev.py spark-plugin` builds in this checkout, when it is there.
+    plugin_jar: Path | None = field(default_factory=_built_jar)
 
     def _pyspark(self) -> Path:
         return pyspark_jars().parent

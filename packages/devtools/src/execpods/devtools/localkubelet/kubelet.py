@@ -33,7 +33,6 @@ from execpods.devtools.localkubelet.apiclient import Api, ApiFailed
 from execpods.devtools.localkubelet.images import ImageCatalogue
 from execpods.devtools.localkubelet.pod import PodRunner
 from execpods.devtools.localkubelet.relay import ApiRelay
-from execpods.devtools.spark_plugin import JAR_NAME, ROOT
 
 __all__ = ["SCHEDULER_NAME", "LocalKubelet", "main", "missing_tools"]
 
@@ -202,13 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing := missing_tools():
         parser.error(f"this machine lacks what the local kubelet needs: {', '.join(missing)}")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    jar = args.plugin_jar
-    if jar is None:
-        default = ROOT / "integrations" / "spark" / "build" / JAR_NAME
-        jar = default if default.is_file() else None
+    images = (
+        ImageCatalogue() if args.plugin_jar is None else ImageCatalogue(plugin_jar=args.plugin_jar)
+    )
     api = Api(api_url=args.api_url) if args.api_url else Api(kubeconfig=args.kubeconfig)
     kubelet = LocalKubelet(api, scheduler_name=args.scheduler_name, namespace=args.namespace,
-                           images=ImageCatalogue(plugin_jar=jar))  # fmt: skip
+                           images=images)  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with kubelet:

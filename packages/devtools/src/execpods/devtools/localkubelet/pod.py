@@ -10,7 +10,6 @@ or `Failed`. A deletion stops everything within the grace period, then removes t
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import os
@@ -29,17 +28,16 @@ from execpods.devtools.localkubelet.apiclient import Api, ApiFailed
 from execpods.devtools.localkubelet.container import (
     ContainerError,
     ContainerSpec,
-    expand,
     start_container,
 )
 from execpods.devtools.localkubelet.images import ImageCatalogue
+from execpods.devtools.localkubelet.podinputs import POD_IP, PodInputs
 
 __all__ = ["PodRunner"]
 
 _log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
-POD_IP = "127.0.0.1"
 
 
 def _now() -> str:
@@ -90,9 +88,10 @@ class PodRunner:
         self.folder = folder
         self.images = images
         self._serve_api = api_socket
-        self._ca_file = ca_file
-        self._token = token
         self._deleted = threading.Event()
+        self.inputs = PodInputs(
+            api=api, pod=pod, folder=folder, ca_file=ca_file, token=token, stopped=self._deleted
+        )
         self._grace = 30.0
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
@@ -131,7 +130,7 @@ class PodRunner:
                 "ready": False,
                 "started": False,
                 "restartCount": 0,
-                "state": {"terminated": terminated, "waiting": None, "running": None},
+                "state": {"terminated": terminated},
             }
         waiting = {"reason": "PodInitializing"}
         return {
@@ -179,145 +178,6 @@ class PodRunner:
         except ApiFailed as exc:
             _log.info("status of pod %s/%s not written: %s", self.namespace, self.name, exc)
 
-    # -- volumes and environment -------------------------------------------------------------
-
-    def _read(self, kind: str, name: str) -> Obj:
-        got: Obj = self.api.get(f"/api/v1/namespaces/{self.namespace}/{kind}/{name}")
-        return got
-
-    @staticmethod
-    def _object_files(obj: Obj, items: list[Obj] | None, *, secret: bool) -> dict[str, bytes]:
-        data = {
-            k: (base64.b64decode(v) if secret else str(v).encode())
-            for k, v in (obj.get("data") or {}).items()
-        }
-        data |= {k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()}
-        if items:
-            return {i["path"]: data[i["key"]] for i in items if i["key"] in data}
-        return data
-
-    def _source_files(self, source: Obj) -> dict[str, bytes]:
-        if "secret" in source:
-            ref = source["secret"]
-            secret = self._read("secrets", ref.get("secretName") or ref["name"])
-            return self._object_files(secret, ref.get("items"), secret=True)
-        if "configMap" in source:
-            ref = source["configMap"]
-            return self._object_files(
-                self._read("configmaps", ref["name"]), ref.get("items"), secret=False
-            )
-        if "serviceAccountToken" in source:
-            return {source["serviceAccountToken"].get("path", "token"): self._token.encode()}
-        if "downwardAPI" in source:
-            return {
-                item["path"]: self._field(item["fieldRef"]["fieldPath"]).encode()
-                for item in source["downwardAPI"].get("items") or []
-                if "fieldRef" in item
-            }
-        return {}
-
-    def _volume(self, volume: Obj) -> Path:
-        where: Path = self.folder / "volumes" / str(volume["name"])
-        where.mkdir(parents=True, exist_ok=True)
-        files: dict[str, bytes] = {}
-        if "projected" in volume:
-            for source in volume["projected"].get("sources") or []:
-                files |= self._source_files(source)
-        elif not ("emptyDir" in volume or "hostPath" in volume):
-            files = self._source_files(volume)
-        for path, content in files.items():
-            target = where / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        return where
-
-    def _volumes(self) -> dict[str, Path]:
-        """Every volume's folder; a missing Secret or ConfigMap is waited for (FailedMount)."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return {v["name"]: self._volume(v) for v in self.pod["spec"].get("volumes") or []}
-            except ApiFailed as exc:
-                if exc.status != 404 or time.monotonic() > deadline or self._deleted.is_set():
-                    raise
-                _log.info(
-                    "pod %s/%s: a volume's source is missing (%s)", self.namespace, self.name, exc
-                )
-                self._deleted.wait(1.0)
-
-    def _service_account(self) -> Path:
-        where = self.folder / "volumes" / "kube-api-access"
-        where.mkdir(parents=True, exist_ok=True)
-        (where / "token").write_text(self._token)
-        (where / "ca.crt").write_bytes(self._ca_file.read_bytes())
-        (where / "namespace").write_text(self.namespace)
-        return where
-
-    def _field(self, path: str) -> str:
-        meta = self.pod["metadata"]
-        if path.startswith(("metadata.labels['", "metadata.annotations['")):
-            which, key = path.split("['", 1)
-            return str((meta.get(which.split(".")[1]) or {}).get(key.rstrip("']"), ""))
-        values = {
-            "metadata.name": meta["name"],
-            "metadata.namespace": meta["namespace"],
-            "metadata.uid": meta.get("uid", ""),
-            "spec.nodeName": self.pod["spec"].get("nodeName", ""),
-            "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
-            "status.podIP": POD_IP,
-            "status.podIPs": POD_IP,
-            "status.hostIP": POD_IP,
-            "status.hostIPs": POD_IP,
-        }
-        return str(values.get(path, ""))
-
-    def _env(self, container: Obj, image_env: dict[str, str]) -> dict[str, str]:
-        env: dict[str, str] = {"HOSTNAME": self.name, "HOME": "/root", **image_env}
-        env |= {"KUBERNETES_SERVICE_HOST": POD_IP, "KUBERNETES_SERVICE_PORT": "443"}
-        env |= {"KUBERNETES_SERVICE_PORT_HTTPS": "443"}
-        for source in container.get("envFrom") or []:
-            prefix = source.get("prefix", "")
-            if ref := source.get("configMapRef"):
-                data = self._read("configmaps", ref["name"]).get("data") or {}
-                env |= {prefix + k: str(v) for k, v in data.items()}
-            elif ref := source.get("secretRef"):
-                data = self._read("secrets", ref["name"]).get("data") or {}
-                env |= {prefix + k: base64.b64decode(v).decode() for k, v in data.items()}
-        for var in container.get("env") or []:
-            name = var["name"]
-            if "value" in var:
-                env[name] = expand(str(var["value"]), env)
-                continue
-            source = var.get("valueFrom") or {}
-            if ref := source.get("fieldRef"):
-                env[name] = self._field(ref["fieldPath"])
-            elif ref := source.get("secretKeyRef"):
-                data = self._read("secrets", ref["name"]).get("data") or {}
-                env[name] = base64.b64decode(data.get(ref["key"], "")).decode()
-            elif ref := source.get("configMapKeyRef"):
-                env[name] = str(
-                    (self._read("configmaps", ref["name"]).get("data") or {}).get(ref["key"], "")
-                )
-            elif ref := source.get("resourceFieldRef"):
-                limits = (container.get("resources") or {}).get("limits") or {}
-                env[name] = str(limits.get(ref["resource"].split(".", 1)[-1], "0"))
-        return env
-
-    def _hosts(self) -> str:
-        names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"]
-        names.append("kubernetes.default.svc.cluster.local")
-        lines = ["127.0.0.1 localhost", f"{POD_IP} {self.name}", f"{POD_IP} {' '.join(names)}"]
-        labels = self.pod["metadata"].get("labels") or {}
-        # Cluster DNS for the Services that select this pod (Spark's driver Service).
-        with contextlib.suppress(ApiFailed):
-            services = self.api.get(f"/api/v1/namespaces/{self.namespace}/services")["items"]
-            for svc in services:
-                selector = (svc.get("spec") or {}).get("selector") or {}
-                if selector and all(labels.get(k) == v for k, v in selector.items()):
-                    n, ns = svc["metadata"]["name"], self.namespace
-                    lines.append(f"{POD_IP} {n} {n}.{ns} {n}.{ns}.svc {n}.{ns}.svc.cluster.local")
-        return "\n".join(lines) + "\n"
-
     # -- containers ----------------------------------------------------------------------------
 
     def _start(self, container: Obj, volumes: dict[str, Path], *, sidecar: bool) -> _Running:
@@ -343,9 +203,9 @@ class PodRunner:
         spec = ContainerSpec(
             container=container,
             image=image,
-            env=self._env(container, image.env),
+            env=self.inputs.env(container, image.env),
             mounts=mounts,
-            hosts=self._hosts(),
+            hosts=self.inputs.hosts(),
         )
         assert self._sandbox is not None
         process = start_container(
@@ -459,17 +319,16 @@ class PodRunner:
     def _live(self) -> str:
         (self.folder / "logs").mkdir(parents=True, exist_ok=True)
         self.report("Pending")
-        volumes = self._volumes()
+        volumes = self.inputs.volumes()
         if self.pod["spec"].get("automountServiceAccountToken", True):
-            volumes["kube-api-access"] = self._service_account()
+            volumes["kube-api-access"] = self.inputs.service_account()
         self._serve_api(self.folder / "api.sock")
-        self._sandbox = subprocess.Popen(
-            ["unshare", "--net", "--uts", sys.executable, "-m",
-             "execpods.devtools.localkubelet.sandbox", str(self.folder), self.name],
-            start_new_session=True,
-            stdout=(self.folder / "logs" / "sandbox.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        with (self.folder / "logs" / "sandbox.log").open("ab") as log:
+            self._sandbox = subprocess.Popen(
+                ["unshare", "--net", "--uts", sys.executable, "-m",
+                 "execpods.devtools.localkubelet.sandbox", str(self.folder), self.name],
+                start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         while not (self.folder / "ready").exists():
             if self._sandbox.poll() is not None:
                 raise ContainerError("CreatePodSandboxError", "the pod's sandbox did not start")

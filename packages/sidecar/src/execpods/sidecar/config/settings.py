@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, FeatureSettings, SettingsError
-from execpods.core.resize import ResizeSettings
+from execpods.core import CoreSettings, FeatureSettings, ResizeSettings, SettingsError
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import grpc
 from execpods.core import (
+    INT64_MAX,
     ApiThrottled,
     ApiUnavailable,
     PodAdmissionRejected,
@@ -21,11 +22,21 @@ from execpods.core import (
     PodOperationError,
     Position,
 )
-from execpods.core.idlists import INT64_MAX, clip
 from execpods.k8s import ApiHeldBack
 from execpods.v1 import allocator_pb2 as pb
 
 _DECIMAL = re.compile(r"[0-9]+")
+
+
+MESSAGE_LIMIT = 1000
+"""Most characters of an error's text that go into a gRPC status or a log line."""
+
+
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text`, cut to `limit` characters with a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class InvalidArgument(ValueError):

@@ -19,13 +19,12 @@ from typing import Any
 import grpc
 from execpods.core import (
     PodOperationError,
-    Position,
-    StreamHandle,
+    summarize_ids,
 )
-from execpods.core.idlists import clip, summarize_ids
 from execpods.sidecar.rpc.mapping import (
     InvalidArgument,
     check_driver_ids,
+    clip,
     parse_executor_ids,
     resume_position,
     status_of,
@@ -239,10 +238,3 @@ def add_to_server(service: AllocatorService, server: grpc.aio.Server) -> None:
         (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),)
     )
     server.add_registered_method_handlers(descriptor.full_name, handlers)
-
-
-def _resumed(opened: StreamHandle, resume_from: Position | None) -> str:
-    if resume_from is None:
-        return ""
-    flag = ", re-syncing" if opened.resync else ""
-    return f", resumed after removal {resume_from.sequence} with {len(opened.backlog)} missed{flag}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from execpods.core import (
+    INT64_MAX,
     AllocatorNotice,
     ContainerTerminated,
     ContainerWaiting,
@@ -30,9 +31,9 @@ from execpods.core import (
     ExecutorState,
     NoticeKind,
     ObservedPod,
+    PendingReason,
+    waiting_for,
 )
-from execpods.core.idlists import INT64_MAX
-from execpods.core.waiting import PendingReason, waiting_for
 from execpods.v1 import allocator_pb2 as pb
 
 logger = logging.getLogger(__name__)

@@ -1,15 +1,25 @@
 """Metrics of the sidecar's Kubernetes API calls and of its rate limit, named as client-go's.
 
 Registered beside `SidecarMetrics` in its registry (so one `/metrics` serves both) when metrics
-are on. client-go's `rest_client_*` names are kept where the meaning is the same, so a dashboard
-built for Kubernetes controllers reads the sidecar too:
+are on. client-go's `rest_client_*` series are reproduced with client-go's own labels and values
+(k8s.io/component-base/metrics/prometheus/restclient and client-go's rest/request.go), so a
+dashboard or alert built for Kubernetes controllers reads the sidecar as it reads them:
 
-- `rest_client_requests_total{verb, code}`: calls by verb and HTTP status (`0`: no answer);
-- `rest_client_request_duration_seconds{verb}`: time from sending to the answer's headers;
-- `rest_client_rate_limiter_duration_seconds{verb}`: time a call waited for the rate limiter;
+- `rest_client_requests_total{code, method, host}`: calls by HTTP status (`<error>` when no
+  answer came), HTTP method (`GET`, `POST`, `PATCH`, `DELETE`) and API server `host:port`;
+- `rest_client_request_duration_seconds{verb, host}`: time from sending to the answer's headers,
+  `verb` being the HTTP method as in client-go;
+- `rest_client_rate_limiter_duration_seconds{verb, host}`: time a call waited for the client-side
+  rate limiter;
+
+with client-go's buckets. Kubernetes' own verbs (`create`, `watch`, `deletecollection`...) are
+told apart by execpods' own series (`execpods_api_calls_total{verb, outcome}` in `metrics.py`),
+and two more are execpods':
+
 - `execpods_api_allowed_rate`: the calls a second the rate limit allows now (the adaptive
   policy's learnt rate, or the static qps);
-- `execpods_api_throttled_total{verb}`: 429 answers (Too Many Requests) the API server gave.
+- `execpods_api_throttled_total{verb}`: 429 answers (Too Many Requests) the API server gave, by
+  Kubernetes verb.
 """
 
 from __future__ import annotations
@@ -18,9 +28,13 @@ from execpods.k8s import ApiCall, RateLimiter
 from execpods.sidecar.telemetry.hub import TelemetryListener
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ApiMetrics", "METRIC_NAMES"]
+__all__ = ["METRIC_NAMES", "NO_ANSWER", "ApiMetrics"]
 
-_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CLIENT_GO_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+"""client-go's buckets for both latency histograms."""
+
+NO_ANSWER = "<error>"
+"""client-go's `code` for a call no answer came to (its errors are not bounded label values)."""
 
 METRIC_NAMES = (
     "rest_client_requests_total",
@@ -37,27 +51,27 @@ class ApiMetrics(TelemetryListener):
     def __init__(self, registry: CollectorRegistry, limiter: RateLimiter | None) -> None:
         self.requests = Counter(
             "rest_client_requests",
-            "Kubernetes API calls by verb and HTTP status code (0: no answer).",
-            ("verb", "code"),
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ("code", "method", "host"),
             registry=registry,
         )
         self.latency = Histogram(
             "rest_client_request_duration_seconds",
-            "Kubernetes API call latency by verb (a watch: until its response headers).",
-            ("verb",),
-            buckets=_LATENCY,
+            "Request latency in seconds. Broken down by verb, and host.",
+            ("verb", "host"),
+            buckets=CLIENT_GO_BUCKETS,
             registry=registry,
         )
         self.limiter_wait = Histogram(
             "rest_client_rate_limiter_duration_seconds",
-            "Time API calls waited for the client-side rate limiter, by verb.",
-            ("verb",),
-            buckets=_LATENCY,
+            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+            ("verb", "host"),
+            buckets=CLIENT_GO_BUCKETS,
             registry=registry,
         )
         self.throttled = Counter(
             "execpods_api_throttled",
-            "API calls the server answered with 429 Too Many Requests, by verb.",
+            "API calls the server answered with 429 Too Many Requests, by Kubernetes verb.",
             ("verb",),
             registry=registry,
         )
@@ -70,8 +84,10 @@ class ApiMetrics(TelemetryListener):
             self.allowed_rate.set_function(lambda: limiter.rate)
 
     def api_call(self, call: ApiCall) -> None:
-        self.requests.labels(call.verb, str(call.code)).inc()
-        self.latency.labels(call.verb).observe(call.seconds)
-        self.limiter_wait.labels(call.verb).observe(call.waited)
+        method = call.http_method
+        code = str(call.code) if call.answered else NO_ANSWER
+        self.requests.labels(code, method, call.host).inc()
+        self.latency.labels(method, call.host).observe(call.seconds)
+        self.limiter_wait.labels(method, call.host).observe(call.waited)
         if call.code == 429:
             self.throttled.labels(call.verb).inc()

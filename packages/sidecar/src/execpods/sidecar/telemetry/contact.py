@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from execpods.core.progress import CREDENTIALS_REFUSED, ProgressMonitor
+from execpods.core import CREDENTIALS_REFUSED, ProgressMonitor
 from execpods.k8s import ApiCall, ClusterAccess
 from execpods.sidecar.telemetry.hub import TelemetryListener
 

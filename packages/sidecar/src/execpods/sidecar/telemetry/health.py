@@ -73,10 +73,6 @@ class ClusterHealth(TelemetryListener):
         self._last_heard = time.monotonic()
         self._last_problem = ""
 
-    @property
-    def reachable(self) -> bool:
-        return self._reachable
-
     def api_call(self, call: ApiCall) -> None:
         self._last_heard = time.monotonic()
         self._set(not call.unreachable, f"a {call.verb} call failed: {call.outcome}")

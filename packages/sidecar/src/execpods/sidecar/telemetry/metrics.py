@@ -6,7 +6,10 @@
 the demo) never mix their figures.
 
 Every metric, with its type, labels and meaning, is listed in docs/operations.md. Names follow
-Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations are `_seconds`.
+Prometheus' conventions: `execpods_` prefix, counters end in `_total`, durations are `_seconds`;
+series another ecosystem names keep its names and labels (client-go's `rest_client_*` in
+`apimetrics.py`, grpc-ecosystem's `grpc_server_*` in `grpcmetrics.py`), and the process' own
+`process_*` and `python_*` series are served too. No `_created` series are exposed.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
+    ProgressChange,
 )
-from execpods.core.progress import ProgressChange
 from execpods.core.settingkit import (
     SettingsBase,
     non_negative,
@@ -41,7 +44,17 @@ from execpods.core.settingkit import (
 )
 from execpods.k8s import ApiCall
 from execpods.sidecar.telemetry.hub import TelemetryListener
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -147,8 +160,17 @@ class SidecarMetrics(TelemetryListener):
         self.labels = labels
         self.targets = targets
         self.failures = failures
+        # No `_created` series (a start time per counter and histogram child doubles the series
+        # for nothing a query uses). prometheus_client's switch is process-wide: the sidecar's
+        # process exposes no other registry.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        # The process' own series, as the default registry has them: process_* (CPU, memory,
+        # open files, start time), python_info, python_gc_*.
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         registry.register(_ExecutorsCollector(self))
         build = Gauge(
             "execpods_build_info",
