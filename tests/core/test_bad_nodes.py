@@ -158,3 +158,25 @@ def test_the_same_failed_executor_counts_once_however_many_rounds_see_it() -> No
         rig.store.notify_subscribers()
         rig.clock.advance(1)
     assert rig.blocklist.blocked() == []
+
+
+def test_a_block_that_leaves_no_node_says_so() -> None:
+    """Issue 32 (also noted): on `128638e` blocking every node executors ran on passed without a
+    word beyond the one node's notice, and new executors could only stay Pending."""
+    rig = make_rig()
+    rig.allocator.set_total_expected_executors(2)
+    rig.store.update_pod(on(failed_executor(1), "node-a"))
+    rig.store.update_pod(on(failed_executor(2), "node-a"))
+    rig.store.notify_subscribers()
+    (first,) = [n for n in rig.notices if n.kind is NoticeKind.NODE_BLOCKED]
+    assert first.reason == "EveryNodeBlocked"  # node-a was the only node seen
+    assert "Every node" in first.message
+    rig.notices.clear()
+    rig.clock.advance(400)
+    rig.store.notify_subscribers()  # node-a lifted
+    rig.store.update_pod(on(running_executor(3), "node-b"))  # executors run on node-b too
+    rig.store.update_pod(on(failed_executor(4), "node-a"))
+    rig.store.update_pod(on(failed_executor(5), "node-a"))
+    rig.store.notify_subscribers()
+    (again,) = [n for n in rig.notices if n.kind is NoticeKind.NODE_BLOCKED]
+    assert again.reason == ""  # node-b is left

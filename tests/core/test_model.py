@@ -6,7 +6,12 @@ against `SimCluster`: targets change; creates succeed, are refused, throttled or
 without their pod); pods start, fail, get evicted, linger behind finalizers or denied deletes, or
 vanish unseen; the driver registers and kills executors; the watch drops and the poll relists;
 hand-made pods appear (a huge id, a leading-zero alias); and the sidecar restarts (SIGKILL: a new
-backend over the same cluster and the same ledger, beside the same driver).
+backend over the same cluster and the same ledger, beside the same driver). Issue 32: the id
+ledger is lost (deleted, a label clean-up), lowered (restored from an older backup), tampered with
+(a typo, a value beyond any executor id) or unreadable, all under a small
+`spark.kubernetes.allocation.maximum` and a small id block; a sidecar whose ledger was touched
+lives one poll period (`apiPollingInterval`, with a full list) before it is killed: the window
+in which it must have seen and re-asserted the mark.
 
 After every step (`@invariant`):
 - no executor id reaches the API twice, across restarts; within one life, the ids sent are
@@ -16,7 +21,8 @@ After every step (`@invariant`):
 - no create beside spark.kubernetes.allocation.maxPendingPods Pending pods;
 - scale-down never deletes the pod of an executor the driver knows or that runs;
 - no create while the snapshot already shows the target running (terminating pods included);
-- start failures only for executors never seen running.
+- start failures only for executors never seen running;
+- no id beyond what Spark's executor ids can hold (a Java int) is ever sent.
 At the end, with the faults stopped and the target stable, the cluster converges to exactly the
 target, every executor the driver knew whose pod is gone was removed, and nothing is left over.
 """
@@ -61,13 +67,22 @@ from tests.core.sim_cluster import CREATE_OUTCOMES, SimCluster
 
 MAX_PENDING = 4
 MAX_FAILURES = 5
+MAXIMUM = 400
+"""spark.kubernetes.allocation.maximum: small, so that marks at and beyond it are tried."""
 SETTINGS = CoreSettings(
     executor_instances=0,
     batch_size=2,
     max_pending_pods=MAX_PENDING,
     max_num_failures=MAX_FAILURES,
     executor_timeout=60.0,  # a request unseen for a minute is given up (Spark: 10 minutes)
+    allocation_maximum=MAXIMUM,
+    id_block=5,  # blocks end often: restarts and tampering land on both sides of a boundary
 )
+POLL_PERIOD = SETTINGS.api_polling_interval
+SPARK_ID_LIMIT = 2**31 - 1
+"""Spark's executor ids are Java ints."""
+TAMPERED = ("12x", "", "-4", "99999999999999999", "99999999999999999999", str(SPARK_ID_LIMIT + 1))
+"""What a typo or a careless hand writes into the ledger (values that are no executor id)."""
 HUGE_ID = 2_147_483_646
 DISRUPTIONS = ("TerminationByKubelet", "PreemptionByScheduler", "DeletionByTaintManager")
 START = 1_767_225_600.0
@@ -104,6 +119,8 @@ class Life:
     """How many removals the driver had heard of when this life began."""
     start_failures: StartFailures
     violations: list[str] = dataclasses.field(default_factory=list)
+    read_ledger: bool = False
+    """This life ran a round with the ledger readable: it has read the mark (recovered)."""
 
 
 class StartFailures(logging.Handler):
@@ -138,6 +155,8 @@ class GuaranteesModel(RuleBasedStateMachine):
         self.driver = RecordingDriver()
         self.target = 0
         self.lives = 0
+        self.ledger_touched = False
+        """The ledger was lost or tampered with since the sidecar last had a poll period."""
         self.life = self._boot()
 
     def _boot(self) -> Life:
@@ -211,6 +230,19 @@ class GuaranteesModel(RuleBasedStateMachine):
     def _round(self, seconds: float) -> None:
         self.life.scheduler.tick(seconds)
         self.life.composed.store.notify_subscribers()
+        if not self.ledger.fail_reads:
+            self.life.read_ledger = True
+
+    def _touch_ledger(self) -> bool:
+        """A hand may reach the ledger once this process has read its mark (a round with the
+        ledger readable): destroyed before any process read it, nothing would say which ids
+        were used, and no process could keep the guarantee. False: not now."""
+        if not self.life.read_ledger:
+            if self.ledger.fail_reads:
+                return False
+            self._round(1.0)
+        self.ledger_touched = True
+        return True
 
     def _names(self, phase: str | None = None) -> list[str]:
         return sorted(
@@ -293,9 +325,40 @@ class GuaranteesModel(RuleBasedStateMachine):
 
     @rule()
     def sidecar_restarts(self) -> None:
+        if self.ledger_touched:
+            # The window the guarantee allows: the dying sidecar had a poll period (and a full
+            # list) with its ledger readable, in which to see the mark gone or wrong and write
+            # it again.
+            unreadable, self.ledger.fail_reads = self.ledger.fail_reads, False
+            self.cluster.relist()
+            self._round(POLL_PERIOD + 1.0)
+            self.ledger.fail_reads = unreadable
+            self.ledger_touched = False
         self.life.scheduler.shutdown()  # SIGKILL: nothing is stopped, the pods stay
         self.cluster.watch = None
         self._boot()
+
+    @rule()
+    def ledger_lost(self) -> None:
+        if self._touch_ledger():
+            self.ledger.lose()
+
+    @rule(data=st.data())
+    def ledger_lowered(self, data: st.DataObject) -> None:
+        """Restored from an older backup: a lower mark than the sidecar's."""
+        if self._touch_ledger():
+            self.ledger.tamper(str(data.draw(st.integers(0, max(0, self.ledger.highest - 1)))))
+
+    @rule(raw=st.sampled_from(TAMPERED))
+    def ledger_tampered(self, raw: str) -> None:
+        if self._touch_ledger():
+            self.ledger.tamper(raw)
+
+    @rule(unreadable=st.booleans())
+    def ledger_unreadable(self, unreadable: bool) -> None:
+        """A Role without configmaps: nothing may be created while the mark cannot be read
+        (and the driver is told); the next life starts into it too."""
+        self.ledger.fail_reads = unreadable
 
     @rule()
     def hand_made_pod_with_a_huge_id(self) -> None:
@@ -333,6 +396,11 @@ class GuaranteesModel(RuleBasedStateMachine):
         sent = Counter(s.executor_id for s in self.cluster.sent)
         twice = sorted(i for i, n in sent.items() if n > 1)
         assert not twice, f"executor ids sent twice (lives {self.lives}): {twice}"
+
+    @invariant()
+    def ids_stay_spark_executor_ids(self) -> None:
+        beyond = sorted(s.executor_id for s in self.cluster.sent if s.executor_id > SPARK_ID_LIMIT)
+        assert not beyond, f"ids no Spark executor can have (a mark believed?): {beyond[:3]}"
 
     @invariant()
     def ids_are_spent_only_by_creates_sent(self) -> None:
@@ -383,6 +451,7 @@ class GuaranteesModel(RuleBasedStateMachine):
         cluster = self.cluster
         cluster.create_outcomes.clear()
         cluster.deny_deletes = False
+        self.ledger.fail_reads = False
         cluster.release_finalizers()
         cluster.relist()
         for step in range(80):

@@ -86,7 +86,8 @@ def test_the_driver_pods_readiness_is_its_ready_condition(
 
 def test_a_pod_spark_built_keeps_sparks_termination_values() -> None:
     """The plugin's pods come from Spark's own builder, which applied the driver's
-    terminationGracePeriodSeconds, preStop hook and security context: they are kept."""
+    terminationGracePeriodSeconds, preStop hook and security context: they are kept, but for an
+    escalation the sidecar's settings do not allow (issue 32: the operator's word wins)."""
     spark_pod = (
         "spec:\n"
         "  terminationGracePeriodSeconds: 45\n"
@@ -105,7 +106,7 @@ def test_a_pod_spark_built_keeps_sparks_termination_values() -> None:
     assert pod["spec"]["terminationGracePeriodSeconds"] == 45
     (container,) = pod["spec"]["containers"]
     assert container["lifecycle"]["preStop"]["exec"]["command"] == ["/opt/decom.sh"]
-    assert container["securityContext"]["allowPrivilegeEscalation"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
     own = builder.build(executor_id=2, app_id="app")
     assert own["spec"]["terminationGracePeriodSeconds"] == 30, "the sidecar's own pods: its own"
 

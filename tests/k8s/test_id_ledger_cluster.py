@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
-from execpods.core import PodForbidden, PodOperationError
+from execpods.core import LedgerMarkInvalid, PodForbidden
 from execpods.core.ports import ExecutorIdLedger
 from execpods.k8s import ApiGateway, connect
 from execpods.k8s.ledger import (
@@ -156,12 +156,44 @@ def test_a_refused_write_raises_and_keeps_the_mark(sim: KubeSim, tmp_path: Path)
     assert reader.highest_reserved() == 7
 
 
-def test_a_mark_that_is_not_a_number_is_an_error_not_a_guess(sim: KubeSim) -> None:
+@pytest.mark.parametrize("raw", ["12x", "-3", "99999999999999999", "2147483648", " 7"])
+def test_a_mark_that_is_no_executor_id_is_refused_naming_it_and_replaced_by_a_write(
+    sim: KubeSim, raw: str
+) -> None:
+    """Issue 32 R2: a value that is no executor id (Spark's are Java ints) is never believed,
+    and the next reservation replaces it (a numeric one beyond the limit included: on `128638e`
+    such a value up to 19 digits was the mark, and any reservation below it wrote nothing)."""
     driver = copy.deepcopy(DRIVER)
-    driver["metadata"]["annotations"] = {ANNOTATION: "12x"}
+    driver["metadata"]["annotations"] = {ANNOTATION: raw}
     sim.create_pod(driver)
-    with pytest.raises(PodOperationError, match="not an executor id"):
-        ledger_over(sim, driver_pod_name="the-driver").highest_reserved()
+    ledger = ledger_over(sim, driver_pod_name="the-driver")
+    with pytest.raises(LedgerMarkInvalid, match="no executor id") as caught:
+        ledger.highest_reserved()
+    assert ANNOTATION in str(caught.value)
+    assert "the-driver" in str(caught.value)
+    ledger.reserve_through(5)
+    assert sim_annotations(sim)[ANNOTATION] == "5"
+    assert ledger.highest_reserved() == 5
+
+
+@pytest.mark.parametrize("how", ["deleted", "lowered"])
+def test_a_mark_a_read_finds_gone_or_lower_is_written_again_by_the_next_reservation(
+    sim: KubeSim, how: str
+) -> None:
+    """Issue 32 R3: on `128638e` the ledger remembered the highest mark it ever wrote and
+    skipped every reservation below it, so a ConfigMap deleted or restored from an old backup
+    stayed so until the next block; now a read tells it what is stored."""
+    ledger = ledger_over(sim)
+    ledger.reserve_through(10)
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    name = ledger_config_map_name(APP)
+    if how == "deleted":
+        core.delete_namespaced_config_map(name, "default")
+    else:
+        core.patch_namespaced_config_map(name, "default", {"data": {DATA_KEY: "3"}})
+    assert ledger.highest_reserved() == (0 if how == "deleted" else 3)
+    ledger.reserve_through(10)
+    assert config_map(sim)["data"] == {DATA_KEY: "10"}
 
 
 def test_config_map_names_are_valid_and_distinct() -> None:

@@ -9,16 +9,23 @@ restarted sidecar created `-exec-3` again, and after a scale to zero `-exec-1` t
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
-from execpods.client import AllocatorClient
+from execpods.client import AllocatorClient, AllocatorNotice, StreamUpdate
 from execpods.k8s import connect
 from execpods.k8s.ledger import DATA_KEY, ledger_config_map_name
 from execpods.kubesim import KubeSim
 from kubernetes import client
 
-from tests.sidecar.conftest import SidecarOnFactory, app_pods, creates, running_ids, wait_for
+from tests.sidecar.conftest import (
+    SidecarOnFactory,
+    app_pods,
+    collect_updates,
+    running_ids,
+    wait_for,
+)
 
 DRIVER: dict[str, Any] = {
     "metadata": {"name": "the-driver"},
@@ -80,21 +87,91 @@ def test_no_id_is_reused_after_a_restart_from_zero_pods(
     assert min(running_ids(sim, "zero")) > 3
 
 
-def test_an_unreadable_mark_creates_nothing_until_it_is_fixed(
+@pytest.mark.parametrize("raw", ["12x", "99999999999999999"])
+def test_a_mark_that_is_no_executor_id_is_told_and_allocation_goes_on(
+    sim: KubeSim,
+    make_sidecar_on: SidecarOnFactory,
+    raw: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 32 R2: on `128638e` a ConfigMap holding `12x` stopped every create (read again and
+    again, never a guess), and one holding 17 digits was taken as the mark, so that the next id
+    was beyond any executor id Spark can hold. Now the value is not believed: it is said, naming
+    the object, ids continue above the application's pods, and the mark is written again; a
+    value written while the sidecar runs reaches the driver's stream."""
+    core = client.CoreV1Api(connect(api_url=sim.url))
+    name = ledger_config_map_name("tampered")
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={DATA_KEY: raw})
+    core.create_namespaced_config_map("default", body)
+    metrics = {
+        "execpods.sidecar.metrics.enabled": "true",
+        "execpods.sidecar.metrics.host": "127.0.0.1",
+        "execpods.sidecar.metrics.port": "0",
+    }
+    with caplog.at_level(logging.WARNING):
+        sidecar = make_sidecar_on(sim, "tampered", conf=metrics)
+        updates: list[StreamUpdate] = []
+        with AllocatorClient(sidecar.address) as driver, driver.stream_snapshots() as stream:
+            driver.request_total(2)
+            wait_for(lambda: running_ids(sim, "tampered") == {1, 2}, what="ids from 1")
+            assert 2 <= config_map_mark(core, name) < 2**31
+            said = [r.getMessage() for r in caplog.records if "no executor id" in r.getMessage()]
+            assert any(name in m and raw in m for m in said), said
+            registry = sidecar.server.ops.metrics.registry  # type: ignore[union-attr]
+            counted = registry.get_sample_value(
+                "execpods_id_ledger_distrusted_total", {"reason": "LedgerMarkInvalid"}
+            )
+            assert counted == 1
+            # Written again while it runs: read back when executors leave, and told.
+            core.patch_namespaced_config_map(name, "default", {"data": {DATA_KEY: raw}})
+            driver.request_total(1)
+            assert driver.kill_executors([2]) == 1
+            collect_updates(iter(stream), updates, lambda: bool(distrusted(updates)))
+    (notice,) = distrusted(updates)
+    assert notice.reason == "LedgerMarkInvalid"
+    assert name in notice.message
+    wait_for(lambda: 2 <= config_map_mark(core, name) < 2**31, what="the mark written again")
+
+
+def test_a_ledger_deleted_while_running_is_written_again_before_a_restart_needs_it(
     sim: KubeSim, make_sidecar_on: SidecarOnFactory
 ) -> None:
+    """Issue 32 R3, as the probe did it: six running, the ledger's ConfigMap deleted, executors
+    3-6 killed (the driver lowering its target: no create follows), the sidecar gone, a new one
+    asked for six. On `128638e` the mark was written again only at the next block, so the new
+    sidecar issued 3-6 again; now the executors leaving make the sidecar read the mark back and
+    write it again."""
+    conf = {"spark.kubernetes.executor.deleteOnTermination": "false"}  # pods stay, as a crash
+    first = make_sidecar_on(sim, "lost", conf=conf)
     core = client.CoreV1Api(connect(api_url=sim.url))
-    name = ledger_config_map_name("unreadable")
-    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={DATA_KEY: "12x"})
-    core.create_namespaced_config_map("default", body)
-    sidecar = make_sidecar_on(sim, "unreadable")
-    with AllocatorClient(sidecar.address) as driver:
+    name = ledger_config_map_name("lost")
+    with AllocatorClient(first.address) as driver:
+        driver.request_total(6)
+        wait_for(lambda: running_ids(sim, "lost") == set(range(1, 7)), what="six running")
+        core.delete_namespaced_config_map(name, "default")
         driver.request_total(2)
-        # The mark is read again every round; while it is not a number, nothing is created.
-        wait_for(lambda: ledger_reads(sim, name) >= 3, what="the mark read three times")
-        assert creates(sim) == 0
-        core.patch_namespaced_config_map(name, "default", {"data": {DATA_KEY: "12"}})
-        wait_for(lambda: running_ids(sim, "unreadable") == {13, 14}, what="ids above the mark")
+        assert driver.kill_executors([3, 4, 5, 6]) == 4
+        wait_for(lambda: ids_of(sim, "lost") == {1, 2}, what="3-6 gone")
+        wait_for(lambda: config_map_mark(core, name) >= 6, what="the mark written again")
+    first.stop()
+    second = make_sidecar_on(sim, "lost", conf=conf)
+    with AllocatorClient(second.address) as driver:
+        driver.request_total(6)
+        wait_for(lambda: len(running_ids(sim, "lost")) == 6, what="six running again")
+    assert not running_ids(sim, "lost") & {3, 4, 5, 6}, "ids issued twice"
+
+
+def distrusted(updates: list[StreamUpdate]) -> list[AllocatorNotice]:
+    return [n for u in updates for n in u.notices if n.kind == "id_ledger_distrusted"]
+
+
+def config_map_mark(core: client.CoreV1Api, name: str) -> int:
+    try:
+        found = core.read_namespaced_config_map(name, "default")
+    except client.ApiException:
+        return 0
+    raw = str((found.data or {}).get(DATA_KEY, "0"))
+    return int(raw) if raw.isdigit() else -1
 
 
 def ledger_reads(sim: KubeSim, name: str) -> int:

@@ -582,6 +582,12 @@ class AllocatorNotice(_message.Message):
         """
         KIND_ALLOCATION_RESUMED: AllocatorNotice._Kind.ValueType  # 51
         """The stall of the same `reason` is over."""
+        KIND_ID_LEDGER_DISTRUSTED: AllocatorNotice._Kind.ValueType  # 52
+        """The executor id ledger's mark was not believed, or found changed by another hand;
+        `reason` says which: LedgerMarkInvalid (no executor id), LedgerMarkBelowPods (below the
+        application's own pods), LedgerGone, LedgerMarkLowered (both written again at once),
+        LedgerMarkRaised (left, ids go on from the sidecar's own). The message names the object.
+        """
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper): ...
     KIND_UNSPECIFIED: AllocatorNotice.Kind.ValueType  # 0
@@ -654,6 +660,12 @@ class AllocatorNotice(_message.Message):
     """
     KIND_ALLOCATION_RESUMED: AllocatorNotice.Kind.ValueType  # 51
     """The stall of the same `reason` is over."""
+    KIND_ID_LEDGER_DISTRUSTED: AllocatorNotice.Kind.ValueType  # 52
+    """The executor id ledger's mark was not believed, or found changed by another hand;
+    `reason` says which: LedgerMarkInvalid (no executor id), LedgerMarkBelowPods (below the
+    application's own pods), LedgerGone, LedgerMarkLowered (both written again at once),
+    LedgerMarkRaised (left, ids go on from the sidecar's own). The message names the object.
+    """
 
     KIND_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int

@@ -183,8 +183,13 @@ class ExecutorPodsAllocator:
 
     def on_new_snapshots(self, snapshots: Sequence[ExecutorPodsSnapshot]) -> None:
         app_id = self._app_or_fail()
-        if not self._recovered and not self._recover(app_id):
-            return  # nothing is created before the pods already in the cluster are known
+        if not self._recovered:
+            if snapshots:
+                # Kept while recovery waits (an unreadable ledger): the round that recovers
+                # must not decide on the empty snapshot it started with.
+                self._last_snapshot = snapshots[-1]
+            if not self._recover(app_id):
+                return  # nothing is created before the pods already in the cluster are known
         known = frozenset(self._driver.executor_ids()) if self._driver is not None else frozenset()
         now = self._clock.monotonic()
         update = self._book.update(snapshots, known, app_id=app_id, now=now)
@@ -233,7 +238,9 @@ class ExecutorPodsAllocator:
         )
         if adoption is None:
             return False
-        first = self._ids.ids.start(mark, adoption.highest_id)
+        first = self._ids.started(
+            mark, highest_pod=adoption.highest_id, above_mark=adoption.above_mark
+        )
         if first > 1:
             logger.info("New executor ids start at %d.", first)
         self._book.adopt(adoption.live, self._clock.monotonic())

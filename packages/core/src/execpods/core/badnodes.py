@@ -7,7 +7,9 @@ counts against that node; once a node has `execpods.badNodes.maxFailures` failur
 pods avoid every blocked node (`PodDecisions.avoid_nodes`, which the adapter's builder writes as a
 required node anti-affinity on the hostname).
 Executors already running there are left alone. Blocking and lifting are `AllocatorNotice`s
-(NODE_BLOCKED, NODE_UNBLOCKED) on every stream, and counted in the metrics.
+(NODE_BLOCKED, NODE_UNBLOCKED) on every stream, and counted in the metrics. A block that leaves
+no node the application's executors ran on unblocked says so (its notice's reason is
+`EveryNodeBlocked`, and a WARNING): new executors may then stay Pending until a cool-down ends.
 
 Off by default: most executor failures are the application's (an OOM, an exception), not the
 node's, and on a small cluster keeping executors off a few nodes can leave them Pending with room
@@ -18,6 +20,7 @@ eviction (a drain) does not count; a kubelet's eviction under node pressure does
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -36,7 +39,10 @@ from execpods.core.settingkit import (
     setting,
 )
 
-__all__ = ["NodeBlocklist", "NodeBlocklistSettings", "plug"]
+__all__ = ["EVERY_NODE_BLOCKED", "NodeBlocklist", "NodeBlocklistSettings", "plug"]
+
+EVERY_NODE_BLOCKED = "EveryNodeBlocked"
+"""The reason of a NODE_BLOCKED notice after which no node executors ran on is left."""
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +105,8 @@ class NodeBlocklist(Feature):
         self._counted: set[int] = set()
         self._blocked: dict[str, float] = {}
         """Node -> wall-clock time its block ends."""
+        self._nodes: set[str] = set()
+        """Every node an executor of the application was seen on (bounded by the cluster)."""
         self.blocks = 0
         """Times a node was blocked since start."""
 
@@ -116,6 +124,8 @@ class NodeBlocklist(Feature):
                     if state is None or executor_id in self._counted:
                         continue
                     node = state.pod.node_name
+                    if node:
+                        self._nodes.add(node)
                     if node and start_failed(state) and _node_to_blame(state.pod.disruption):
                         self._counted.add(executor_id)
                         self._failures.setdefault(node, deque()).append(now)
@@ -129,7 +139,16 @@ class NodeBlocklist(Feature):
                     self._blocked[node] = now + self._settings.cool_down
                     self.blocks += 1
                     times.clear()
-                    notices.append(self._notice(NoticeKind.NODE_BLOCKED, node))
+                    notice = self._notice(NoticeKind.NODE_BLOCKED, node)
+                    if self._nodes <= set(self._blocked):
+                        notice = dataclasses.replace(
+                            notice,
+                            reason=EVERY_NODE_BLOCKED,
+                            message=f"{notice.message} Every node this application's executors "
+                            f"ran on ({len(self._nodes)}) is blocked now: new executors may stay "
+                            "Pending until a cool-down ends or other nodes join.",
+                        )
+                    notices.append(notice)
             for node, until in list(self._blocked.items()):
                 if now >= until:
                     del self._blocked[node]

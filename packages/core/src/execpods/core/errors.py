@@ -116,3 +116,40 @@ class ApiThrottled(PodOperationError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, status=429)
         self.retry_after = retry_after
+
+
+class LedgerMarkInvalid(PodOperationError):
+    """The id ledger holds something that is no executor id: not a plain decimal, or beyond
+    `MAX_EXECUTOR_ID` (Spark's executor ids are Java ints). A typo, or a hand that should not
+    have written it: the value is not believed (`ids.py` says so and goes by the pods), and the
+    next write replaces it."""
+
+    MAX_EXECUTOR_ID = 2**31 - 1
+    """The highest executor id there can be: Spark counts them in an `AtomicInteger`."""
+
+    def __init__(self, message: str, *, raw: str, where: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.where = where
+
+    @classmethod
+    def parse(cls, raw: object, *, where: str) -> int:
+        """The mark `raw` stands for (0 when absent), or raise this error naming `where`."""
+        if raw is None:
+            return 0
+        text = str(raw)
+        if (
+            isinstance(raw, str)
+            and text.isascii()
+            and text.isdigit()
+            and len(text) <= len(str(cls.MAX_EXECUTOR_ID))
+            and int(text) <= cls.MAX_EXECUTOR_ID
+        ):
+            return int(text)
+        raise cls(
+            f"{where} holds {text[:40]!r}, which is no executor id (a decimal up to "
+            f"{cls.MAX_EXECUTOR_ID}): it is not believed; ids go by the pods and the next write "
+            "replaces it",
+            raw=text[:40],
+            where=where,
+        )

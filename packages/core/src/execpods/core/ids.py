@@ -17,6 +17,18 @@ the mark in the cluster) *before* any of them is used, as a database sequence ha
 Without a ledger (a backend built without one) the mark lives only in the process: restarts are
 then safe only while the pods of the highest ids exist.
 
+The ledger lives in the cluster, where other hands reach it (issue 32), so its mark is believed
+only when it is consistent with what this process sees, and re-asserted when it is not:
+
+- at start, a value that is no executor id (`LedgerMarkInvalid`), or a mark below the ids of
+  the application's own pods, is not believed: ids continue above the pods, the finding is
+  told (`LedgerFinding`, a notice with its reason) and the mark is written again at once;
+- while running, `verify` reads the mark back (the caller decides when: before a round's
+  creates, after executors left, every poll period): found gone, lower than this process's own,
+  or no executor id, the mark is written again before any further id is issued (and if that
+  write fails, no id is issued until it succeeds); found higher, it is told once and left (a
+  higher mark never lets an id be issued twice).
+
 An id is issued when its create is about to be sent; a create the API throttled (429, or one the
 back-off gate held back unsent) made no pod, so its id is handed back and the next create uses it.
 
@@ -33,18 +45,38 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from execpods.core.allocation import ProfileState
-from execpods.core.errors import PodOperationError
-from execpods.core.features import Feature, FeatureParts, RoundOutcome
+from execpods.core.errors import LedgerMarkInvalid, PodOperationError
+from execpods.core.features import Feature, FeatureParts, RoundFacts, RoundOutcome
 from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
-from execpods.core.ports import Clock, ExecutorIdLedger
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, Clock, ExecutorIdLedger
 from execpods.core.progress import ID_LEDGER_UNREADABLE, ID_LEDGER_UNWRITABLE, ProgressMonitor
+from execpods.core.snapshot import ExecutorPodsSnapshot
+from execpods.core.states import ExecutorState
 
 logger = logging.getLogger(__name__)
 
 MAX_RETRY_S = 30.0
 """The longest wait before a failed reservation is written again."""
+
+
+LEDGER_MARK_INVALID = "LedgerMarkInvalid"
+LEDGER_MARK_BELOW_PODS = "LedgerMarkBelowPods"
+LEDGER_GONE = "LedgerGone"
+LEDGER_MARK_LOWERED = "LedgerMarkLowered"
+LEDGER_MARK_RAISED = "LedgerMarkRaised"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerFinding:
+    """The id ledger's mark was not what this process could believe; `reason` is one of the
+    `LEDGER_*` names, `message` says what was found, in which object, and what was done."""
+
+    reason: str
+    message: str
 
 
 class IdsUnavailable(PodOperationError):
@@ -79,6 +111,7 @@ class ExecutorIds:
         self._reserved = 0 if ledger is not None else maximum - 1
         self._failures = 0
         self._retry_at = 0.0
+        self._raised_seen = 0
         self.last_error: PodOperationError | None = None
 
     @property
@@ -108,6 +141,81 @@ class ExecutorIds:
         life)."""
         with self._lock:
             return self._left_locked()
+
+    @property
+    def location(self) -> str:
+        """The ledger's object, for messages."""
+        return self._ledger.location if self._ledger is not None else "this process"
+
+    def verify(self) -> LedgerFinding | None:
+        """Read the mark back; when it is gone, lower than this process's own, or no executor
+        id, write this process's again now, before any further id is issued. Returns what was
+        found wrong (None: the mark holds, or it could not be read: the next call tries)."""
+        ledger = self._ledger
+        if ledger is None:
+            return None
+        with self._lock:
+            own = max(self._reserved, self._next - 1)
+        if own <= 0:
+            return None
+        try:
+            stored = ledger.highest_reserved()
+        except LedgerMarkInvalid as error:
+            finding = LedgerFinding(
+                reason=LEDGER_MARK_INVALID,
+                message=f"{error}; this process's mark {own} is written again",
+            )
+        except PodOperationError as error:
+            logger.debug("Could not read the id ledger back (%s); the next check tries.", error)
+            return None
+        else:
+            if stored > own:
+                return self._raised(stored, own)
+            if stored == own:
+                return None
+            reason = LEDGER_GONE if stored == 0 else LEDGER_MARK_LOWERED
+            what = "is gone" if stored == 0 else f"holds {stored}, below this process's {own}"
+            finding = LedgerFinding(
+                reason=reason,
+                message=(
+                    f"The executor id ledger ({ledger.location}) {what} (deleted, or restored "
+                    "from an older backup?): the mark is written again before any further id "
+                    "is issued, so that no id can be issued twice after a restart."
+                ),
+            )
+        self.reassert()
+        return finding
+
+    def reassert(self) -> bool:
+        """Write this process's mark (every id issued or reserved) now; when that fails, no id
+        above those already issued is issued until a write succeeds. True when written."""
+        if self._ledger is None:
+            return True
+        with self._lock:
+            own = max(self._reserved, self._next - 1)
+            if own <= 0:
+                return True
+            try:
+                self._write_locked(own)
+            except PodOperationError:
+                self._reserved = self._next - 1  # nothing more is covered until it is written
+                return False
+            return True
+
+    def _raised(self, stored: int, own: int) -> LedgerFinding | None:
+        with self._lock:
+            if stored == self._raised_seen:
+                return None
+            self._raised_seen = stored
+        return LedgerFinding(
+            reason=LEDGER_MARK_RAISED,
+            message=(
+                f"The executor id ledger ({self.location}) holds {stored}, above this "
+                f"process's {own}: another writer (a second sidecar for the application, or a "
+                "hand) changed it. It is left as it is (a higher mark never lets an id be "
+                "issued twice), and ids go on from this process's own."
+            ),
+        )
 
     def read_mark(self) -> int | None:
         """The ledger's mark (None without a ledger); raises `PodOperationError` when it cannot
@@ -217,7 +325,14 @@ def plug(parts: FeatureParts, ledger: ExecutorIdLedger | None) -> IdBudget:
         block=settings.id_block,
         retry_base=settings.batch_delay,
     )
-    return IdBudget(ids=ids, notices=parts.notices, progress=parts.progress)
+    return IdBudget(
+        ids=ids,
+        notices=parts.notices,
+        progress=parts.progress,
+        clock=parts.clock,
+        round_delay=settings.batch_delay,
+        check_every=settings.api_polling_interval,
+    )
 
 
 class IdBudget(Feature):
@@ -229,20 +344,46 @@ class IdBudget(Feature):
     is told once, after the round issued the ids it still could (the numbers are then final).
     """
 
-    def __init__(self, *, ids: ExecutorIds, notices: NoticeHub, progress: ProgressMonitor) -> None:
+    def __init__(
+        self,
+        *,
+        ids: ExecutorIds,
+        notices: NoticeHub,
+        progress: ProgressMonitor,
+        clock: Clock | None = None,
+        round_delay: float = 1.0,
+        check_every: float = 30.0,
+    ) -> None:
         self.ids = ids
         self._notices = notices
         self._progress = progress
+        self._clock = clock
+        self._round_delay = round_delay
+        self._check_every = check_every
+        """How often the mark is read back when nothing else calls for it (a poll period)."""
+        self._checked_at = 0.0
+        self._last: ExecutorPodsSnapshot | None = None
+        self._findings: list[LedgerFinding] = []
         self._reservation_reported = False
         self._maximum_reported = False
         self._held = False
         self._short: dict[int, int] = {}
 
     def read_mark(self) -> int | None:
-        """The ledger's mark (None without a ledger); when it cannot be read, allocation stalls
+        """The ledger's mark (None without a ledger, or when it holds no executor id: then
+        said once the pods are listed, in `started`); when it cannot be read, allocation stalls
         and `PodOperationError` is raised: nothing is created before it is read."""
         try:
             mark = self.ids.read_mark()
+        except LedgerMarkInvalid as error:
+            self._progress.resume(ID_LEDGER_UNREADABLE)
+            self._findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_INVALID,
+                    message=f"{error}; new ids continue above the application's pods",
+                )
+            )
+            return None
         except PodOperationError as error:
             # Said at WARNING once; while the stall is on (its ERROR line names it), each
             # round's retry is DEBUG, not a line a second.
@@ -260,8 +401,66 @@ class IdBudget(Feature):
         self._progress.resume(ID_LEDGER_UNREADABLE)
         return mark
 
+    def started(self, mark: int | None, *, highest_pod: int, above_mark: int = 0) -> int:
+        """Start the counter after recovery; returns the first new id. A mark below the
+        application's own pods (`above_mark`: the highest pod id above it) is not believed;
+        whatever was not believed is told, and the mark is written at once whenever it does
+        not cover every id the cluster shows."""
+        if mark and above_mark:
+            self._findings.append(
+                LedgerFinding(
+                    reason=LEDGER_MARK_BELOW_PODS,
+                    message=(
+                        f"The executor id ledger ({self.ids.location}) holds {mark}, below "
+                        f"executor {above_mark} of this application's own pods (restored from "
+                        "an older backup, or lowered by hand?): it is not believed; new ids "
+                        "continue above the pods, and the mark is written again."
+                    ),
+                )
+            )
+            mark = None
+        first = self.ids.start(mark, highest_pod)
+        if self._findings or (mark or 0) < first - 1:
+            self.ids.reassert()  # the ledger covers every id the cluster shows, from now on
+        self._checked_at = self._now()
+        findings, self._findings = self._findings, []
+        for finding in findings:
+            self._tell_ledger(finding)
+        return first
+
+    def observe(self, facts: RoundFacts) -> None:
+        """Read the mark back when executors left (their ids then live only in the ledger) or
+        a poll period passed."""
+        previous, self._last = self._last, facts.snapshot
+        left = previous is not None and executors_left(previous, facts.batch)
+        if left or self._now() - self._checked_at >= self._check_every:
+            self._check()
+
+    def _check(self) -> None:
+        self._checked_at = self._now()
+        finding = self.ids.verify()
+        if finding is not None:
+            self._tell_ledger(finding)
+
+    def _now(self) -> float:
+        return self._clock.monotonic() if self._clock is not None else 0.0
+
+    def _tell_ledger(self, finding: LedgerFinding) -> None:
+        logger.warning(finding.message, extra={"reason": finding.reason})
+        self._notices.notify(
+            AllocatorNotice(
+                kind=NoticeKind.ID_LEDGER_DISTRUSTED,
+                message=finding.message,
+                resource_profile_id=DEFAULT_RESOURCE_PROFILE_ID,
+                count=1,
+                reason=finding.reason,
+            )
+        )
+
     def cap(self, state: ProfileState, wanted: int) -> int:
         profile_id = state.profile_id
+        if wanted > 0 and self._now() - self._checked_at >= self._round_delay:
+            self._check()  # before this round's creates
         allowed = self.ids.reserve(wanted)
         if allowed < wanted:
             if self.ids.left < wanted:
@@ -318,3 +517,18 @@ class IdBudget(Feature):
         self._notices.notify(
             AllocatorNotice(kind=kind, message=message, resource_profile_id=profile_id, count=count)
         )
+
+
+def executors_left(previous: ExecutorPodsSnapshot, batch: Sequence[ExecutorPodsSnapshot]) -> bool:
+    """Whether any executor pod left the cluster in `batch` (deleted, or gone from a full list)
+    since `previous`: then only the id ledger remembers that its id was used."""
+    before = previous
+    for snapshot in batch:
+        pods = snapshot.executor_pods
+        ids = before.executor_pods.keys() if snapshot.changed_ids is None else snapshot.changed_ids
+        for executor_id in ids:
+            observed = pods.get(executor_id)
+            if observed is None or observed.state is ExecutorState.DELETED:
+                return True
+        before = snapshot
+    return False

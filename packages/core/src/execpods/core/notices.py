@@ -48,6 +48,9 @@ class NoticeKind(enum.Enum):
     """Allocation cannot make progress (`progress.py`); `reason` says why, until RESUMED."""
     ALLOCATION_RESUMED = "allocation_resumed"
     """The stall of the same `reason` is over."""
+    ID_LEDGER_DISTRUSTED = "id_ledger_distrusted"
+    """The id ledger's mark was not believed (no executor id, below the pods) or was found
+    gone, lowered or raised; `reason` says which, and the mark was written again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -240,14 +240,20 @@ class ExecutorIdLedger(Protocol):
     cluster; `execpods.core.testing.InMemoryIdLedger` is the same contract in memory.
     """
 
+    @property
+    def location(self) -> str:
+        """Where the mark is kept, for messages and logs that name the object."""
+
     def highest_reserved(self) -> int:
-        """The highest id ever reserved (0 when none was); raises `PodOperationError` when the
-        mark cannot be read."""
+        """The mark stored now (0 when there is none); raises `LedgerMarkInvalid` when it holds
+        something that is no executor id, and `PodOperationError` when it cannot be read. Each
+        read is the truth of the moment: the mark may have gone down (deleted, restored from an
+        older backup) since the last write."""
 
     def reserve_through(self, executor_id: int) -> None:
-        """Record that ids up to `executor_id` may be in use; it never lowers the mark. Raises
-        `PodOperationError` when the mark cannot be written: no id above the old mark may then
-        be issued."""
+        """Record that ids up to `executor_id` may be in use; it never lowers the mark, and a
+        stored value that is no executor id is replaced. Raises `PodOperationError` when the
+        mark cannot be written: no id above the old mark may then be issued."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

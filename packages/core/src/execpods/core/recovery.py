@@ -16,6 +16,7 @@ Spark waits for the pod creation timeout to find out; one list of those executor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ class Adoption:
     live: dict[int, int] = field(default_factory=dict)
     """Executor id -> resource profile id of each pod still Pending or Running."""
     found: int = 0
+    above_mark: int = 0
+    """The highest id of the application's pods above the ledger's mark that the pods' own
+    rule would adopt (0: none): the mark is then below what the cluster shows, not to be
+    believed (`recover` adopts them without it)."""
 
 
 def adoption_of(
@@ -60,15 +65,20 @@ def adoption_of(
       to issue (Spark issues none at or above it); the pods are then all there is to go by."""
     highest = 0
     found = 0
+    above_mark = 0
     live: dict[int, int] = {}
     beyond: list[str] = []
     for pod in pods:
         executor_id = labels.executor_id_of_pod(pod)
         if executor_id is None:
             continue
-        if (reserved_through and executor_id > reserved_through) or (
-            not reserved_through and maximum is not None and executor_id >= maximum - 1
-        ):
+        beyond_maximum = maximum is not None and executor_id >= maximum - 1
+        if reserved_through and executor_id > reserved_through:
+            if not beyond_maximum:
+                above_mark = max(above_mark, executor_id)
+            beyond.append(pod.name)
+            continue
+        if not reserved_through and beyond_maximum:
             beyond.append(pod.name)
             continue
         found += 1
@@ -79,7 +89,7 @@ def adoption_of(
             and not labels.is_inactive(pod.labels)  # kept after its end: the id is taken
         ):
             live[executor_id] = profile_id_of(pod, labels)
-    if beyond:
+    if beyond and not above_mark:
         logger.warning(
             "Not adopting executor pods %s: their executor ids were never issued by this "
             "application (above the id ledger's mark %s, or leaving no id below "
@@ -89,7 +99,7 @@ def adoption_of(
             reserved_through,
             maximum,
         )
-    return Adoption(highest_id=highest, live=live, found=found)
+    return Adoption(highest_id=highest, live=live, found=found, above_mark=above_mark)
 
 
 def recover(
@@ -107,6 +117,11 @@ def recover(
         logger.warning("Could not list existing executor pods (%s); retrying.", error)
         return None
     adoption = adoption_of(listed, labels, maximum=maximum, reserved_through=reserved_through)
+    if adoption.above_mark:
+        # The mark is below the application's own pods (a ledger restored from an older backup,
+        # lowered by hand): the pods are the truth; the caller distrusts the mark and says so.
+        again = adoption_of(listed, labels, maximum=maximum, reserved_through=None)
+        adoption = dataclasses.replace(again, above_mark=adoption.above_mark)
     if adoption.found:
         logger.info(
             "Found %d executor pods of application %s; adopted %d live ones, new ids continue "

@@ -22,7 +22,7 @@ from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.clock import ManualClock
 from execpods.core.compose import FeatureSettings, Machinery, Ports, compose_backend
 from execpods.core.creation import CreateRunner
-from execpods.core.errors import PodConflict, PodOperationError
+from execpods.core.errors import LedgerMarkInvalid, PodConflict, PodOperationError
 from execpods.core.features import FeatureSet
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
@@ -409,22 +409,56 @@ def failed_executor(executor_id: int, *, exit_code: int = 1) -> ExecutorPod:
 class InMemoryIdLedger:
     """`ExecutorIdLedger` in memory: one instance shared by two backends is a restart's cluster.
 
-    `fail_writes` makes every reservation fail, as a denied write would in the cluster.
+    `fail_writes` makes every reservation fail, as a denied write would in the cluster, and
+    `fail_reads` every read. `lose()` and `tamper(raw)` are what hands outside the sidecar do to
+    the cluster's ledger: delete it (a label clean-up, a restore from an old backup), or write
+    any text into it (a typo, a value far beyond the maximum); the mark is then read as the
+    adapter reads it (`LedgerMarkInvalid.parse`).
     """
+
+    location = "the in-memory ledger"
 
     def __init__(self, highest: int = 0) -> None:
         self.highest = highest
+        self.raw: str | None = None
+        """Text written by hand instead of a mark (None: `highest` is what is stored)."""
         self.writes = 0
         self.fail_writes = False
+        self.fail_reads = False
 
     def highest_reserved(self) -> int:
+        if self.fail_reads:
+            raise PodOperationError("cannot read the executor id ledger (403)", status=403)
+        if self.raw is not None:
+            return LedgerMarkInvalid.parse(self.raw, where=self.location)
         return self.highest
 
     def reserve_through(self, executor_id: int) -> None:
         if self.fail_writes:
             raise PodOperationError(f"cannot reserve executor ids through {executor_id}")
+        try:
+            stored = self.highest_reserved() if not self.fail_reads else self.highest
+        except LedgerMarkInvalid:
+            stored = 0  # no executor id: replaced
+        if stored >= executor_id:
+            return
         self.writes += 1
-        self.highest = max(self.highest, executor_id)
+        self.raw = None
+        self.highest = executor_id
+
+    def lose(self) -> None:
+        """The ledger is deleted: it reads as no mark."""
+        self.raw = None
+        self.highest = 0
+
+    def tamper(self, raw: str) -> None:
+        """Somebody writes `raw` into the ledger (a number at all only if it parses as one)."""
+        if raw.isascii() and raw.isdigit() and len(raw) <= 10:
+            value = int(raw)
+            if value <= LedgerMarkInvalid.MAX_EXECUTOR_ID:
+                self.raw, self.highest = None, value
+                return
+        self.raw = raw
 
 
 class HandFed:

@@ -86,6 +86,8 @@ class Result:
     leaked: int = 0
     bystander_ok: bool = False
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """What a scenario's own checks found wrong (a stall not told, a bad call accepted)."""
 
     @property
     def rate_ok(self) -> bool:
@@ -102,6 +104,7 @@ class Result:
             and self.rate_ok
             and self.leaked == 0
             and self.bystander_ok
+            and not self.problems
         )
 
 
@@ -214,6 +217,8 @@ def run_scenario(name: str, fault: Fault, scale: Scale) -> Result:
                 monitor=monitor,
             )
             result.failures_counted = sum(s.runtime.backend.failed_executors for s in sidecars)
+            result.notes.extend(ctx.notes)
+            result.problems.extend(p for check in ctx.checks if (p := check()) is not None)
         _check(sim=sim, bystander=bystander, result=result, removals=removals, monitor=monitor)
     return result
 
@@ -367,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in results:
         for note in r.notes:
             print(f"{r.name}: {note}")
+        for problem in r.problems:
+            print(f"{r.name}: PROBLEM {problem}")
     return 0 if all(r.passed for r in results) else 1
 
 

@@ -487,7 +487,7 @@ class ExecutorPodTemplateBuilder:
             profile=profile,
             decisions=NO_DECISIONS,
         )
-        problem = pod_problem(trial)
+        problem = pod_problem(trial) or _escalation_problem(trial)
         if problem is not None:
             raise SettingsError(
                 f"{what}: the executor pod built from it would be refused by the Kubernetes "
@@ -560,7 +560,9 @@ class ExecutorPodTemplateBuilder:
         """terminationGracePeriodSeconds, the decommission preStop hook and
         allowPrivilegeEscalation, as Spark's BasicExecutorFeatureStep sets them. A pod Spark's
         own builder made (a profile's template, from the plugin) already has Spark's values for
-        them, from the driver's configuration: those are kept."""
+        them, from the driver's configuration: those are kept, except that the sidecar's
+        `allowPrivilegeEscalation=false` always wins: the sidecar's settings are the operator's
+        word, and a caller's template may only tighten them (issue 32)."""
         settings = self.settings
         values: list[tuple[dict[str, Any], str, object]] = [
             (spec, "terminationGracePeriodSeconds", settings.termination_grace_period_seconds),
@@ -579,7 +581,7 @@ class ExecutorPodTemplateBuilder:
                 )
             )
         for section, key, value in values:
-            if keep_template:
+            if keep_template and not (key == "allowPrivilegeEscalation" and value is False):
                 section.setdefault(key, value)
             else:
                 section[key] = value
@@ -660,6 +662,22 @@ class ExecutorPodTemplateBuilder:
                 section.setdefault(key, value)
             else:
                 section[key] = value
+
+
+def _escalation_problem(pod: PodManifest) -> str | None:
+    """A privileged container with `allowPrivilegeEscalation: false` (the sidecar's setting):
+    the API server refuses the pair (a privileged container always escalates)."""
+    spec = pod.get("spec") or {}
+    for index, container in enumerate(spec.get("containers") or []):
+        context = container.get("securityContext") or {}
+        if context.get("privileged") is True and context.get("allowPrivilegeEscalation") is False:
+            return (
+                f"spec.containers.{index}.securityContext: privileged is true while "
+                "allowPrivilegeEscalation is false (the sidecar's "
+                "spark.kubernetes.securityContext.allowPrivilegeEscalation): a privileged "
+                "container always escalates"
+            )
+    return None
 
 
 def builder_claims(

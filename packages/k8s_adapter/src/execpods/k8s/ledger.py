@@ -28,7 +28,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from execpods.core import SPARK_LABELS, ExecutorLabels, PodConflict, PodNotFound, PodOperationError
+from execpods.core import (
+    SPARK_LABELS,
+    ExecutorLabels,
+    LedgerMarkInvalid,
+    PodConflict,
+    PodNotFound,
+    PodOperationError,
+)
 from execpods.k8s.gateway import ApiGateway
 
 logger = logging.getLogger(__name__)
@@ -56,19 +63,6 @@ def ledger_config_map_name(app_id: str) -> str:
     return f"{cleaned[: _MAX_NAME - len(CONFIG_MAP_SUFFIX)]}{CONFIG_MAP_SUFFIX}"
 
 
-def _mark_of(raw: object, *, where: str) -> int:
-    """The stored mark (0 when absent); a value that is not a plain decimal is an error: a
-    guess could reuse ids."""
-    if raw is None:
-        return 0
-    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
-        return int(raw)
-    raise PodOperationError(
-        f"{where} holds {str(raw)[:40]!r}, not an executor id: set it to the highest executor id "
-        "the application ever used (or remove it if no executor ever ran)"
-    )
-
-
 def _metadata(body: object) -> dict[str, Any]:
     metadata = body.get("metadata") if isinstance(body, dict) else None
     return metadata if isinstance(metadata, dict) else {}
@@ -93,7 +87,7 @@ class ClusterIdLedger:
         self._owner = dict(owner) if owner is not None else None
         self._config_map = ledger_config_map_name(app_id)
         self._lock = threading.Lock()
-        self._known = 0  # a lower bound of the stored mark (only ever raised)
+        self._known = 0  # the stored mark as last read or written (it may have gone down since)
         self._version: str | None = None  # the resourceVersion the next write is based on
         self._exists = driver_pod_name is not None
         self.writes = 0
@@ -107,9 +101,13 @@ class ClusterIdLedger:
         return f"configmap {self._config_map} (key {DATA_KEY})"
 
     def highest_reserved(self) -> int:
+        """The stored mark (0: none); `LedgerMarkInvalid` when it holds no executor id (the core
+        then distrusts it), `PodOperationError` when it cannot be read. Every read refreshes
+        what this ledger believes is stored, so a mark found gone or lower is written again by
+        the next `reserve_through`."""
         with self._lock:
             mark = self._read()
-            logger.info("Executor ids up to %d were reserved before (%s).", mark, self.location)
+            logger.debug("Executor ids up to %d are reserved (%s).", mark, self.location)
             return mark
 
     def reserve_through(self, executor_id: int) -> None:
@@ -117,7 +115,7 @@ class ClusterIdLedger:
             if executor_id <= self._known:
                 return
             for _ in range(MAX_CONFLICTS):
-                if self._version is None and self._read() >= executor_id:
+                if self._version is None and self._read_or_zero() >= executor_id:
                     return
                 try:
                     self._write(executor_id)
@@ -142,8 +140,17 @@ class ClusterIdLedger:
 
     # --- the object ------------------------------------------------------------------------
 
+    def _read_or_zero(self) -> int:
+        """The stored mark, a value that is no executor id counting as none: the write that
+        follows replaces it (based on the version it was read at)."""
+        try:
+            return self._read()
+        except LedgerMarkInvalid:
+            return 0
+
     def _read(self) -> int:
-        """Read the stored mark and version (caller holds the lock); raises the known bound."""
+        """Read the stored mark and version (caller holds the lock): the mark, 0 without one;
+        `LedgerMarkInvalid` for a value that is no executor id."""
         if self._driver is not None:
             metadata = _metadata(self._gateway.read_pod(self._driver))
             annotations = metadata.get("annotations")
@@ -153,18 +160,19 @@ class ClusterIdLedger:
             try:
                 body = self._gateway.read_config_map(self._config_map)
             except PodNotFound:
-                self._exists, self._version = False, None
-                return self._known
+                self._exists, self._version, self._known = False, None, 0
+                return 0
             self._exists = True
             metadata = _metadata(body)
             data = body.get("data") if isinstance(body, dict) else None
             raw = data.get(DATA_KEY) if isinstance(data, dict) else None
             where = self.location
-        mark = _mark_of(raw, where=where)
         version = metadata.get("resourceVersion")
         self._version = version if isinstance(version, str) else None
-        self._known = max(self._known, mark)
-        return self._known
+        self._known = 0  # a value that is no id: as good as none, until written
+        mark = LedgerMarkInvalid.parse(raw, where=where)
+        self._known = mark
+        return mark
 
     def _write(self, mark: int) -> None:
         """Store `mark` based on `self._version` (409 `PodConflict` when it is stale)."""

@@ -521,6 +521,11 @@ class KubeSim:
         """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
         self.faults.reject_creates(code, count=count, message=message)
 
+    def forbid(self, plural: str, *verbs: str) -> None:
+        """Answer `verbs` (get, create, patch) on `plural` (configmaps...) with 403 from now on,
+        as when a Role loses them; no verbs: allow all again. Pods have RBAC (`enable_rbac`)."""
+        self.object_apis[plural].forbidden = frozenset(verbs)
+
     def configure_apf(self, config: ApfConfig) -> None:
         """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
         self.apf.configure(config)
@@ -538,8 +543,10 @@ class KubeSim:
         self.faults.deny_deletes(labels, code=code, message=message, count=count)
 
     def clear_faults(self) -> None:
-        """Disarm every fault, the periodic watch drops included."""
+        """Disarm every fault, the periodic watch drops and forbidden verbs included."""
         self.faults.clear()
+        for api in self.object_apis.values():
+            api.forbidden = frozenset()
         with self._lifecycle:
             self._stop_dropping()
 

@@ -153,6 +153,21 @@ class ObjectApi:
         #: Fills in what a controller would on create (a claim's binding, `claims.py`); by
         #: default a claim is bound at once.
         self.on_create: Callable[[Obj], None] | None = None
+        #: Verbs answered 403, as if RBAC took them away (`KubeSim.forbid`).
+        self.forbidden: frozenset[str] = frozenset()
+
+    def _check_allowed(self, verb: str, namespace: str, name: str = "") -> None:
+        if verb in self.forbidden:
+            target = f'"{name}" ' if name else ""
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{self.kind.plural} {target}is forbidden: User "system:serviceaccount:'
+                f'{namespace}:default" cannot {verb} resource "{self.kind.plural}" in API '
+                f'group "" in the namespace "{namespace}"',
+                name=name,
+                kind=self.kind.plural,
+            )
 
     # -- what the server's watch needs -----------------------------------------------------------
 
@@ -176,10 +191,12 @@ class ObjectApi:
         return result
 
     def get(self, namespace: str, name: str) -> Obj:
+        self._check_allowed("get", namespace, name)
         return self.store.get(namespace, name)
 
     def create(self, namespace: str, body: Any, *, manager: str | None = None) -> Obj:
         """POST: a new object; `manager` (the write's field manager) then owns its fields."""
+        self._check_allowed("create", namespace)
         obj = self._new(namespace, body)
         if manager is not None:
             record_update(
@@ -357,6 +374,8 @@ class ObjectApi:
         *,
         manager: str | None = None,
     ) -> Obj:
+        self._check_allowed("patch", namespace, name)
+
         def patched(old: Obj) -> Obj:
             return self._recorded(
                 old, self._write(old, apply_patch(content_type, old, body), name), manager

@@ -97,6 +97,9 @@ class OpsPlane:
         if self._metrics_server is not None and self.metrics is not None:
             self._metrics_server.start()
             self._runtime.telemetry.add(self.metrics)
+            # Before the backend starts: a notice of its first round (a ledger distrusted at
+            # start-up) is counted too.
+            self._unlisten = self._runtime.backend.add_notice_listener(self.metrics.notice)
             if self.api_metrics is not None:
                 self._runtime.telemetry.add(self.api_metrics)
         listen = self._runtime.settings.health.listen
@@ -128,7 +131,6 @@ class OpsPlane:
                 on_snapshots=metrics.on_snapshots,
                 on_removal=lambda numbered: metrics.executor_removed(numbered.removal),
             )
-            self._unlisten = backend.add_notice_listener(metrics.notice)
         self._task = asyncio.get_running_loop().create_task(self.cluster.run())
         await self.status.set_serving(True)
 

@@ -17,7 +17,14 @@ checked against a policy before any pod is built (`execpods.sidecar.templatePoli
   engine) decides; logged at WARNING at start-up.
 
 Under every policy but `none`, the template's service account and namespace, when given, must be
-the sidecar's own (its settings fix them). A refusal names the field, e.g.
+the sidecar's own (its settings fix them), and three scheduling fields that the Pod Security
+Standards leave out, but that would let a caller escape where the cluster's operators put its
+pods, are refused (issue 32): `spec.nodeName` (it skips the scheduler, its taints and its fit
+checks), a toleration of every taint (no key, operator Exists) or of the control plane's
+(`node-role.kubernetes.io/control-plane`, `.../master`), and a `system-` priority class (the
+cluster's own, which preempts anything). Other tolerations, node selectors, affinities and
+priority classes stay allowed: a GPU or spot node pool is what pod templates are for, and a
+ResourceQuota can limit priority classes per namespace. A refusal names the field, e.g.
 `spec.containers[0].securityContext.privileged`.
 """
 
@@ -138,6 +145,7 @@ class TemplatePolicy:
                     "(spark.kubernetes.authenticate.executor.serviceAccountName)",
                 )
         yield from _baseline_pod(spec, metadata)
+        yield from _scheduling(spec)
         containers = list(_containers(spec))
         for path, container in containers:
             yield from _baseline_container(path, _mapping(container.get("securityContext")))
@@ -182,6 +190,27 @@ def _baseline_pod(
             value == "unconfined"
         ):
             yield f"metadata.annotations[{key!r}]", "is 'unconfined'"
+
+
+_CONTROL_PLANE_TAINTS = frozenset(
+    {"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+)
+
+
+def _scheduling(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Where a pod may go: what the Pod Security Standards leave to the cluster's operators."""
+    if spec.get("nodeName"):
+        yield "spec.nodeName", "is set (it skips the scheduler, its taints and its fit checks)"
+    for index, toleration in enumerate(_list(spec.get("tolerations"))):
+        entry = _mapping(toleration)
+        key = entry.get("key")
+        if not key and entry.get("operator") == "Exists":
+            yield f"spec.tolerations[{index}]", "tolerates every taint (no key, operator Exists)"
+        elif key in _CONTROL_PLANE_TAINTS:
+            yield f"spec.tolerations[{index}].key", f"{key!r}: executors stay off control planes"
+    priority = spec.get("priorityClassName")
+    if isinstance(priority, str) and priority.startswith("system-"):
+        yield "spec.priorityClassName", f"{priority!r} is the cluster's own priority class"
 
 
 def _baseline_context(path: str, context: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -267,6 +267,14 @@ class SidecarMetrics(TelemetryListener):
             ("code",),
             registry=registry,
         )
+        self.ledger_distrusted = Counter(
+            "execpods_id_ledger_distrusted",
+            "Times the executor id ledger's mark was not believed or found changed, by reason "
+            "(LedgerMarkInvalid, LedgerMarkBelowPods, LedgerGone, LedgerMarkLowered, "
+            "LedgerMarkRaised); the mark is then written again.",
+            ("reason",),
+            registry=registry,
+        )
         self.stalled = Gauge(
             "execpods_allocation_stalled",
             "1 while allocation cannot make progress for this reason (gRPC health is then "
@@ -293,6 +301,8 @@ class SidecarMetrics(TelemetryListener):
         if notice.kind in (NoticeKind.CREATE_REFUSED, NoticeKind.CREATE_FAILED):
             self.failures_total.labels("create").inc(notice.count)
         self.notices.labels(notice.kind.value).inc(notice.count)
+        if notice.kind is NoticeKind.ID_LEDGER_DISTRUSTED:
+            self.ledger_distrusted.labels(notice.reason).inc()
         if notice.kind is NoticeKind.NODE_BLOCKED:
             self.blocked_nodes.inc()
         elif notice.kind is NoticeKind.NODE_UNBLOCKED:
