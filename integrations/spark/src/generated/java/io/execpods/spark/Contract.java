@@ -151,6 +151,7 @@ final class Contract {
       static final String KIND_FAILURE_RULE = "KIND_FAILURE_RULE";
       static final String KIND_ALLOCATION_STALLED = "KIND_ALLOCATION_STALLED";
       static final String KIND_ALLOCATION_RESUMED = "KIND_ALLOCATION_RESUMED";
+      static final String KIND_ID_LEDGER_DISTRUSTED = "KIND_ID_LEDGER_DISTRUSTED";
     }
   }
   /** Message ExecutorPodsSnapshot: its name and its fields' names. */
