@@ -339,11 +339,13 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     }
     if (deleteOnTermination) {
       try {
-        kubernetesClient.pods().inNamespace(namespace)
+        int deleted = kubernetesClient.pods().inNamespace(namespace)
             .withLabel(Constants$.MODULE$.SPARK_APP_ID_LABEL(), applicationId)
             .withLabel(Constants$.MODULE$.SPARK_ROLE_LABEL(),
                 Constants$.MODULE$.SPARK_POD_EXECUTOR_ROLE())
-            .delete();
+            .delete().size();
+        LOG.info("execpods: deleted {} executor pods of {} (by label, as Spark's stop)", deleted,
+            applicationId);
       } catch (RuntimeException e) {
         LOG.warn("execpods: could not delete the executor pods of {}: {}", applicationId,
             e.toString());
