@@ -10,7 +10,10 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from execpods.core import AllocatorNotice, CoreSettings, NoticeKind
+from execpods.core.errors import AllocationStopped
+from execpods.core.ids import IdsUnavailable
 from execpods.core.testing import (
     InMemoryIdLedger,
     InMemoryPodOperations,
@@ -122,3 +125,33 @@ def test_m5_each_life_creates_at_most_maximum_minus_one_pods() -> None:
     (notice,) = notices
     assert notice.kind is NoticeKind.ALLOCATION_MAXIMUM_REACHED
     assert "3 executor ids were issued" in notice.message
+
+
+# -- the plugin's stop: Spark's ExecutorPodsAllocator.stop ends the allocation for good ----------
+
+
+def test_a_stopped_allocation_leaves_the_id_ledger_to_the_applications_clean_up() -> None:
+    """`KubernetesClusterSchedulerBackend.stop` calls `ExecutorPodsAllocator.stop`, then deletes
+    the ConfigMaps labelled as its executors' (the sidecar's ledger among them, in client mode).
+    After the driver's `stopping` request (`backend.stop_allocating`) the ledger found gone is not
+    written again, no id is issued, and a request for executors is refused; before it, a ledger
+    found gone is written again at once (R2)."""
+    ledger = InMemoryIdLedger()
+    rig = make_allocator_rig(CoreSettings(batch_size=10, adaptive_batches=False), id_ledger=ledger)
+    rig.allocator.set_total_expected_executors(3)
+    assert rig.pods.created_executor_ids() == [1, 2, 3]
+    ledger.lose()  # by hand, while the application runs: written again
+    assert rig.ids.verify() is not None
+    assert ledger.highest >= 3
+    rig.backend.stop_allocating()
+    assert rig.backend.allocation_stopped  # its targets of 0 apply as any request's do
+    writes = ledger.writes
+    ledger.lose()  # Spark's clean-up after its allocator's stop
+    assert rig.ids.verify() is None
+    assert rig.ids.reassert()
+    assert (ledger.highest, ledger.writes) == (0, writes), "the ledger is left deleted"
+    with pytest.raises(IdsUnavailable):
+        rig.ids.next()
+    with pytest.raises(AllocationStopped):
+        rig.backend.request_total(1)
+    rig.backend.request_total(0)  # a total of 0 is still accepted

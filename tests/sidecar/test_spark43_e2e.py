@@ -12,10 +12,14 @@ import threading
 import time
 from typing import Any, cast
 
+import grpc
+import pytest
 from execpods.client import AllocatorClient, StreamUpdate
 from execpods.devtools.simulated import simulator_properties
+from execpods.k8s import connect
 from execpods.kubesim import KubeSim, Pod
 from execpods.sidecar.embedded import EmbeddedSidecar
+from kubernetes import client as k8s_client
 
 from tests.sidecar.conftest import (
     SidecarFactory,
@@ -238,3 +242,34 @@ def test_a_driver_that_publishes_not_ready_addresses_is_not_waited_for(sim: Kube
         assert _driver_reads(sim, "published-driver") < 5, "its readiness was never polled"
     finally:
         sidecar.stop()
+
+
+def test_the_drivers_stop_leaves_the_id_ledger_to_sparks_clean_up(
+    sim: KubeSim, make_sidecar: SidecarFactory
+) -> None:
+    """Spark's `KubernetesClusterSchedulerBackend.stop`: `ExecutorPodsAllocator.stop` (through
+    the plugin: RequestTotal with `stopping`, then the executor pods deleted by label), then the
+    ConfigMaps labelled spark-app-selector=<app>, spark-role=executor deleted: the sidecar's id
+    ledger among them when the driver has no pod. Without `stopping`, the sidecar saw the
+    executors leave, found its ledger gone and wrote it again: a ConfigMap left behind."""
+    sidecar = make_sidecar("bye")
+    selector = "spark-app-selector=bye,spark-role=executor"
+    core = k8s_client.CoreV1Api(connect(api_url=sim.url))
+    with AllocatorClient(sidecar.address) as client:
+        client.request_total(2)
+        wait_for(lambda: len(running_ids(sim, "bye")) == 2, what="two running")
+        assert [c["metadata"]["name"] for c in sim.objects("configmaps")] == ["bye-execpods-ids"]
+        result = client.stop_allocation()
+        assert (result.total, dict(result.profile_totals)) == (0, {0: 0})
+        core.delete_collection_namespaced_pod("default", label_selector=selector)
+        core.delete_collection_namespaced_config_map("default", label_selector=selector)
+        wait_for(lambda: not app_pods(sim, "bye"), what="the executor pods gone")
+        backend = sidecar.runtime.backend
+        wait_for(lambda: backend.counts().running == 0, what="the sidecar saw them go")
+        time.sleep(0.5)  # several rounds (every 100 ms) after the executors left
+        assert sim.objects("configmaps") == []
+        with pytest.raises(grpc.RpcError) as refused:
+            client.request_total(1)
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert client.request_total(0).total == 0
+    assert creates(sim) == 2

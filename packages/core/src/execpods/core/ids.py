@@ -112,6 +112,7 @@ class ExecutorIds:
         self._failures = 0
         self._retry_at = 0.0
         self._raised_seen = 0
+        self._closed = False
         self.last_error: PodOperationError | None = None
 
     @property
@@ -143,6 +144,21 @@ class ExecutorIds:
             return self._left_locked()
 
     @property
+    def closed(self) -> bool:
+        """Whether the application's allocation ended for good (`close`)."""
+        with self._lock:
+            return self._closed
+
+    def close(self) -> None:
+        """The application's allocation ended for good (its driver said so: Spark's
+        `ExecutorPodsAllocator.stop`): no id is issued again, and the ledger is no longer read
+        back or written. The application's own clean-up deletes it (Spark deletes its executor
+        ConfigMaps right after its allocator's stop), and no later life of the application will
+        issue ids: writing the mark again would only leave the ledger behind."""
+        with self._lock:
+            self._closed = True
+
+    @property
     def location(self) -> str:
         """The ledger's object, for messages."""
         return self._ledger.location if self._ledger is not None else "this process"
@@ -156,6 +172,8 @@ class ExecutorIds:
             return None
         with self._lock:
             own = max(self._reserved, self._next - 1)
+            if self._closed:
+                return None
         if own <= 0:
             return None
         try:
@@ -193,7 +211,7 @@ class ExecutorIds:
             return True
         with self._lock:
             own = max(self._reserved, self._next - 1)
-            if own <= 0:
+            if own <= 0 or self._closed:
                 return True
             try:
                 self._write_locked(own)
@@ -241,6 +259,8 @@ class ExecutorIds:
         the error in `last_error`; raises nothing.
         """
         with self._lock:
+            if self._closed:
+                return 0
             count = min(count, self._left_locked())
             covered = len(self._returned) + max(0, self._reserved - self._next + 1)
             if count <= covered or self._ledger is None:
@@ -288,6 +308,8 @@ class ExecutorIds:
         Raises `IdsUnavailable` when none may be issued (the maximum, or an unwritable mark).
         """
         with self._lock:
+            if self._closed:
+                raise IdsUnavailable("the application's allocation was stopped by its driver")
             if self._spent >= self._maximum - 1:
                 raise IdsUnavailable(
                     f"{self._spent} executor pods were created: the maximum is {self._maximum}"
@@ -459,6 +481,8 @@ class IdBudget(Feature):
 
     def cap(self, state: ProfileState, wanted: int) -> int:
         profile_id = state.profile_id
+        if self.ids.closed:
+            return 0  # the driver stopped the allocation: nothing is created, nothing told
         if wanted > 0 and self._now() - self._checked_at >= self._round_delay:
             self._check()  # before this round's creates
         allowed = self.ids.reserve(wanted)

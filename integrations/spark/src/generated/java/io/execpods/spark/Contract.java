@@ -54,6 +54,7 @@ final class Contract {
     static final String PROFILE_TOTALS = "profile_totals";
     static final String PROFILES = "profiles";
     static final String FAILURE_LIMIT = "failure_limit";
+    static final String STOPPING = "stopping";
   }
   /** Message FailureLimit: its name and its fields' names. */
   static final class FailureLimit {

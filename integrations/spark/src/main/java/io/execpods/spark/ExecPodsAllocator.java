@@ -301,7 +301,9 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
 
   /**
    * Stops the application's allocation, as Spark's own {@code ExecutorPodsAllocator.stop} does:
-   * every profile's target drops to zero at the sidecar (no more creates), then, when
+   * a RequestTotal with {@code stopping} drops every profile's target to zero at the sidecar for
+   * good (no more creates; the sidecar leaves its id ledger, a ConfigMap labelled as the
+   * executors' ones in client mode, to Spark's clean-up right after this), then, when
    * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), one delete of the
    * application's executor pods by label, each with its own grace period; otherwise their pods
    * are left, as Spark leaves them. (Spark 4.3 calls this only when that property holds; the
@@ -324,13 +326,7 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
       reporting.close();
     }
     try {
-      Map<Integer, Integer> zero = new HashMap<>();
-      for (Integer id : declarations.keySet()) {
-        if (id != DEFAULT_PROFILE_ID) {
-          zero.put(id, 0);
-        }
-      }
-      client.requestTotal(0, zero, new ArrayList<>());
+      client.stopAllocation();
     } catch (RuntimeException e) {
       LOG.warn("execpods: could not stop the allocation at the sidecar: {}", e.toString());
     } finally {

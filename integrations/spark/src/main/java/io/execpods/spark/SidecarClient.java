@@ -198,6 +198,19 @@ final class SidecarClient implements AutoCloseable {
     return inForce;
   }
 
+  /**
+   * RequestTotal with {@code stopping}: the application's allocation ends for good (Spark's
+   * {@code ExecutorPodsAllocator.stop}): every total drops to 0, no executor is created again,
+   * and the sidecar leaves its id ledger to Spark's clean-up of the executor ConfigMaps.
+   */
+  void stopAllocation() {
+    Descriptor requestType = type(Contract.RequestTotalRequest.NAME);
+    DynamicMessage request = DynamicMessage.newBuilder(requestType)
+        .setField(field(requestType, Contract.RequestTotalRequest.STOPPING), true)
+        .build();
+    unary(Contract.ExecutorAllocator.REQUEST_TOTAL, request);
+  }
+
   /** IsDeleted: whether the sidecar deleted this executor while scaling down. */
   boolean isDeleted(long executorId) {
     Descriptor requestType = type(Contract.IsDeletedRequest.NAME);
