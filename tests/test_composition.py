@@ -150,8 +150,9 @@ def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
     # `FeatureSettings`), by the helpers shipped packages used to reach past it for (ids in
     # messages, the driver's readiness, why executors wait, the credentials' stall reason) and by
     # issue 30's values that cross the ports (a pod's conditions and warning, the capacity
-    # refusals); tests/test_fences.py proves shipped packages use nothing else.
-    assert len(exported) <= 92
+    # refusals), and by issue 33's in-place resize (`ResizeSettings`, the `ExecutorResizer` port
+    # and the `MemoryUse` it reads); tests/test_fences.py proves shipped packages use nothing else.
+    assert len(exported) <= 93
 
 
 # --- features: built only by their module's `plug`, plugged only by the composition root --------

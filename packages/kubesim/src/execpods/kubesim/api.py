@@ -580,6 +580,23 @@ class KubeSim:
         """The API requests served so far (not control calls), oldest first."""
         return self.log.records()
 
+    def set_usage(
+        self,
+        name: str,
+        container: str = "spark-kubernetes-executor",
+        namespace: str = "default",
+        *,
+        memory: str | None = None,
+        cpu: str | None = None,
+    ) -> None:
+        """What the metrics API (`metrics.k8s.io`, `kubectl top`) reports the container uses."""
+        self.api.usage.set(namespace, name, container, memory=memory, cpu=cpu)
+
+    def keep_request_bodies(self, keep: bool = True) -> None:
+        """Keep each later request's body in its record (`RequestRecord.body`): what a client
+        wrote, for comparing two clients call by call. Off by default."""
+        self.log.keep_bodies = keep
+
     def request_counts(self) -> dict[str, int]:
         """API requests per verb: get, list, watch, create, update, patch, delete, ..."""
         return self.log.counts()
