@@ -19,6 +19,8 @@ MODULES = (
     "execpods.devtools.bench.sidecar",
     "execpods.devtools.bench.time_to_target",
     "execpods.devtools.bench.congestion",
+    "execpods.devtools.bench.servers",
+    "execpods.devtools.bench.plugin_path",
 )
 
 

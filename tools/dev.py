@@ -9,7 +9,8 @@
     python3 tools/dev.py spark-plugin   # build integrations/spark's jar (javac, pyspark's jars)
     python3 tools/dev.py image    # build the sidecar image (buildah), run it against kubesim
     python3 tools/dev.py gobuild [NAME...]   # build (or reuse) the pinned Go programs (default:
-                                             # etcd, kube-apiserver, kube-controller-manager, helm)
+                                             # etcd, kube-apiserver, kube-controller-manager,
+                                             # helm, buf)
     python3 tools/dev.py gobuild --path helm # print a program's binary (building it if missing)
     python3 tools/dev.py realserver [-- CMD...]  # a real kube-apiserver + etcd on loopback
 
@@ -119,8 +120,8 @@ def lint() -> None:
 def check() -> None:
     lint()
     # The real API server tier (tests/realapi) needs etcd, kube-apiserver and
-    # kube-controller-manager, the chart's tests helm: built from source on the first run
-    # (minutes), cached after (execpods.devtools.realserver.gobuild.CHECK_BUILDS).
+    # kube-controller-manager, the chart's tests helm, the proto checks buf: built from source
+    # on the first run (minutes), cached after (execpods.devtools.realserver.gobuild).
     _run(_tool("python"), "-m", "execpods.devtools.realserver", "build")
     env = {**os.environ, "EXECPODS_REAL_SERVER": "require"}
     _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:], env=env)

@@ -135,7 +135,10 @@ def api_client(sim: KubeSim) -> Iterator[KubernetesApiClient]:
 
 @pytest.fixture
 def operations(api_client: KubernetesApiClient) -> KubernetesPodOperations:
-    return KubernetesPodOperations(ApiGateway(api_client, namespace="default", request_timeout=5))
+    # Creates over the lean transport, as the sidecar makes them (test_transport.py also runs
+    # them over the official client).
+    gateway = ApiGateway(api_client, namespace="default", request_timeout=5, create_pool=4)
+    return KubernetesPodOperations(gateway)
 
 
 @pytest.fixture

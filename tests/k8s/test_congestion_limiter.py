@@ -16,6 +16,7 @@ from execpods.k8s import (
     rate_limiter_for,
 )
 from execpods.k8s.congestion import PACED_SECONDS
+from execpods.k8s.ratecontrol import DELIVERED
 from execpods.kubesim import KubeSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,14 +43,15 @@ def test_calls_are_paced_at_the_rate_after_a_small_burst() -> None:
     assert paced.peak_rate(1.0) <= paced.bound(1.0)
 
 
-def test_a_429s_retry_after_holds_every_call_exactly_that_long() -> None:
+def test_a_429_holds_back_no_call_it_only_cuts_the_rate() -> None:
+    # The Retry-After is the refused request's: the gateway sends that one again after it.
     time = FakeTime()
     paced = limiter(time)
     time.now = 5.0
     paced.answered(verb="create", seconds=0.01, status=429, retry_after=2.0)
-    assert paced.acquire() == pytest.approx(2.0)
-    assert time.now == pytest.approx(7.0)
-    # The next ones are paced from the end of the wait at the halved rate, not burst.
+    assert paced.rate == pytest.approx(50.0)
+    assert paced.acquire() == 0.0
+    # Nothing saved up survives the push-back: the next is paced at the cut rate, not burst.
     assert paced.acquire() == pytest.approx(1 / 50.0)
 
 
@@ -62,8 +64,11 @@ def test_the_rate_follows_the_answers() -> None:
     # Slow start: +1 per clean answer once calls wait for the rate (all but the first burst).
     before = paced.rate
     assert before == pytest.approx(100.0 + 200 - paced.burst, abs=1.5)
+    delivered = paced.controller.delivered()
     paced.answered(verb="create", seconds=0.005, status=503)
-    assert paced.rate == pytest.approx(before / 2)
+    # Down by half, but not below what the server delivered in the last second.
+    assert paced.rate == pytest.approx(max(before / 2, DELIVERED * delivered))
+    assert paced.rate < before
 
 
 def test_a_client_using_little_of_its_rate_does_not_raise_it() -> None:
@@ -81,7 +86,7 @@ def test_the_policy_setting_picks_the_limiter() -> None:
     assert isinstance(adaptive, AdaptiveRateLimiter)
     assert adaptive.rate == 200.0  # starts at api.qps
     assert adaptive.controller.config.floor == 5.0
-    assert adaptive.controller.config.ceiling == 1000.0
+    assert adaptive.controller.config.ceiling == 2000.0
     assert adaptive.burst == 300
     static = rate_limiter_for(
         ApiRateSettings.from_properties({"execpods.kubernetes.api.ratePolicy": "static"})
@@ -108,25 +113,35 @@ def test_a_floor_above_the_ceiling_is_refused_naming_both_properties() -> None:
         )
 
 
-def test_the_gateway_feeds_answers_and_honours_retry_after(
+def test_the_gateway_feeds_answers_and_sends_a_refused_call_again_after_its_retry_after(
     sim: KubeSim, api_client: KubernetesApiClient
 ) -> None:
     time = FakeTime()
     paced = limiter(time, initial=100.0)
-    gateway = ApiGateway(api_client, namespace="default", request_timeout=5, rate_limiter=paced)
+    gateway = ApiGateway(
+        api_client,
+        namespace="default",
+        request_timeout=5,
+        rate_limiter=paced,
+        throttle_retries=2,
+        sleep=time.sleep,
+    )
     operations = KubernetesPodOperations(gateway)
     selector = PodSelector(labels={"spark-app-selector": APP_ID})
     for _ in range(5):
         operations.list(selector)
     assert paced.controller.signals[Signal.CLEAN] == 5
+    sim.clear_requests()
     sim.throttle(1, retry_after=3)
-    with pytest.raises(ApiThrottled):
-        operations.list(selector)
+    before = time.now
+    operations.list(selector)  # refused, then sent again after the server's Retry-After
+    assert time.now - before == pytest.approx(3.0, abs=0.05)
+    assert [r.status for r in sim.requests()] == [429, 200]
     # Five calls a second never used the rate of 100: they earned nothing; the 429 halved it.
     assert paced.rate == pytest.approx(50.0)
-    before = time.now
-    operations.list(selector)  # waits out the server's Retry-After first, exactly
-    assert time.now - before == pytest.approx(3.0, abs=0.05)
+    sim.throttle(3, retry_after=1)
+    with pytest.raises(ApiThrottled):  # refused three times: two retries, then the caller knows
+        operations.list(selector)
 
 
 @settings(max_examples=150, deadline=None)

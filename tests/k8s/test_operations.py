@@ -92,7 +92,20 @@ def test_delete_by_selector_with_ids_and_phase(
     assert remaining == ["3", "4", "6"]
 
 
-def test_creation_errors_arrive_typed(sim: KubeSim, operations: KubernetesPodOperations) -> None:
+@pytest.fixture(params=[0, 4], ids=["official client", "lean transport"])
+def either_path(
+    request: pytest.FixtureRequest, api_client: KubernetesApiClient
+) -> KubernetesPodOperations:
+    """Pod operations whose creates go through the official client or the lean transport."""
+    gateway = ApiGateway(
+        api_client, namespace="default", request_timeout=5, create_pool=request.param
+    )
+    assert (gateway.create_transport is not None) == (request.param > 0)
+    return KubernetesPodOperations(gateway)
+
+
+def test_creation_errors_arrive_typed(sim: KubeSim, either_path: KubernetesPodOperations) -> None:
+    operations = either_path
     operations.create(executor_pod(1))
     with pytest.raises(PodConflict) as conflict:
         operations.create(executor_pod(1))

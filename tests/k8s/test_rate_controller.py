@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 from execpods.core import ManualClock
-from execpods.k8s.ratecontrol import MIN_SAMPLES, CongestionConfig, RateController, Signal
+from execpods.k8s.ratecontrol import (
+    DELIVERED,
+    MIN_SAMPLES,
+    CongestionConfig,
+    RateController,
+    Signal,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,17 +92,55 @@ def test_client_errors_are_answers_not_congestion() -> None:
     assert ctl.rate == pytest.approx(104.0)
 
 
-def test_latency_well_above_its_floor_decreases_the_rate() -> None:
-    ctl, clock = controller(initial=200.0)
-    leave_slow_start(ctl, clock)
-    clean(ctl, clock, MIN_SAMPLES)
-    before = ctl.rate
-    signals = []
-    for _ in range(10):  # a queue builds: 10 ms -> 300 ms
+def test_latency_well_above_its_floor_brings_the_rate_down_to_what_was_delivered() -> None:
+    # A queue builds at the server: the client sends faster than the server delivers.
+    ctl, clock = controller(initial=400.0)
+    leave_slow_start(ctl, clock)  # 200
+    for _ in range(100):  # a second in which the server delivered 100 answers
         clock.advance(0.01)
+        ctl.answered(verb="create", seconds=FAST, status=201, demand=False)
+    assert ctl.rate == pytest.approx(200.0)
+    signals = []
+    for _ in range(10):  # 10 ms -> 300 ms
+        clock.advance(0.001)
         signals.append(ctl.answered(verb="create", seconds=0.3, status=201))
     assert Signal.SLOW in signals
-    assert ctl.rate == pytest.approx(before * 0.7, rel=0.01)  # once: the rest in the holdoff
+    assert ctl.rate == pytest.approx(0.7 * 200.0, rel=0.01), "by latency_decrease at most"
+    clock.advance(0.65)  # past the holdoff; 40-odd answers left in the last second
+    ctl.answered(verb="create", seconds=0.3, status=201)
+    assert ctl.rate == pytest.approx(0.7 * 0.7 * 200.0, rel=0.01), "a holdoff later, again"
+    clock.advance(0.61)
+    ctl.answered(verb="create", seconds=0.3, status=201)
+    assert ctl.rate == pytest.approx(max(0.7**3 * 200.0, ctl.delivered()), rel=0.01)
+
+
+def test_latency_from_a_busy_machine_neither_cuts_nor_holds_a_rate_the_server_delivers() -> None:
+    # The client's own waits raise its latency, but it is answered as fast as it sends: no
+    # queue grows at the server, so the rate keeps growing (a fixed cut on latency, or a hold,
+    # kept the plugin path and a busy sidecar far under the server's rate).
+    ctl, clock = controller(initial=200.0)
+    leave_slow_start(ctl, clock)  # 100
+    for _ in range(150):  # over a second at the rate, promptly
+        clock.advance(1.0 / ctl.rate)
+        ctl.answered(verb="create", seconds=FAST, status=201)
+    before = ctl.rate
+    signals = []
+    for _ in range(100):  # answered as fast as sent, each 300 ms late
+        clock.advance(1.0 / ctl.rate)
+        signals.append(ctl.answered(verb="create", seconds=0.3, status=201))
+    assert Signal.SLOW not in signals
+    assert ctl.rate > before
+
+
+def test_slow_start_ends_only_on_a_refusal_or_a_failure() -> None:
+    ctl, clock = controller(initial=100.0)
+    clean(ctl, clock, MIN_SAMPLES)
+    for _ in range(50):  # late answers, while the rate runs ahead of them by design
+        clock.advance(0.001)
+        assert ctl.answered(verb="create", seconds=0.5, status=201) is Signal.CLEAN
+    assert ctl.slow_start
+    ctl.answered(verb="create", seconds=FAST, status=429)
+    assert not ctl.slow_start
 
 
 def test_latency_of_one_verb_does_not_judge_another() -> None:
@@ -141,23 +185,64 @@ def test_the_holdoff_is_twice_a_slow_answers_latency() -> None:
     assert ctl.answered(verb="create", seconds=1.0, status=503) is Signal.SERVER_ERROR
 
 
-def test_retry_after_is_honoured_exactly() -> None:
-    ctl, clock = controller()
-    assert ctl.blocked_for() == 0.0
-    ctl.answered(verb="create", seconds=FAST, status=429, retry_after=3.0)
-    assert ctl.blocked_for() == pytest.approx(3.0)
-    clock.advance(2.5)
-    assert ctl.blocked_for() == pytest.approx(0.5)
-    clock.advance(0.5)
-    assert ctl.blocked_for() == 0.0
+def test_a_decrease_stops_just_under_what_the_server_delivered() -> None:
+    # A server that caps its rate delivers its cap however fast it is asked: a 429 puts the
+    # rate just under it at once, where halving would saw between half the cap and the cap.
+    ctl, clock = controller(initial=300.0)
+    leave_slow_start(ctl, clock)  # 150
+    for _ in range(100):  # 100 clean answers a second: what the server delivers
+        clock.advance(0.01)
+        ctl.answered(verb="create", seconds=FAST, status=201, demand=False)
+    assert ctl.rate == pytest.approx(150.0)
+    assert ctl.delivered() == pytest.approx(100.0)
+    assert ctl.answered(verb="create", seconds=FAST, status=429) is Signal.THROTTLED
+    assert ctl.rate == pytest.approx(DELIVERED * 100.0), "not half of 150: 90"
 
 
-def test_a_later_shorter_retry_after_does_not_cut_a_longer_one() -> None:
-    ctl, clock = controller()
-    ctl.answered(verb="create", seconds=FAST, status=429, retry_after=5.0)
-    clock.advance(1.0)
-    ctl.answered(verb="create", seconds=FAST, status=429, retry_after=1.0)
-    assert ctl.blocked_for() == pytest.approx(4.0)
+def test_a_decrease_never_raises_the_rate() -> None:
+    ctl, clock = controller(initial=50.0)
+    leave_slow_start(ctl, clock)  # 25
+    for _ in range(100):  # the server delivered more than the rate (calls of an earlier rate)
+        clock.advance(0.005)
+        ctl.answered(verb="list", seconds=FAST, status=200, demand=False)
+    ctl.answered(verb="create", seconds=FAST, status=503)
+    assert ctl.rate == pytest.approx(25.0)
+
+
+def test_a_short_burst_of_5xx_costs_a_tenth_of_the_rate_not_half() -> None:
+    ctl, clock = controller(initial=200.0)
+    leave_slow_start(ctl, clock)  # 100
+    clean(ctl, clock, 100)  # a second at about the rate
+    before = ctl.rate
+    delivered = ctl.delivered()
+    for _ in range(3):
+        clock.advance(0.05)
+        ctl.answered(verb="create", seconds=FAST, status=503)
+    assert ctl.rate == pytest.approx(DELIVERED * delivered, rel=0.02)
+    assert ctl.rate > 0.6 * before
+
+
+def test_a_429_holds_back_no_other_call() -> None:
+    # Its Retry-After is the refused request's, which the gateway sends again after it.
+    ctl, _clock = controller()
+    ctl.answered(verb="create", seconds=FAST, status=429, retry_after=30.0)
+    assert not hasattr(ctl, "blocked_for")
+    assert ctl.rate == pytest.approx(50.0)
+
+
+def test_a_latency_that_stays_high_becomes_the_floor_after_the_window() -> None:
+    # A latency that stays high is the new normal after one floor window.
+    ctl, clock = controller(initial=200.0)
+    leave_slow_start(ctl, clock)
+    clean(ctl, clock, 50)
+    slow = 0.5
+    signals = []
+    for _ in range(300):
+        clock.advance(0.1)
+        signals.append(ctl.answered(verb="create", seconds=slow, status=201))
+    assert Signal.SLOW in signals[: 10 * MIN_SAMPLES]
+    window = int(ctl.config.floor_window / 0.1) + 1
+    assert Signal.SLOW not in signals[window:], "a steady latency is no queue"
 
 
 def test_the_ceiling_caps_growth_and_the_floor_caps_decrease() -> None:
@@ -184,6 +269,8 @@ def test_the_start_is_within_the_bounds() -> None:
         {"floor": 0, "ceiling": 10, "initial": 5},
         {"floor": 20, "ceiling": 10, "initial": 5},
         {"floor": 1, "ceiling": 10, "initial": 5, "decrease": 1.0},
+        {"floor": 1, "ceiling": 10, "initial": 5, "decrease": 0.0},
+        {"floor": 1, "ceiling": 10, "initial": 5, "latency_decrease": 1.0},
         {"floor": 1, "ceiling": 10, "initial": 5, "latency_factor": 1.0},
         {"floor": 1, "ceiling": float("inf"), "initial": 5},
     ],
@@ -223,4 +310,3 @@ def test_the_rate_never_leaves_its_bounds(
         clock.advance(gap)
         ctl.answered(verb=verb, seconds=seconds, status=status, retry_after=retry_after)
         assert floor <= ctl.rate <= config.ceiling
-        assert 0.0 <= ctl.blocked_for() <= 300.0

@@ -148,6 +148,26 @@ def test_server_errors_for_a_period_of_virtual_time(sim: KubeSim, core: CoreApi)
 
 
 @pytest.mark.kubesim_only(
+    reason="fault injection (503 in bursts of virtual time): a real server has no such switch"
+)
+def test_server_errors_in_bursts_recur_until_cleared(sim: KubeSim, core: CoreApi) -> None:
+    sim.faults.fail_in_bursts(503, every=2.0, lasting=0.5)
+    outcomes = []
+    for _ in range(8):  # every 0.5 s of virtual time over two periods
+        try:
+            core.list_namespaced_pod(NS)
+            outcomes.append(200)
+        except ApiException as error:
+            outcomes.append(error.status)
+        sim.advance(0.5)
+    assert outcomes == [503, 200, 200, 200, 503, 200, 200, 200]
+    sim.clear_faults()
+    assert core.list_namespaced_pod(NS).items == []
+    with pytest.raises(ValueError, match="period"):
+        sim.faults.fail_in_bursts(503, every=1.0, lasting=1.0)
+
+
+@pytest.mark.kubesim_only(
     reason="fault injection (429 on demand): a real server answers 429 only under load (APF)"
 )
 def test_throttle_sends_429_with_retry_after(core: CoreApi, sim: KubeSim) -> None:

@@ -35,33 +35,12 @@ TARGET = {"namespace": "spark", "pod": "spark-pi-driver", "job": "spark/execpods
 Labels = dict[str, str]
 Series = tuple[str, Labels, str]  # name, labels, promtool's values notation
 
-# Until the gRPC metrics carry grpc-ecosystem's names everywhere (health's rename), a scrape with
-# the old name is read through this map; with the new names served, it is never used.
-_GRPC_CODES = {
-    "OK": "OK",
-    "CANCELLED": "Canceled",
-    "INVALID_ARGUMENT": "InvalidArgument",
-    "UNAUTHENTICATED": "Unauthenticated",
-    "PERMISSION_DENIED": "PermissionDenied",
-    "UNAVAILABLE": "Unavailable",
-}
-
 
 def _normalised(samples: Samples) -> dict[str, list[tuple[Labels, float]]]:
     """The scrape by metric name: [(labels, value)]."""
     by_name: dict[str, list[tuple[Labels, float]]] = {}
     for (name, pairs), value in samples.items():
         by_name.setdefault(name, []).append((dict(pairs), value))
-    if "grpc_server_handled_total" not in by_name:
-        for old, value in by_name.get("execpods_grpc_server_calls_total", []):
-            service = "grpc.health.v1.Health" if old["method"] == "Check" else None
-            translated = {
-                "grpc_type": "unary",
-                "grpc_service": service or "execpods.v1.ExecutorAllocator",
-                "grpc_method": old["method"],
-                "grpc_code": _GRPC_CODES.get(old["code"], old["code"].title()),
-            }
-            by_name.setdefault("grpc_server_handled_total", []).append((translated, value))
     return by_name
 
 

@@ -21,8 +21,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from execpods.devtools.localkubelet import LocalKubelet, missing_tools
+from execpods.devtools.localkubelet.apiclient import Api
 from execpods.devtools.localkubelet.kubelet import LOGS_ENV
+from execpods.kubesim.nodesim import NodeSimulator
 
+from tests.kubesim.test_kubectl import kubectl_path
 from tests.test_docs_run import block_by_id, missing_needs, run_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,31 +82,21 @@ def test_spark_submit_cluster_mode_runs_the_shipped_overlay_through_execpods(
     assert (pod_logs / "execpods-plugin.log").read_text() == ""  # cp copied the jar quietly
 
 
-@pytest.mark.timeout(480)  # the real server's start, then the same two JVMs
+@pytest.mark.timeout(480)  # the same two JVMs, on a loaded machine
 def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """The same rehearsal against kube-apiserver (the real-server tier), with its RBAC,
     admission and service-account tokens: the overlay applied by kubectl, spark-submit run as the
     overlay's spark-submitter (its Role is enough), Spark's objects applied server-side, the
     driver pod run by the local kubelet under the base Role's permissions, the executors on the
     tier's simulated nodes."""
-    server_module = pytest.importorskip("execpods.devtools.realserver.server")
-    nodesim = pytest.importorskip("execpods.kubesim.nodesim")
-    from execpods.devtools.localkubelet import LocalKubelet, missing_tools
-    from execpods.devtools.localkubelet.apiclient import Api
-
-    from tests.kubesim.test_kubectl import kubectl_path
-
     if missing := missing_tools() + missing_needs(["java"]):
         pytest.skip(f"needs {', '.join(missing)}")
     deploy = tmp_path / "deploy"
     shutil.copytree(ROOT / "deploy", deploy, ignore=shutil.ignore_patterns("token", "helm"))
     (deploy / "base" / "token").write_text(secrets.token_hex(32))
-    try:
-        server = server_module.RealServer().start()
-    except Exception as exc:  # the tier cannot run here (no Go build, no cache)
-        pytest.skip(f"the real API server does not start: {exc}")
+    server = request.getfixturevalue("real_server")  # the session's (tests/conftest.py)
     kubeconfig = str(server.kubeconfig_path)
     env = {**os.environ, "KUBECONFIG": kubeconfig, "HOME": str(tmp_path)}
     logs = tmp_path / "pod-logs"
@@ -122,7 +116,7 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
         config["users"][0]["user"] = {"token": token}
         submitter = tmp_path / "submitter.kubeconfig"
         submitter.write_text(json.dumps(config))
-        simulator = nodesim.NodeSimulator(
+        simulator = NodeSimulator(
             url=server.url, token=server.token, ca_file=str(server.ca_path), namespaces=("spark",)
         )
         with simulator, LocalKubelet(Api(kubeconfig=kubeconfig), namespace="spark"):
@@ -147,5 +141,8 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
         assert driver["status"]["phase"] == "Succeeded", spark.read_text()[-3000:]
         assert [p for p in pods if p["metadata"]["labels"].get("spark-role") == "executor"] == []
         assert '"executorsRunning": true' in spark.read_text()
-    finally:
-        server.stop()
+    finally:  # the server is shared: leave it as found
+        subprocess.run(
+            [kubectl_path(), "delete", "namespace", "spark", "--wait=false"],
+            env=env, capture_output=True, check=False, timeout=60,
+        )  # fmt: skip

@@ -1,7 +1,7 @@
 // Pins buf for the proto checks (tests/contract/test_buf.py; tools/gobuild builds it).
 module execpods.local/gobuild/buf
 
-go 1.26.0
+go 1.26.7
 
 tool github.com/bufbuild/buf/cmd/buf
 

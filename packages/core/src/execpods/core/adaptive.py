@@ -28,7 +28,7 @@ from execpods.core.states import ExecutorState, ObservedPod
 
 ROUND_SECONDS = 5
 """A round may hold up to this many batch delays' worth of rate-limited creates."""
-API_RATE_CEILING = 1000.0
+API_RATE_CEILING = 2000.0
 """The most API calls a second a client's rate policy may allow, unless its composer says
 otherwise (the adapter's adaptive policy's default ceiling, `execpods.kubernetes.api.maxQps`)."""
 

@@ -266,6 +266,31 @@ class SparkRun:
     pods_left: int
     curve: tuple[tuple[float, int], ...] = ()
     """(seconds since the first executor pod was created, pods Running so far)."""
+    seconds_from_request: float | None = None
+    """With the plugin: from the sidecar holding a RequestTotal for `executors` (the instant a
+    sidecar-alone run is timed from) to `executors` Running."""
+
+
+class _FirstTarget:
+    """When a sidecar first holds a target of at least `executors` (polled every 5 ms)."""
+
+    def __init__(self, sidecar: EmbeddedSidecar, executors: int) -> None:
+        self.at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._poll, args=(sidecar, executors), name="first-target", daemon=True
+        )
+        self._thread.start()
+
+    def _poll(self, sidecar: EmbeddedSidecar, executors: int) -> None:
+        while not self._stop.wait(0.005):
+            if sum(sidecar.runtime.backend.targets().values()) >= executors:
+                self.at = time.perf_counter()  # the watch's clock
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def spark_time_to_target(
@@ -289,6 +314,7 @@ def spark_time_to_target(
     namespace = f"spark-{uuid.uuid4().hex[:8]}"
     create_namespace(api_url, namespace)
     settings = {"spark.kubernetes.namespace": namespace, **(conf or {})}
+    requested: _FirstTarget | None = None
     with contextlib.ExitStack() as stack:
         if plugin_jar is not None:
             props = simulator_properties(
@@ -301,6 +327,8 @@ def spark_time_to_target(
                 },
             )
             sidecar = stack.enter_context(EmbeddedSidecar(props))
+            requested = _FirstTarget(sidecar, executors)
+            stack.callback(requested.stop)
             settings.update(
                 {
                     "spark.app.id": namespace,
@@ -318,11 +346,15 @@ def spark_time_to_target(
             if not reached or watch.first_created is None:
                 raise TimeoutError(f"Spark did not reach {executors} Running pods in {timeout} s")
             elapsed = watch.running_at[executors - 1] - watch.first_created
+            from_request = None
+            if requested is not None and requested.at is not None:
+                from_request = watch.running_at[executors - 1] - requested.at
             code = driver.stop()
         watch.wait_for(lambda phases: not phases, 30.0)
         return SparkRun(
             executors=executors,
             seconds_to_target=elapsed,
+            seconds_from_request=from_request,
             pods_created=watch.created,
             exit_code=code,
             pods_left=len(watch.phases),

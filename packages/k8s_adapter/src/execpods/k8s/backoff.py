@@ -108,13 +108,17 @@ class ApiBackoffGate:
 
     The watch has its own loop, but creates, deletes and lists are retried by reconcilers that
     run every round (a second), and a round does not know what the last one was told. So the
-    gateway asks this gate before each call: after a 429 nothing is sent until its Retry-After has
-    passed; after a 5xx or a connection failure nothing is sent for a jittered, exponentially
-    growing delay (`Backoff`); the first call the server answers normally resets it. A call made
-    while the gate is closed fails at once, unsent, as `ApiHeldBack` (an `ApiThrottled`) naming
-    the seconds left and whether an outage closed it, so
-    callers back off as if the server had said so and the server sees at most one probe per
-    delay, however many loops want it.
+    gateway asks this gate before each call: after a 5xx or a connection failure nothing is sent
+    for a jittered, exponentially growing delay (`Backoff`); the first call the server answers
+    normally resets it. A call made while the gate is closed fails at once, unsent, as
+    `ApiHeldBack` (an `ApiThrottled`) naming the seconds left, so callers back off as if the
+    server had said so and the server sees at most one probe per delay, however many loops want
+    it.
+
+    A 429 does not close the gate: it refuses one request, which waits its Retry-After and is
+    sent again (the gateway's `throttle_retries`), while the others go on at the rate limiter's
+    pace, as client-go does. Closing every call for the Retry-After of one 429 ran a server that
+    caps its rate (a gateway, an admission webhook, max-inflight) at about half its cap.
 
     Failures of calls that were already in flight when the gate closed only extend the wait to
     their own Retry-After: a burst of concurrent creates failing together counts as one failure,
@@ -161,27 +165,22 @@ class ApiBackoffGate:
         )
 
     def failed(self, error: PodOperationError) -> float:
-        """Close the gate after a throttled or failed call; returns the seconds it stays closed.
-
-        Any other error (404, 409, 422, ...) is a server answering normally: it resets the gate.
+        """Close the gate after a failed call (5xx, no answer); returns the seconds it stays
+        closed. A 429 leaves it as it is (see the class). Any other error (404, 409, 422, ...)
+        is a server answering normally: it resets the gate.
         """
         if isinstance(error, ApiThrottled):
-            retry_after: float | None = error.retry_after
-        elif isinstance(error, ApiUnavailable):
-            retry_after = None
-        else:
+            return self.remaining()
+        if not isinstance(error, ApiUnavailable):
             self.succeeded()
             return 0.0
         with self._lock:
             now = self._clock()
             if now < self._open_at:
-                # Already closed: a call that was in flight. Only honour its own Retry-After.
-                if retry_after is not None:
-                    self._open_at = max(self._open_at, now + min(retry_after, RETRY_AFTER_CAP))
-                return self._open_at - now
-            delay = self._backoff.next_delay(retry_after)
+                return self._open_at - now  # a call that was in flight: one failure, not two
+            delay = self._backoff.next_delay(None)
             self._open_at = now + delay
-            self._outage = isinstance(error, ApiUnavailable)
+            self._outage = True
             return delay
 
     def succeeded(self) -> None:

@@ -13,7 +13,8 @@ decides the rate; this class only paces:
   `PACED_SECONDS` of the rate, and a congestion signal saves up nothing: a client that was
   refused (its calls failing unsent behind the back-off gate) must not come back as a wall of
   requests that fills its queue again;
-- no call starts while a 429's Retry-After runs: a caller waits until it has passed, exactly;
+- a 429's Retry-After holds back only the request it refused (the gateway sends that one again
+  after it); the others go on at the rate, which the 429 cut;
 - it tells the controller whether the client uses its rate (a call waited for it in the last
   second, or calls came at `DEMAND` of it): only then does a clean answer raise it.
 
@@ -87,11 +88,7 @@ class AdaptiveRateLimiter(StartLog):
             # at most that many calls.
             saved = (self.burst - 1) / rate if self.controller.slow_start else PACED_SECONDS
             base = max(self._next, now - saved)
-            blocked = now + self.controller.blocked_for()
-            if blocked > max(now, base):  # after a Retry-After: paced from its end, no burst
-                start, base = blocked, blocked
-            else:
-                start = now if base <= now + 1e-9 else base  # float dust is no wait
+            start = now if base <= now + 1e-9 else base  # float dust is no wait
             self._next = base + 1.0 / rate
             wait = start - now
             if wait > 0:

@@ -7,6 +7,7 @@ it as done (`PodNotFound` on delete). Nothing outside this package ever sees an 
 
 from __future__ import annotations
 
+import http.client
 import re
 from typing import Any
 
@@ -199,13 +200,25 @@ def map_api_exception(error: ApiException, *, what: str) -> PodOperationError:
     )
 
 
+def error_of_answer(
+    code: int, body: bytes, *, retry_after: str | None, what: str
+) -> PodOperationError:
+    """The typed error for an error answer the create transport read (status, body, header)."""
+    status = _status_body(body)
+    message = status.get("message")
+    if not isinstance(message, str):
+        message = body[:200].decode("utf-8", "replace")
+    headers = {} if retry_after is None else {"Retry-After": retry_after}
+    return error_from_status(code, message, what=what, retry_after=_retry_after(headers, status))
+
+
 def map_error(error: BaseException, *, what: str) -> PodOperationError | None:
     """Any failure of a call -> a typed error; None when it is not an API/transport failure."""
     if isinstance(error, PodOperationError):
         return error
     if isinstance(error, ApiException):
         return map_api_exception(error, what=what)
-    if isinstance(error, urllib3.exceptions.HTTPError | OSError):
+    if isinstance(error, urllib3.exceptions.HTTPError | http.client.HTTPException | OSError):
         return ApiUnavailable(f"{what} failed: {type(error).__name__}: {error}")
     return None
 

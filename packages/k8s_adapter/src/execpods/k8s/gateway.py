@@ -5,8 +5,17 @@ caller gets the urllib3 response and parses the bytes with orjson. Every call ge
 every failure leaves here as one of the core's `PodOperationError`s (see `errors.py`). With a
 `rate_limiter`, every call first takes a start from it, and the limiter hears every answer (the
 static token bucket of `ratelimit.py` ignores them; the adaptive one of `congestion.py` learns its
-rate from them). With a `backoff` gate,
-no call is sent while the server's last 429 Retry-After or a 5xx back-off runs (`backoff.py`).
+rate from them). With a `backoff` gate, no call is sent while a 5xx back-off runs
+(`backoff.py`). A 429 with a Retry-After holds back only the call it refused: with
+`throttle_retries`, that call waits its Retry-After and is sent again (taking a new start from the
+limiter), up to that many times, while every other call goes on, as client-go retries a refused
+request (`maxRetries` 10). A Retry-After longer than `THROTTLE_WAIT_LIMIT` is not waited out here:
+the caller hears the 429 at once (a driver's KillExecutors answers RESOURCE_EXHAUSTED rather than
+hanging; the allocator pauses its creates for that long).
+
+Creates, the one call made thousands of times in a row, go through `transport.CreateTransport`
+when the client's configuration allows it (see that module for why); the watch, the lists and
+every other call use the official client.
 
 The gateway offers one typed method per pod call the adapter makes (`create_pod`, `list_pods`,
 `watch_pods`, ...), each naming its query parameters, so no caller passes a client method's name
@@ -17,24 +26,30 @@ from __future__ import annotations
 
 import contextlib
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import orjson
 from execpods.core import ApiThrottled, ApiUnavailable, PodOperationError
-from execpods.k8s.backoff import ApiBackoffGate
+from execpods.k8s.backoff import ApiBackoffGate, ApiHeldBack
 from execpods.k8s.clienttypes import KubernetesApiClient
-from execpods.k8s.errors import map_error
+from execpods.k8s.errors import error_of_answer, map_error
 from execpods.k8s.ratelimit import RateLimiter
 from execpods.k8s.telemetry import HTTP_METHODS, SUCCESS, ApiCall, ApiCallListener
+from execpods.k8s.transport import Answer, CreateTransport
 from kubernetes import client as k8s_client
 from kubernetes.client import V1ConfigMap, V1PersistentVolumeClaim, V1Pod
 from pydantic import ValidationError
 from urllib3 import BaseHTTPResponse
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
+THROTTLE_WAIT_LIMIT = 5.0
+"""The longest Retry-After a refused call waits out before it is sent again."""
+
+T = TypeVar("T")
 
 Timeout = float | tuple[float, float]
 
@@ -85,8 +100,26 @@ class ApiGateway:
         rate_limiter: RateLimiter | None = None,
         backoff: ApiBackoffGate | None = None,
         telemetry: ApiCallListener | None = None,
+        throttle_retries: int = 0,
+        create_pool: int = 0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """`throttle_retries`: how often a call refused with 429 and a Retry-After is sent again
+        after it (0: the caller gets the `ApiThrottled`). `create_pool`: creates in flight at
+        once; above 0, creates use the lean `CreateTransport` with a pool of that many kept-alive
+        connections (when the client's configuration allows it)."""
         self._api_client = api_client
+        self._throttle_retries = throttle_retries
+        self._sleep = sleep
+        raw: Any = api_client
+        self._creates: CreateTransport | None = None
+        if create_pool > 0 and CreateTransport.supports(raw.configuration):
+            self._creates = CreateTransport(
+                raw.configuration,
+                headers=self._headers,
+                pool_size=create_pool,
+                connect_timeout=connect_timeout,
+            )
         self._telemetry = telemetry
         self._core = k8s_client.CoreV1Api(api_client)
         core = self._core
@@ -112,6 +145,24 @@ class ApiGateway:
         self.rate_limiter = rate_limiter
         self.backoff = backoff
 
+    @property
+    def create_transport(self) -> CreateTransport | None:
+        """The lean transport creates use (None: the official client's)."""
+        return self._creates
+
+    def close(self) -> None:
+        """Close the create transport's idle connections (the client closes its own)."""
+        if self._creates is not None:
+            self._creates.close()
+
+    def _headers(self) -> dict[str, str]:
+        """The client's default headers (User-Agent) and credentials, as it would send them
+        (asked for on every call: a token an exec plugin refreshes stays fresh)."""
+        raw: Any = self._api_client
+        headers: dict[str, str] = dict(raw.default_headers)
+        raw.update_params_for_auth(headers, [], ["BearerToken"], "", "POST", None)
+        return headers
+
     # --- the pod calls ---------------------------------------------------------------------
 
     def create_pod(
@@ -119,6 +170,11 @@ class ApiGateway:
     ) -> None:
         """POST a pod (`name` is for messages: the manifest carries it); `dry_run`: validated
         and authorized by the server, never stored."""
+        if self._creates is not None:
+            query = "?dryRun=All" if dry_run else ""
+            path = f"/api/v1/namespaces/{urllib.parse.quote(self.namespace, safe='')}/pods"
+            self._post(f"create pod {name}", path + query, orjson.dumps(manifest))
+            return
         self._bytes(
             f"create pod {name}",
             # The client sends a plain dict as is; building its V1Pod model would only cost time.
@@ -371,28 +427,75 @@ class ApiGateway:
     def _response(
         self, what: str, call: Callable[..., object], *, timeout: Timeout | None = None
     ) -> BaseHTTPResponse:
-        """Make the call for its raw response (the caller must release it); its telemetry, if
-        any, hears of every call that went out (verb, outcome, time to the response headers;
-        the back-off gate's and the rate limiter's waits not included)."""
+        """Make the call for its raw response (the caller must release it)."""
+        verb = self._verb_of(call)
+
+        def send() -> tuple[BaseHTTPResponse, int]:
+            with _typed_errors(what):
+                response = cast(
+                    BaseHTTPResponse,
+                    call(
+                        _preload_content=False,
+                        _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
+                    ),
+                )
+            return response, response.status
+
+        return self._guarded(what, verb, send)
+
+    def _post(self, what: str, path: str, body: bytes) -> Answer:
+        """POST through the create transport; a non-2xx answer raises its typed error."""
+        transport = self._creates
+        assert transport is not None
+
+        def send() -> tuple[Answer, int]:
+            with _typed_errors(what):
+                answer = transport.post(path, body, timeout=self.request_timeout)
+            if not 200 <= answer.status <= 299:
+                raise error_of_answer(
+                    answer.status, answer.body, retry_after=answer.retry_after, what=what
+                )
+            return answer, answer.status
+
+        return self._guarded(what, "create", send)
+
+    def _guarded(self, what: str, verb: str, send: Callable[[], tuple[T, int]]) -> T:
+        """`send` behind the back-off gate and the rate limiter; a 429 with a Retry-After is
+        sent again after it (up to `throttle_retries` times); telemetry and the limiter hear of
+        every attempt that went out."""
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(what, verb, send)
+            except ApiThrottled as error:
+                wait = error.retry_after
+                if (
+                    isinstance(error, ApiHeldBack)
+                    or wait is None
+                    or wait > THROTTLE_WAIT_LIMIT
+                    or verb == "watch"
+                    or attempt >= self._throttle_retries
+                ):
+                    raise
+                attempt += 1
+                self._sleep(wait)
+
+    def _attempt(self, what: str, verb: str, send: Callable[[], tuple[T, int]]) -> T:
+        """One attempt; its telemetry, if any, hears of it (verb, outcome, time to the response
+        headers; the back-off gate's and the rate limiter's waits not included)."""
         gate = self.backoff
         if gate is not None:
-            gate.check(what)  # unsent while the server asked us to wait
+            gate.check(what)  # unsent while the server is failing
         limiter = self.rate_limiter
         # Every call, watches included, waits for its start first.
         waited = limiter.acquire() if limiter is not None else 0.0
-        verb = self._verb_of(call)
         started = time.perf_counter()
         outcome = SUCCESS
         code = 200
         detail = ""
         retry_after: float | None = None
         try:
-            with _typed_errors(what):
-                response = call(
-                    _preload_content=False,
-                    _request_timeout=timeout or (self.connect_timeout, self.request_timeout),
-                )
-            code = cast(BaseHTTPResponse, response).status
+            result, code = send()
         except PodOperationError as error:
             outcome = type(error).__name__
             code = error.status or 0
@@ -426,7 +529,7 @@ class ApiGateway:
                 )
         if gate is not None:
             gate.succeeded()
-        return cast(BaseHTTPResponse, response)
+        return result
 
     def _bytes(self, what: str, call: Callable[..., object]) -> bytes:
         """Make the call and read the whole body, releasing the connection to the pool."""

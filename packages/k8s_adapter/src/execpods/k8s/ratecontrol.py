@@ -20,19 +20,40 @@ converge to fair shares without coordinating; Jacobson 1988, Chiu and Jain 1989)
   at least at `DEMAND` of the rate in the last second), as TCP grows no window an application
   does not fill (RFC 7661): a client held back by something else (its creates in flight, its own
   CPU) would otherwise raise a rate it never tests against the server;
-- **multiplicative decrease** on a 429, a 5xx (or no answer at all), by `decrease`; and, before
-  any 429, on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is
-  building), by the milder `latency_decrease`. Latency is smoothed per verb (a list of 500 pods
+- on latency well above its recent floor (TCP Vegas' and BBR's signal: a queue is building),
+  when the client also sends faster than the server delivers (the rate above `QUEUE_GROWING`
+  times the answers of the last second) and is past slow start: the rate comes down to what the
+  server delivered, by `latency_decrease` at most, never below it. Latency measured by a client
+  includes the client's own waits (its CPU, its GIL, a server process starved of CPU on the same
+  machine): on a machine that Spark's JVM keeps busy, a fixed cut on latency read the busy machine
+  as a congested server, again and again (issue 34: the plugin run took 10 to 13 s against 8 s
+  with the static bucket, and the sidecar alone was held at 400 creates a second by an idle
+  kubesim; holding the rate on latency alone held it at its start). A client whose answers come
+  as fast as it sends keeps growing: its creates in flight are bounded
+  (`execpods.allocation.batch.concurrency`), so a server that is merely slow never holds more than
+  those of it; slow start ends only on a 429 or a 5xx;
+- **multiplicative decrease** on a 429, a 5xx (or no answer at all), by `decrease`; but never
+  below `DELIVERED` of the rate the
+  server delivered (clean answers a second, over the last second: BBR's delivery rate). A server
+  that caps its rate, or whose seats are full, delivers its capacity however fast it is asked:
+  halving from there ran a rate-capped server at about 0.75 of its cap (the rate saws between
+  half the cap and the cap), where the delivery rate puts the client just under the cap at once.
+  A burst of 5xx does not empty what the server delivered in the second before it, so a short
+  burst costs a tenth of the rate, not half. Latency is smoothed per verb (a list of 500 pods
   is slower than a create without anything being wrong) and compared with the least latency of
   that verb in the last `floor_window` seconds: slow means above both `latency_factor` x the floor
   and the floor + `latency_margin` (100 ms: a millisecond floor does not make a hiccup of a
   CPU-starved client, tens of milliseconds, congestion; measured: with 50 ms this sidecar ran at
-  half its idle-server rate on a loaded machine, with no fewer 429s on a capped one);
+  half its idle-server rate on a loaded machine, with no fewer 429s on a capped one). The window
+  is short (10 s): a machine that stays busy (Spark's JVM beside the sidecar on two cores) raises
+  every latency for good, and after one window that is the new floor, not a congested server,
+  while a queue at the server keeps growing past any floor until it answers 429;
 - one decrease per `holdoff` (at least twice the latency of the answer that caused it): the
   answers to calls already in flight when the server pushed back say nothing new, as TCP reduces
   its window once per window of losses;
-- **Retry-After** is honoured exactly: no call starts before `retry_after` seconds after the 429
-  arrived (`blocked_for`), however the rate stands;
+- **Retry-After** belongs to the request it refused: the gateway sends that request again after
+  it, as client-go does, and the other calls go on at the rate (a 429 is one signal here, not a
+  pause of every call);
 - the rate never leaves [`floor`, `ceiling`].
 
 The controller is pure: no I/O, no threads, time from an injected monotonic clock, so each rule is
@@ -57,8 +78,12 @@ SMOOTHING = 0.25
 """Weight of a new latency in its verb's moving average (a few answers to notice a queue)."""
 MIN_SAMPLES = 8
 """Answers of a verb before its latency counts as a signal (a floor of one sample is no floor)."""
-RETRY_AFTER_CAP = 300.0
-"""The longest Retry-After honoured (as the gateway's back-off): a hint, not an absurd one."""
+DELIVERED = 0.9
+"""A decrease never goes below this share of the rate the server delivered in the last second."""
+QUEUE_GROWING = 1.2
+"""A rate this much above what the server delivered, with late answers: a queue is growing."""
+DELIVERY_WINDOW = 1.0
+"""Seconds of clean answers the delivery rate counts."""
 
 
 class Signal(enum.Enum):
@@ -68,6 +93,8 @@ class Signal(enum.Enum):
     THROTTLED = "throttled"
     SERVER_ERROR = "server-error"
     SLOW = "slow"
+    """Latency well above its floor while sending faster than the server delivers: down to
+    what it delivered."""
     IGNORED = "ignored"
     """A congestion signal inside the holdoff of the previous decrease."""
 
@@ -84,7 +111,7 @@ class CongestionConfig:
     latency_decrease: float = 0.7
     latency_factor: float = 3.0
     latency_margin: float = 0.1
-    floor_window: float = 30.0
+    floor_window: float = 10.0
     min_holdoff: float = 0.2
 
     def __post_init__(self) -> None:
@@ -139,8 +166,8 @@ class RateController:
         self._clock = clock
         self._rate = config.start
         self._slow_start = True
-        self._blocked_until = -math.inf
         self._holdoff_until = -math.inf
+        self._delivered: deque[float] = deque()
         self._latency: dict[str, _Latency] = {}
         self.signals: dict[Signal, int] = dict.fromkeys(Signal, 0)
 
@@ -154,9 +181,15 @@ class RateController:
         """Still doubling: no sign of congestion seen yet."""
         return self._slow_start
 
-    def blocked_for(self) -> float:
-        """Seconds until a call may start (a 429's Retry-After still running); 0: now."""
-        return max(0.0, self._blocked_until - self._clock())
+    def delivered(self) -> float:
+        """Clean answers a second over the last `DELIVERY_WINDOW`: what the server delivers."""
+        self._forget(self._clock())
+        return len(self._delivered) / DELIVERY_WINDOW
+
+    def _forget(self, now: float) -> None:
+        delivered = self._delivered
+        while delivered and delivered[0] <= now - DELIVERY_WINDOW:
+            delivered.popleft()
 
     def answered(
         self,
@@ -168,18 +201,23 @@ class RateController:
         demand: bool = True,
     ) -> Signal:
         """One answer (HTTP `status`, 0 when none came) to a `verb` call that took `seconds`;
-        `demand`: the client used its rate lately (else a clean answer earns no increase)."""
+        `demand`: the client used its rate lately (else a clean answer earns no increase).
+        `retry_after` is the refused request's own (the gateway waits it out for that request)."""
         now = self._clock()
+        self._forget(now)
         if status == 429:
-            if retry_after is not None and retry_after > 0:
-                until = now + min(retry_after, RETRY_AFTER_CAP)
-                self._blocked_until = max(self._blocked_until, until)
             signal = self._decrease(Signal.THROTTLED, self.config.decrease, now, seconds)
         elif status >= 500 or status == 0:
             signal = self._decrease(Signal.SERVER_ERROR, self.config.decrease, now, seconds)
-        elif self._slow(verb, now, seconds):
-            signal = self._decrease(Signal.SLOW, self.config.latency_decrease, now, seconds)
+        elif self._slow(verb, now, seconds) and self._queue_growing():
+            self._delivered.append(now)
+            signal = self._decrease(
+                Signal.SLOW, self.config.latency_decrease, now, seconds, share=1.0
+            )
+            if signal is Signal.IGNORED:
+                signal = Signal.SLOW
         else:
+            self._delivered.append(now)
             if demand:
                 self._increase()
             signal = Signal.CLEAN
@@ -197,14 +235,27 @@ class RateController:
         limit = max(floor * self.config.latency_factor, floor + self.config.latency_margin)
         return latency.average > limit
 
+    def _queue_growing(self) -> bool:
+        """Sending faster than the server delivers, past slow start (where the rate runs ahead
+        of the answers by design): only then is a late answer a queue at the server."""
+        delivered = len(self._delivered) / DELIVERY_WINDOW
+        return not self._slow_start and self._rate > QUEUE_GROWING * delivered
+
     def _increase(self) -> None:
         step = 1.0 if self._slow_start else self.config.increase / self._rate
         self._rate = min(self.config.ceiling, self._rate + step)
 
-    def _decrease(self, signal: Signal, factor: float, now: float, seconds: float) -> Signal:
+    def _decrease(
+        self, signal: Signal, factor: float, now: float, seconds: float, share: float = DELIVERED
+    ) -> Signal:
+        """Cut to `factor` of the rate, but not below `share` of what the server delivered (and
+        never up); once per holdoff."""
         if now < self._holdoff_until:
             return Signal.IGNORED
         self._slow_start = False
-        self._rate = max(self.config.floor, self._rate * factor)
-        self._holdoff_until = now + max(self.config.min_holdoff, 2.0 * seconds)
+        delivered = share * len(self._delivered) / DELIVERY_WINDOW
+        cut = max(self.config.floor, min(self._rate, max(self._rate * factor, delivered)))
+        if cut < self._rate:  # a signal that cut nothing starts no holdoff
+            self._rate = cut
+            self._holdoff_until = now + max(self.config.min_holdoff, 2.0 * seconds)
         return signal

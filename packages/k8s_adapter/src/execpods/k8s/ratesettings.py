@@ -65,9 +65,10 @@ class ApiRateSettings(SettingsBase):
     )
     max_qps: float = setting(
         "execpods.kubernetes.api.maxQps",
-        1000.0,
-        "The adaptive rate's ceiling (calls/s): one driver never claims more of an API server, "
-        "whose etcd writes a few thousand objects a second for the whole cluster.",
+        2000.0,
+        "The adaptive rate's ceiling (calls/s): a bound on a runaway, above what one sidecar "
+        "sends to an idle server (its creates in flight are bounded by "
+        "execpods.allocation.batch.concurrency); the server's 429s, not this, share a busy one.",
         parse=parse_float,
         rule=rate,
     )

@@ -110,6 +110,7 @@ class Faults:
             self._error_code = 0
             self._error_until: float | None = None
             self._error_count: int | None = None
+            self._bursts: tuple[int, float, float, float] | None = None
             self._throttle_count = 0
             self._retry_after = 1
             self._latency = 0.0
@@ -157,6 +158,24 @@ class Faults:
             self._error_code = code
             self._error_until = None if seconds is None else self._clock.now() + seconds
             self._error_count = count
+
+    def fail_in_bursts(self, code: int = 503, *, every: float, lasting: float) -> None:
+        """Answer API requests with ``code`` (500 or 503) for ``lasting`` seconds out of every
+        ``every``, from now until the faults are cleared: a server (or what is behind it: etcd,
+        a webhook) that fails in short bursts and recovers on its own."""
+        if code not in (500, 503):
+            raise ValueError("fail_in_bursts takes 500 or 503")
+        if not 0 < lasting < every:
+            raise ValueError("a burst must last more than 0 s and less than its period")
+        with self._lock:
+            self._bursts = (code, every, lasting, self._clock.now())
+
+    def _in_burst(self) -> int:
+        """The code of the burst failing requests now, else 0. Caller holds the lock."""
+        if self._bursts is None:
+            return 0
+        code, every, lasting, since = self._bursts
+        return code if (self._clock.now() - since) % every < lasting else 0
 
     def throttle(
         self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
@@ -245,20 +264,31 @@ class Faults:
                     "Too many requests, please try again later.",
                     retry_after=self._retry_after,
                 )
-            if not self._error_code:
+            burst = self._in_burst()
+            if burst:
+                code = burst
+            elif not self._error_code:
                 return
-            if self._error_until is not None and self._clock.now() >= self._error_until:
-                self._error_code = 0
-                return
-            if self._error_count is not None:
-                if self._error_count <= 0:
-                    self._error_code = 0
+            else:
+                code = self._armed_error()
+                if not code:
                     return
-                self._error_count -= 1
-            code = self._error_code
         if code == 503:
             raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle it")
         raise ApiError(500, "InternalError", "Internal error occurred: injected by kubesim")
+
+    def _armed_error(self) -> int:
+        """The code of the armed outage for this request (counting it down), else 0. Caller
+        holds the lock."""
+        if self._error_until is not None and self._clock.now() >= self._error_until:
+            self._error_code = 0
+            return 0
+        if self._error_count is not None:
+            if self._error_count <= 0:
+                self._error_code = 0
+                return 0
+            self._error_count -= 1
+        return self._error_code
 
     def check_create(self, name: str) -> None:
         """Raise an admission failure for this create if one is armed."""

@@ -72,7 +72,9 @@ def _merge_list(field: str, target: list[JsonValue], patch: list[JsonValue]) -> 
         return out
     items = [p for p in patch if isinstance(p, dict)]
     if key is None or len(items) != len(patch):
-        return copy.deepcopy(patch)
+        # An atomic list is replaced whole; a null inside it is a field left out, as the API
+        # server decodes it (a status entry patched with `"waiting": null` has no waiting).
+        return [strategic_merge({}, p) if isinstance(p, dict) else copy.deepcopy(p) for p in patch]
     if any(p.get("$patch") == "replace" for p in items):
         return [p for p in copy.deepcopy(items) if p.get("$patch") != "replace"]
     out = [copy.deepcopy(t) for t in target]

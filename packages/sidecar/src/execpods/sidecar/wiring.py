@@ -40,6 +40,7 @@ from execpods.k8s import (
     ApiUnauthorized,
     ClusterIdLedger,
     ExecutorPodTemplateBuilder,
+    KubernetesApiClient,
     KubernetesPodOperations,
     KubernetesSettings,
     PodWarnings,
@@ -193,6 +194,8 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
             rate_limiter=limiter,
             backoff=ApiBackoffGate(initial=k8s.backoff_initial, maximum=k8s.backoff_max),
             telemetry=telemetry.api_call,
+            throttle_retries=THROTTLE_RETRIES,
+            create_pool=settings.core.batch_concurrency,
         )
         selector = PodSelector.executors_of(
             settings.core.labels, settings.sidecar.app_id
@@ -261,7 +264,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         pod_operations=operations,
         pod_builder=builder,
         sources=sources,
-        close_client=api_client.close,
+        close_client=_closing(gateway, api_client),
         clock=clock,
         profiles=profiles,
         rate_limiter=limiter,
@@ -278,6 +281,18 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         template_policy=template_policy_of(settings, namespace),
         profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
+
+
+THROTTLE_RETRIES = 10
+"""How often a call refused with 429 and a Retry-After is sent again (client-go's maxRetries)."""
+
+
+def _closing(gateway: ApiGateway, api_client: KubernetesApiClient) -> Callable[[], None]:
+    def close() -> None:
+        gateway.close()
+        api_client.close()
+
+    return close
 
 
 DRIVER_CONTAINER = "spark-kubernetes-driver"

@@ -50,6 +50,7 @@ from execpods.devtools.bench.congestion_run import (
     kubesim,
     scale,
     sidecars,
+    sustained_rate,
 )
 from execpods.kubesim import KubeSim
 from execpods.kubesim.apf import ApfConfig
@@ -155,7 +156,7 @@ def _one(
             tick = _sampler(sim, drivers, running, curve)
             scale(drivers, running, executors, timeout=timeout, tick=tick)
         creates, throttled = create_calls(sim)
-        rate = _sustained_rate(sim)
+        rate = sustained_rate(sim)
     return Result(
         scenario=scenario,
         policy=policy.name,
@@ -168,18 +169,6 @@ def _one(
         throttled=throttled,
         curve=curve,
     )
-
-
-def _sustained_rate(sim: KubeSim) -> float | None:
-    """Accepted creates a second between the first and the last accepted create."""
-    times = sorted(
-        r.at
-        for r in sim.requests()
-        if r.verb == "create" and r.status == 201 and r.path.endswith("/pods")
-    )
-    if len(times) < 2 or times[-1] <= times[0]:
-        return None
-    return (len(times) - 1) / (times[-1] - times[0])
 
 
 def idle(size: str) -> list[Result]:

@@ -40,6 +40,8 @@ class Policy:
 
     name: str
     properties: Mapping[str, str]
+    executable: Path = SIDECAR
+    """The `execpods-sidecar` that runs it (another checkout's, to compare code side by side)."""
 
 
 STATIC = Policy(name="static bucket", properties={"execpods.kubernetes.api.ratePolicy": "static"})
@@ -119,20 +121,30 @@ class Running:
             return len(self.names.get(app, ()))
 
 
-def cluster(executors: int, *, start_latency: float) -> ClusterConfig:
+def cluster(executors: int, *, start_latency: float, create_rate: float = 0.0) -> ClusterConfig:
+    """Nodes for `executors` pods; `create_rate`: kubesim's hard cap on creates a second (429
+    with a Retry-After beyond it, one second's burst), 0 for none."""
     return ClusterConfig(
-        nodes=math.ceil(executors / 110) + 2, start_latency=start_latency, start_jitter=0.0
+        nodes=math.ceil(executors / 110) + 2,
+        start_latency=start_latency,
+        start_jitter=0.0,
+        create_rate=create_rate,
     )
 
 
 @contextmanager
 def kubesim(
-    executors: int, *, start_latency: float, apf: ApfConfig | None = None
+    executors: int,
+    *,
+    start_latency: float,
+    apf: ApfConfig | None = None,
+    create_rate: float = 0.0,
 ) -> Iterator[tuple[KubeSim, Running]]:
-    """A kubesim for `executors` pods (APF as given), and the running-pod counter on it."""
+    """A kubesim for `executors` pods (APF and a hard create cap as given), and the running-pod
+    counter on it."""
     running = Running()
     sim = KubeSim(
-        cluster=cluster(executors, start_latency=start_latency),
+        cluster=cluster(executors, start_latency=start_latency, create_rate=create_rate),
         apf=apf,
         event_window=max(10_000, 3 * executors),
     )
@@ -143,9 +155,15 @@ def kubesim(
 
 @contextmanager
 def sidecars(
-    sim: KubeSim, apps: Sequence[str], policy: Policy, extra: Mapping[str, str] | None = None
+    sim: KubeSim | None,
+    apps: Sequence[str],
+    policy: Policy,
+    extra: Mapping[str, str] | None = None,
+    *,
+    server: Sequence[str] = (),
 ) -> Iterator[list[Driver]]:
-    """One `execpods-sidecar serve` process per app on `sim`, with `policy`; killed at the end."""
+    """One `execpods-sidecar serve` process per app on `sim` (or on the server the `server`
+    arguments name, e.g. a kubeconfig), with `policy`; killed at the end."""
     properties = {
         "spark.kubernetes.container.image": "execpods/executor:bench",
         "execpods.sidecar.checkPermissions": "false",
@@ -160,7 +178,8 @@ def sidecars(
     with ExitStack() as stack:
         processes = []
         for app in apps:
-            command = [str(SIDECAR), "serve", "--app-id", app, "--api-url", sim.url]
+            where = ["--api-url", sim.url] if sim is not None else list(server)
+            command = [str(policy.executable), "serve", "--app-id", app, *where]
             command += ["--listen", "127.0.0.1:0", *conf]
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
@@ -270,6 +289,18 @@ def create_calls(sim: KubeSim) -> tuple[int, int]:
     ConfigMap)."""
     creates = [r for r in sim.requests() if r.verb == "create" and r.path.endswith("/pods")]
     return len(creates), sum(1 for r in creates if r.status == 429)
+
+
+def sustained_rate(sim: KubeSim) -> float | None:
+    """Accepted pod creates a second between the first and the last accepted create."""
+    times = sorted(
+        r.at
+        for r in sim.requests()
+        if r.verb == "create" and r.status == 201 and r.path.endswith("/pods")
+    )
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return (len(times) - 1) / (times[-1] - times[0])
 
 
 def flow_calls(sim: KubeSim, app: str) -> tuple[int, int]:

@@ -1,5 +1,6 @@
 """Pinned, cached builds of the Go programs the proof tiers need: kube-apiserver,
-kube-controller-manager and etcd (the real API server), and helm (the chart's tests).
+kube-controller-manager and etcd (the real API server), helm (the chart's tests) and buf (the
+proto checks).
 
 Nothing here downloads a release binary: each program is built from its source module, fetched
 through the Go module proxy, by a small Go module under ``tools/gobuild/<module>/`` whose
@@ -44,6 +45,7 @@ GOBUILD_DIR = Path(__file__).resolve().parents[6] / "tools" / "gobuild"
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 HELM_VERSION = "v3.22.0"
+BUF_VERSION = "v1.75.0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +104,12 @@ PROGRAMS: dict[str, GoProgram] = {
             version=ETCD_VERSION,
         ),
         GoProgram(
+            name="buf",
+            module_dir="buf",
+            package="github.com/bufbuild/buf/cmd/buf",
+            version=BUF_VERSION,
+        ),
+        GoProgram(
             name="helm",
             module_dir="helm",
             package="helm.sh/helm/v3/cmd/helm",
@@ -115,10 +123,10 @@ PROGRAMS: dict[str, GoProgram] = {
 REAL_SERVER = ("etcd", "kube-apiserver", "kube-controller-manager")
 """The programs the real API server tier runs."""
 
-CHECK_BUILDS = (*REAL_SERVER, "helm")
-"""What ``python3 tools/dev.py check`` builds (or reuses) before the tests: the real server, and
-helm for the chart's tests (tests/deploy). A program added to :data:`PROGRAMS` that the check
-needs is added here too."""
+CHECK_BUILDS = (*REAL_SERVER, "helm", "buf")
+"""What ``python3 tools/dev.py check`` builds (or reuses) before the tests: the real server, helm
+for the chart's tests (tests/deploy) and buf for the proto checks (tests/contract). A program
+added to :data:`PROGRAMS` that the check needs is added here too."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

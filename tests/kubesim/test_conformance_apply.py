@@ -1,8 +1,8 @@
 """Server-side apply, conformance: what Spark 4.3 sends for a cluster-mode driver's Service,
 ConfigMap and NetworkPolicy (fabric8's `forceConflicts().serverSideApply()`), and the
-field-manager semantics behind it, run against kubesim and against a real kube-apiserver when
-the project's real-server tier is available (`execpods.devtools.realserver`); the expected
-answers are the real server's (v1.36: codes, wording, managedFields).
+field-manager semantics behind it, run against kubesim and against the real kube-apiserver of the
+project's real-server tier (``[real]``, docs/kubesim.md's fidelity table); the expected answers
+are the real server's (v1.36: codes, wording, managedFields).
 
 Each request is made over HTTP as the clients send it: `PATCH` with
 `Content-Type: application/apply-patch+yaml` and `?fieldManager=...&force=...`.
@@ -118,25 +118,19 @@ def _kubesim() -> Iterator[Server]:
         yield server
 
 
-@contextlib.contextmanager
-def _real() -> Iterator[Server]:
-    realserver = pytest.importorskip("execpods.devtools.realserver.server", reason="no real tier")
-    try:
-        started = realserver.RealServer().start()
-    except Exception as exc:  # the tier cannot run here (no Go, no cache)
-        pytest.skip(f"the real API server does not start here: {exc}")
-    try:
-        server = Server(started.url, started.token, started.ssl_context())
-        server("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        yield server
-    finally:
-        started.stop()
-
-
-@pytest.fixture(scope="module", params=["kubesim", "kube-apiserver"])
+@pytest.fixture(scope="module", params=["kubesim", "real"])
 def api(request: pytest.FixtureRequest) -> Iterator[Server]:
-    with _kubesim() if request.param == "kubesim" else _real() as server:
-        yield server
+    """The module's server: kubesim, or the session's real kube-apiserver (tests/conftest.py:
+    skipped when it is not built, failed when the check requires it)."""
+    if request.param == "kubesim":
+        with _kubesim() as server:
+            yield server
+        return
+    real = request.getfixturevalue("real_server")
+    server = Server(real.url, real.token, real.ssl_context())
+    code, answer = server("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    assert code in (201, 409), answer
+    yield server
 
 
 def configmap(name: str, data: dict[str, str], **meta: Any) -> dict[str, Any]:
