@@ -246,6 +246,9 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
                 admin.request_total(ctx.target)
                 time.sleep(CYCLE.fault_seconds)
                 end()
+                for node in sim.nodes():  # a lost node is replaced, as a node pool heals
+                    if not node.ready:
+                        sim.restore_node(node.name)
                 report.notes.extend(f"{name}: {n}" for n in ctx.notes)
                 report.notes.extend(
                     f"{name}: PROBLEM {p}" for check in ctx.checks if (p := check()) is not None
