@@ -33,11 +33,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import grpc
 from execpods.client import AllocatorClient
 from execpods.devtools.fault_scenarios import (
     APP_ID,
@@ -243,7 +244,7 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
                 target = rng.randint(10, 40)
                 ctx = FaultContext(sim=sim, scale=CYCLE, proxy=proxy, admin=admin, target=target)
                 end = SCENARIOS[name](ctx)
-                admin.request_total(ctx.target)
+                retried(partial(admin.request_total, ctx.target))
                 time.sleep(CYCLE.fault_seconds)
                 end()
                 for node in sim.nodes():  # a lost node is replaced, as a node pool heals
@@ -259,7 +260,7 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
                 wait_until(partial(_at_least, sim, ctx.target), CYCLE.deadline)
                 extra = sorted(running_ids(sim))[ctx.target :]
                 if extra:
-                    admin.kill_executors(extra)
+                    retried(partial(admin.kill_executors, extra))
                     killed.update(extra)
                 reached = wait_until(partial(_runs, sim, ctx.target), CYCLE.deadline)
                 if not reached:
@@ -273,11 +274,11 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
                 )
                 ids = sorted(running_ids(sim))
                 doomed = rng.sample(ids, k=min(len(ids), rng.randint(1, 5)))
-                admin.kill_executors(doomed)  # the target stays: they are replaced
+                retried(partial(admin.kill_executors, doomed))  # the target stays: replaced
                 killed.update(doomed)
             report.rss_end_mib, report.rss_peak_mib = rss_mib(process.pid)
             report.seconds = time.monotonic() - started
-            admin.request_total(0)
+            retried(partial(admin.request_total, 0))
             wait_until(lambda: not running_ids(sim), CYCLE.deadline)
             monitor.sample()
             expected = monitor.lost | killed
@@ -310,6 +311,23 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
             and not other["metadata"].get("deletionTimestamp")
         )
     return report
+
+
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def retried(call: Callable[[], object], *, timeout: float = 60.0) -> None:
+    """A driver's call, retried while the sidecar says to come back (an API outage or a
+    throttle behind it), as a driver does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            call()
+            return
+        except grpc.RpcError as error:
+            if error.code() not in RETRIED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _runs(sim: KubeSim, target: int) -> bool:
