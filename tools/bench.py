@@ -21,6 +21,7 @@ MODULES = (
     "execpods.devtools.bench.congestion",
     "execpods.devtools.bench.servers",
     "execpods.devtools.bench.plugin_path",
+    "execpods.devtools.bench.crashloop",
 )
 
 

@@ -6,19 +6,24 @@ from __future__ import annotations
 import pytest
 from execpods.core import (
     EXECUTOR_CONTAINER_NAME,
+    AllocatorNotice,
     ContainerStatus,
     ContainerTerminated,
     ContainerWaiting,
+    CoreSettings,
     ExecutorPod,
+    ExecutorRemoval,
+    NoticeKind,
     PodCondition,
     SettingsError,
 )
 from execpods.core.failurerules import (
     FailureAction,
     FailureRules,
-    FailureRuleSettings,
     parse_rule,
+    parse_rules,
 )
+from execpods.core.testing import Composed, compose_deterministic, failed_executor
 
 FAIL = FailureAction.FAIL_APPLICATION
 IGNORE = FailureAction.IGNORE
@@ -161,7 +166,7 @@ def test_the_defaults_reproduce_count_disruptions(
     pod: ExecutorPod, count_disruptions: bool, action: FailureAction
 ) -> None:
     rules = FailureRules(
-        FailureRuleSettings().parsed(),
+        parse_rules(CoreSettings().failure_rules),
         count_disruptions=count_disruptions,
         executor_container=EXECUTOR_CONTAINER_NAME,
     )
@@ -169,11 +174,13 @@ def test_the_defaults_reproduce_count_disruptions(
 
 
 def test_the_disruption_rule_comes_before_the_configured_ones() -> None:
-    settings = FailureRuleSettings.from_properties(
+    settings = CoreSettings.from_properties(
         {"execpods.executor.failureRules.1": "FailApplication onExitCodes In 143"}
     )
     rules = FailureRules(
-        settings.parsed(), count_disruptions=False, executor_container=EXECUTOR_CONTAINER_NAME
+        parse_rules(settings.failure_rules),
+        count_disruptions=False,
+        executor_container=EXECUTOR_CONTAINER_NAME,
     )
     decision = rules.decide(failed_pod(143, conditions=DISRUPTED))
     assert decision.action is IGNORE
@@ -182,13 +189,13 @@ def test_the_disruption_rule_comes_before_the_configured_ones() -> None:
 
 
 def test_rules_apply_in_ascending_number_not_in_text_order() -> None:
-    settings = FailureRuleSettings.from_properties(
+    settings = CoreSettings.from_properties(
         {
             "execpods.executor.failureRules.10": "FailApplication onExitCodes In 1",
             "execpods.executor.failureRules.2": "Ignore onExitCodes In 1",
         }
     )
-    parsed = settings.parsed()
+    parsed = parse_rules(settings.failure_rules)
     assert [r.source for r in parsed] == [
         "execpods.executor.failureRules.2",
         "execpods.executor.failureRules.10",
@@ -225,7 +232,7 @@ BAD = [
 def test_a_bad_rule_names_its_property_and_the_rule(number: str, text: str, problem: str) -> None:
     key = f"execpods.executor.failureRules.{number}"
     with pytest.raises(SettingsError) as raised:
-        FailureRuleSettings.from_properties({key: text})
+        CoreSettings.from_properties({key: text})
     message = str(raised.value)
     assert message.startswith(f"{key}={text!r} is invalid: ")
     assert problem in message
@@ -235,16 +242,16 @@ def test_rule_names_must_be_numbers_and_at_most_twenty_rules() -> None:
     with pytest.raises(
         SettingsError, match=r"failureRules\.first is invalid: 'first' must be a rule number"
     ):
-        FailureRuleSettings.from_properties(
+        CoreSettings.from_properties(
             {"execpods.executor.failureRules.first": "Count onExitCodes In 1"}
         )
     with pytest.raises(SettingsError, match="must be a rule number"):
-        FailureRuleSettings.from_properties(
+        CoreSettings.from_properties(
             {"execpods.executor.failureRules.01": "Count onExitCodes In 1"}
         )
     many = {f"execpods.executor.failureRules.{i}": "Count onExitCodes In 1" for i in range(1, 22)}
     with pytest.raises(SettingsError, match="at most 20 failure rules"):
-        FailureRuleSettings.from_properties(many)
+        CoreSettings.from_properties(many)
 
 
 def test_a_rule_reads_back_as_written() -> None:
@@ -254,3 +261,70 @@ def test_a_rule_reads_back_as_written() -> None:
         "Count onPodConditions DisruptionTarget,Ready=False",
     ):
         assert parse_rule(text, source="r").describe() == text
+
+
+# Through the lifecycle manager: what each action does to the failure budget, the removal and
+# the application, on a composed backend.
+
+
+def _lifecycle(properties: dict[str, str]) -> tuple[Composed, list[AllocatorNotice]]:
+    composed = compose_deterministic(
+        settings=CoreSettings.from_properties({"spark.executor.maxNumFailures": "5", **properties})
+    )
+    told: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(told.append)
+    composed.backend.start(initial_executors=0)
+    return composed, told
+
+
+def _fail(composed: Composed, *pods: ExecutorPod) -> None:
+    for pod in pods:
+        composed.store.update_pod(pod)
+    composed.store.notify_subscribers()
+
+
+def test_fail_application_fails_it_at_once_naming_the_rule_and_the_executor() -> None:
+    composed, told = _lifecycle(
+        {"execpods.executor.failureRules.1": "FailApplication onExitCodes In 126,127"}
+    )
+    failures: list[str] = []
+    composed.backend.open_stream(
+        1.0,
+        on_snapshots=lambda _: None,
+        on_removal=lambda _: None,
+        on_application_failure=failures.append,
+    )
+    _fail(composed, failed_executor(1, exit_code=1))
+    assert failures == []
+    _fail(composed, failed_executor(2, exit_code=127))
+    (failure,) = failures
+    assert failure.startswith("Executor 2 failed (exit code 127) and failure rule ")
+    assert "execpods.executor.failureRules.1 (FailApplication onExitCodes In 126,127)" in failure
+    assert [n.kind for n in told] == [NoticeKind.FAILURE_RULE]
+    assert composed.backend.failed_executors == 1  # only executor 1 was counted
+
+
+def test_ignore_spends_nothing_and_is_reported_as_not_caused_by_the_app() -> None:
+    composed, told = _lifecycle({"execpods.executor.failureRules.1": "Ignore onExitCodes In 2"})
+    removed: list[ExecutorRemoval] = []
+    composed.backend.open_stream(
+        1.0, on_snapshots=lambda _: None, on_removal=lambda r: removed.append(r.removal)
+    )
+    _fail(composed, failed_executor(1, exit_code=2), failed_executor(2, exit_code=3))
+    # executor 1's container exited 2: ignored; executor 2's exited 3 (its sidecar's 2 does not
+    # speak for it): counted
+    assert composed.backend.failed_executors == 1
+    by_id = {r.executor_id: r.reason for r in removed}
+    assert not by_id[1].exit_caused_by_app
+    assert "Failure rule execpods.executor.failureRules.1" in by_id[1].message
+    assert by_id[2].exit_caused_by_app
+    assert "Failure rule" not in by_id[2].message
+    assert [n.kind for n in told] == [NoticeKind.FAILURE_RULE]
+    assert "is not counted toward spark.executor.maxNumFailures" in told[0].message
+
+
+def test_without_rules_every_failure_counts_as_before() -> None:
+    composed, told = _lifecycle({})
+    _fail(composed, failed_executor(1, exit_code=127), failed_executor(2, exit_code=1))
+    assert composed.backend.failed_executors == 2
+    assert told == []

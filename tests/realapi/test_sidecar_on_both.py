@@ -182,11 +182,6 @@ def test_a_resource_quota_caps_the_executors(target: Target, make_sidecar: Sidec
         assert len(target.app_pods("quota")) == 2
 
 
-@pytest.mark.xfail(
-    reason="issue 30 (capacity): each 'exceeded quota' 403 counts as an executor failure, so "
-    "maxNumFailures stops allocation; remove this mark when that lands",
-    strict=False,
-)
 def test_more_executors_run_once_the_quota_grows(
     target: Target, make_sidecar: SidecarFactory
 ) -> None:

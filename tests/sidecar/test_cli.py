@@ -37,6 +37,14 @@ def _error(capsys: pytest.CaptureFixture[str], argv: list[str], env: dict[str, s
         (["serve", "--app-id", "a" * 64, "--api-url", "http://127.0.0.1:1"], ["up to 63"]),
         ([*BASE, "--properties-file", "/nonexistent/x.conf"], ["--properties-file"]),
         ([*BASE, "--conf", "spark.kubernetes.executor.deleteOnTermination=maybe"], ["maybe"]),
+        (  # a failure rule that does not parse: its property, the rule and what is wrong
+            [*BASE, "--conf", "execpods.executor.failureRules.2=FailJob onExitCodes In 127"],
+            ["execpods.executor.failureRules.2='FailJob onExitCodes In 127'", "FailApplication"],
+        ),
+        (
+            [*BASE, "--conf", "execpods.executor.failureRules.x=Ignore onPodConditions A"],
+            ["execpods.executor.failureRules.x", "rule number"],
+        ),
     ],
 )
 def test_bad_settings_exit_2_naming_them(

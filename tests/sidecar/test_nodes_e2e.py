@@ -3,8 +3,6 @@ simulator, driven and observed over real gRPC."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -17,6 +15,7 @@ from execpods.sidecar.telemetry.metrics import SidecarMetrics
 from execpods.v1 import allocator_pb2 as pb
 from execpods.v1 import allocator_pb2_grpc as pb_grpc
 
+from tests.sidecar.capacity_support import collect, notices
 from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
 from tests.sidecar.test_observability import METRICS_CONF, scrape, value
 
@@ -30,19 +29,6 @@ BAD_NODES = {
 }
 
 
-def _collect(stream: Iterator[StreamUpdate], into: list[StreamUpdate]) -> threading.Thread:
-    def run() -> None:
-        try:
-            for update in stream:
-                into.append(update)
-        except grpc.RpcError:
-            pass  # the stream ends when the client closes
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 def _avoided(pod: Any) -> list[str]:
     affinity = pod["spec"].get("affinity")
     if not affinity:
@@ -53,10 +39,6 @@ def _avoided(pod: Any) -> list[str]:
     ]
 
 
-def _notices(updates: list[StreamUpdate], kind: str) -> list[str]:
-    return [n.message for u in list(updates) for n in u.notices if n.kind == kind]
-
-
 def test_executors_keep_off_a_bad_node_until_its_cool_down_ends(
     sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:
@@ -65,17 +47,17 @@ def test_executors_keep_off_a_bad_node_until_its_cool_down_ends(
     sidecar = make_sidecar("nodes", conf=BAD_NODES)
     updates: list[StreamUpdate] = []
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:
-        _collect(iter(stream), updates)
+        collect(iter(stream), updates)
         client.request_total(3)
-        wait_for(lambda: _notices(updates, "node_blocked"), what="the bad node blocked")
-        assert bad in _notices(updates, "node_blocked")[0]
+        wait_for(lambda: notices(updates, "node_blocked"), what="the bad node blocked")
+        assert bad in notices(updates, "node_blocked")[0]
         wait_for(lambda: len(running_ids(sim, "nodes")) == 3, what="three executors running")
         running = [p for p in app_pods(sim, "nodes") if p["status"].get("phase") == "Running"]
         assert all(p["spec"]["nodeName"] != bad for p in running)
         assert any(_avoided(p) == [bad] for p in running), "a replacement was kept off it"
         sim.crash_pods_on(bad, crashing=False)  # the node is repaired
-        wait_for(lambda: _notices(updates, "node_unblocked"), what="the block lifted")
-        assert bad in _notices(updates, "node_unblocked")[0]
+        wait_for(lambda: notices(updates, "node_unblocked"), what="the block lifted")
+        assert bad in notices(updates, "node_unblocked")[0]
         client.request_total(6)
         wait_for(lambda: len(running_ids(sim, "nodes")) == 6, what="six executors running")
         newest = max(
@@ -100,7 +82,7 @@ def test_a_running_executor_that_never_registers_is_replaced(
         AllocatorClient(sidecar.address) as client,
         client.stream_snapshots() as stream,
     ):
-        _collect(iter(stream), updates)
+        collect(iter(stream), updates)
         stub = pb_grpc.ExecutorAllocatorStub(channel)
         client.update_driver_executors(explicit=True, registration_timeout_ms=800)
         client.request_total(2)

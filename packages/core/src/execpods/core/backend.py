@@ -31,6 +31,7 @@ from execpods.core.ids import IdBudget
 from execpods.core.kills import GracefulKiller
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.notices import AllocatorNotice, NoticeKind, NoticeListener
+from execpods.core.pendingtimeout import PendingTimeoutFeature
 from execpods.core.ports import (
     DEFAULT_RESOURCE_PROFILE_ID,
     Clock,
@@ -43,6 +44,7 @@ from execpods.core.ports import (
 )
 from execpods.core.profiles import ResourceProfile
 from execpods.core.progress import ProgressChange, Stall
+from execpods.core.quota import QuotaFeature
 from execpods.core.registration import RegistrationTimeout
 from execpods.core.removals import (
     FailureListener,
@@ -180,6 +182,8 @@ class ExecutorPodsBackend:
         self._removals = removals
         self._notices = parts.notices
         self._registration = next((f for f in features if isinstance(f, RegistrationTimeout)), None)
+        self._quota = next((f for f in features if isinstance(f, QuotaFeature)), None)
+        self._pending = next((f for f in features if isinstance(f, PendingTimeoutFeature)), None)
         self._ids = next(f.ids for f in features if isinstance(f, IdBudget))
         self._live: set[object] = set()
         self._clock: Clock = parts.clock
@@ -345,6 +349,20 @@ class ExecutorPodsBackend:
     def targets(self) -> dict[int, int]:
         """The target of every resource profile."""
         return self._allocator.targets()
+
+    def effective_targets(self) -> dict[int, int]:
+        """The target of every resource profile as allocation pursues it: the driver's, capped
+        at what the namespace's quota admits and lowered by the pending timeout."""
+        effective = self._allocator.targets()
+        for feature in (self._quota, self._pending):
+            if feature is not None:
+                for profile_id, capped in feature.effective_targets().items():
+                    effective[profile_id] = min(effective.get(profile_id, capped), capped)
+        return effective
+
+    def kept_out_by_quota(self) -> int:
+        """Executors the namespace's quota keeps from being created now (all profiles)."""
+        return 0 if self._quota is None else self._quota.kept_out()
 
     def add_notice_listener(self, listener: NoticeListener) -> Callable[[], None]:
         """Hear every later allocator notice (refused or throttled creates, the id cap, the

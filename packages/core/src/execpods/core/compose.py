@@ -30,7 +30,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Protocol
 
-from execpods.core import badnodes, claims, decommission, oom_recovery, registration
+from execpods.core import (
+    badnodes,
+    claims,
+    crashloop,
+    decommission,
+    oom_recovery,
+    pendingtimeout,
+    quota,
+    registration,
+)
 from execpods.core import ids as idbudget
 from execpods.core.adaptive import API_RATE_CEILING
 from execpods.core.allocator import ExecutorPodsAllocator
@@ -38,12 +47,14 @@ from execpods.core.backend import ExecutorPodsBackend
 from execpods.core.badnodes import NodeBlocklistSettings
 from execpods.core.claims import ClaimSettings
 from execpods.core.clock import SystemClock
+from execpods.core.crashloop import CrashLoopSettings
 from execpods.core.creation import CreateRunner, ThreadPoolRunner
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.features import Feature, FeatureParts, FeatureSet
 from execpods.core.labels import ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager, RemovalReasons
 from execpods.core.notices import NoticeHub
+from execpods.core.pendingtimeout import PendingTimeoutSettings
 from execpods.core.ports import (
     ClaimOperations,
     Clock,
@@ -63,6 +74,7 @@ from execpods.core.ports import (
 )
 from execpods.core.profiles import ResourceProfiles
 from execpods.core.progress import ProgressMonitor
+from execpods.core.quota import QuotaSettings
 from execpods.core.registration import RegistrationSettings
 from execpods.core.removals import RemovalChannel
 from execpods.core.scheduling import ThreadScheduler
@@ -168,6 +180,9 @@ class FeatureSettings:
     claims: ClaimSettings = field(default_factory=ClaimSettings)
     bad_nodes: NodeBlocklistSettings = field(default_factory=NodeBlocklistSettings)
     registration: RegistrationSettings = field(default_factory=RegistrationSettings)
+    quota: QuotaSettings = field(default_factory=QuotaSettings)
+    pending_timeout: PendingTimeoutSettings = field(default_factory=PendingTimeoutSettings)
+    crash_loop: CrashLoopSettings = field(default_factory=CrashLoopSettings)
 
     @classmethod
     def slices(cls) -> tuple[type[SettingsBase], ...]:
@@ -203,6 +218,9 @@ def _features(slices: FeatureSettings, parts: FeatureParts) -> tuple[Feature | N
         claims.plug(slices.claims, parts),
         registration.plug(slices.registration, parts),
         decommission.plug(parts),
+        quota.plug(slices.quota, parts),
+        pendingtimeout.plug(slices.pending_timeout, parts),
+        crashloop.plug(slices.crash_loop, parts),
     )
 
 
@@ -251,6 +269,7 @@ def compose_backend(
         observer=removals,
         failure_tracker=failures,
         reasons=reasons,
+        notify=parts.notices.notify,
     )
     return ExecutorPodsBackend(
         parts=parts,

@@ -16,9 +16,10 @@ create and a delete per failure. Flink's resource manager pauses instead: above
   pause for `execpods.crashLoop.retryInterval` (3 s), doubling on each pause that follows up to
   `execpods.crashLoop.maxRetryInterval` (5 min), with a notice each time;
 - after a pause requests resume on their own (a notice says so), but *probing*: at most
-  `maxFailureRate` executors may be starting at once, so a loop that goes on spends at most that
-  many failures before the next, longer pause. A minute without a start failure ends the probing
-  and forgets the pauses.
+  `maxFailureRate` executors of a resource profile may be in their start window at once (pending,
+  or running for less than `startWindow`), so a loop that goes on spends at most that many
+  failures before the next, longer pause. A minute without a start
+  failure ends the probing and forgets the pauses.
 
 So after the first pause the failure budget drains at most `maxFailureRate` executors per pause,
 with pauses 3 s, 6 s, 12 s... 5 min: a crash loop that lasts an hour spends about 10 failures
@@ -37,9 +38,14 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from execpods.core.notices import AllocatorNotice, NoticeKind
-from execpods.core.pods import ContainerTerminated
-from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID
+from execpods.core.allocation import ProfileState
+from execpods.core.failurerules import FailureRules, parse_rules
+from execpods.core.features import Feature, FeatureParts, RoundFacts
+from execpods.core.labels import ExecutorLabels
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.pods import ContainerRunning, ContainerTerminated
+from execpods.core.ports import DEFAULT_RESOURCE_PROFILE_ID, Clock
+from execpods.core.profiles import profile_id_of
 from execpods.core.settingkit import (
     SettingsBase,
     duration_setting,
@@ -50,7 +56,7 @@ from execpods.core.settingkit import (
 )
 from execpods.core.states import ExecutorState, ObservedPod
 
-__all__ = ["CrashLoopBrake", "CrashLoopSettings", "failed_at_start"]
+__all__ = ["CrashLoopBrake", "CrashLoopFeature", "CrashLoopSettings", "failed_at_start", "plug"]
 
 logger = logging.getLogger(__name__)
 
@@ -236,3 +242,102 @@ class CrashLoopBrake:
                 if notice is not None:
                     notices.append(notice)
         return notices
+
+
+def plug(settings: CrashLoopSettings, parts: FeatureParts) -> CrashLoopFeature | None:
+    """On unless `execpods.crashLoop.maxFailureRate=0`; it counts the failures the failure rules
+    count (so an ignored preemption is no start failure)."""
+    if not settings.enabled:
+        return None
+    core = parts.settings
+    rules = FailureRules(
+        parse_rules(core.failure_rules),
+        count_disruptions=core.count_disruptions,
+        executor_container=core.executor_container_name,
+    )
+    return CrashLoopFeature(
+        settings, rules=rules, labels=core.labels, notices=parts.notices, clock=parts.clock
+    )
+
+
+def _detail(executor_id: int, observed: ObservedPod) -> str:
+    """How an executor failed at start, for the notice."""
+    container = observed.executor_container()
+    state = None if container is None else container.state
+    pod = observed.pod
+    if isinstance(state, ContainerTerminated):
+        ran = (
+            ""
+            if state.started_at is None or state.finished_at is None
+            else f" after {(state.finished_at - state.started_at).total_seconds():.0f} s"
+        )
+        why = f", {state.reason}" if state.reason else ""
+        return f"executor {executor_id} exited with code {state.exit_code}{why}{ran}"
+    reason = pod.reason or "its pod failed"
+    message = f": {pod.message}" if pod.message else ""
+    return f"executor {executor_id} never started ({reason}{message})"
+
+
+class CrashLoopFeature(Feature):
+    """The brake in the allocation: counts start failures each round, holds creates while paused,
+    and allows only a probe's worth of starting executors after a pause."""
+
+    def __init__(
+        self,
+        settings: CrashLoopSettings,
+        *,
+        rules: FailureRules,
+        labels: ExecutorLabels,
+        notices: NoticeHub,
+        clock: Clock,
+    ) -> None:
+        self.brake = CrashLoopBrake(settings)
+        self._settings = settings
+        self._labels = labels
+        self._starting: dict[int, int] = {}
+        """While probing: each profile's executors in their start window."""
+        self._rules = rules
+        self._notices = notices
+        self._clock = clock
+
+    def observe(self, facts: RoundFacts) -> None:
+        now = self._clock.monotonic()
+        failed: list[tuple[int, ObservedPod, str]] = []
+        for snapshot in facts.batch or (facts.snapshot,):
+            if snapshot.count(ExecutorState.FAILED) == 0:
+                continue  # no failed executor in it (a count the snapshot keeps)
+            pods = snapshot.executor_pods
+            ids = pods.keys() if snapshot.changed_ids is None else snapshot.changed_ids
+            for executor_id in ids:
+                observed = pods.get(executor_id)
+                if observed is None or observed.state is not ExecutorState.FAILED:
+                    continue
+                if self._rules.decide(observed.pod).counted:
+                    failed.append((executor_id, observed, _detail(executor_id, observed)))
+        notices = self.brake.observe(failed, now)
+        resumed = self.brake.tick(now)
+        self._starting = self._count_starting(facts) if self.brake.probing else {}
+        for notice in [*notices, *([resumed] if resumed is not None else [])]:
+            self._notices.notify(notice)
+
+    def _count_starting(self, facts: RoundFacts) -> dict[int, int]:
+        """Each profile's executors still in their start window: pending, or running for less
+        than `startWindow` (or for a time the pod does not say)."""
+        window = self._settings.start_window
+        starting: dict[int, int] = {}
+        for observed in facts.snapshot.executor_pods.values():
+            if observed.state is ExecutorState.RUNNING:
+                container = observed.executor_container()
+                state = None if container is None else container.state
+                started = state.started_at if isinstance(state, ContainerRunning) else None
+                if started is not None and facts.now - started.timestamp() >= window:
+                    continue
+            elif observed.state is not ExecutorState.PENDING:
+                continue
+            profile_id = profile_id_of(observed.pod, self._labels)
+            starting[profile_id] = starting.get(profile_id, 0) + 1
+        return starting
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        starting = self._starting.get(state.profile_id, 0) + len(state.unseen) + state.unseen_known
+        return self.brake.allowed(starting=starting, wanted=wanted)

@@ -5,9 +5,12 @@ A round's creates run concurrently up to `execpods.allocation.batch.concurrency`
 limiter paces them, so concurrency only hides each call's latency and never raises the request rate.
 
 Every failure is classified, counted and reported, never raised out of the round (SPARK-55075):
-- quota and admission refusals and invalid pods (403, 422) back the profile off exponentially, with
-  jitter so many drivers refused by one quota do not retry in lockstep, and are reported to the
-  driver: retrying them every round, as Spark does, only repeats the refusal;
+- admission refusals and invalid pods (403, 422) back the profile off exponentially, with
+  jitter so many drivers refused by one admission do not retry in lockstep, and are reported to
+  the driver: retrying them every round, as Spark does, only repeats the refusal;
+- an exhausted ResourceQuota is capacity, not a failure: a feature takes it (`quota.py` caps the
+  profile); a LimitRange or a quota's constraint is namespace policy: backed off, told, and not
+  counted;
 - throttling (429) and an unavailable API (5xx, transport) pause every create until the API's
   Retry-After has passed (or one batch delay when it named none).
 """
@@ -23,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
 from execpods.core.errors import (
+    AdmissionPolicyRefused,
     ApiThrottled,
     ApiUnavailable,
     PodAdmissionRejected,
@@ -88,6 +92,7 @@ class CreateResult(enum.Enum):
     CREATED = "created"
     UNKNOWN = "unknown"  # the API may have created it (a lost answer): track it until the timeout
     REFUSED = "refused"  # 403/422: quota, admission, invalid pod; back the profile off
+    POLICY = "policy"  # a LimitRange, a quota's constraint: not a failure; back the profile off
     THROTTLED = "throttled"  # 429 or 5xx: pause every create for Retry-After
     FAILED = "failed"  # anything else; counted, retried next round
     NOT_SENT = "not_sent"  # held back before it was sent (throttled meanwhile, no id reserved)
@@ -99,6 +104,8 @@ def classify_create_error(error: Exception) -> CreateResult:
         return CreateResult.THROTTLED
     if isinstance(error, ApiUnavailable):
         return CreateResult.THROTTLED
+    if isinstance(error, AdmissionPolicyRefused):
+        return CreateResult.POLICY
     if isinstance(error, PodAdmissionRejected | PodForbidden | PodInvalid):
         return CreateResult.REFUSED
     if isinstance(error, PodOperationError) and error.status in (403, 422):

@@ -259,7 +259,15 @@ class PodCreator:
         if result is CreateResult.REFUSED:
             wait = self._backoff.refused(profile_id, now)
             kind = NoticeKind.CREATE_REFUSED
-            what = f"refused (quota, admission or an invalid pod); retrying in {wait:.1f} s"
+            what = f"refused (admission or an invalid pod); retrying in {wait:.1f} s"
+        elif result is CreateResult.POLICY:
+            wait = self._backoff.refused(profile_id, now)
+            kind = NoticeKind.ADMISSION_POLICY_REFUSED
+            policy = getattr(first, "policy", "admission policy")
+            what = (
+                f"refused by the namespace's {policy} (not counted as executor failures: fix the "
+                f"executors' requests and limits); retrying in {wait:.1f} s"
+            )
         elif result is CreateResult.THROTTLED:
             wait = self._backoff.throttled(getattr(first, "retry_after", None), now)
             kind = NoticeKind.CREATE_THROTTLED
@@ -268,9 +276,9 @@ class PodCreator:
             wait = 0.0
             kind = NoticeKind.CREATE_FAILED
             what = "failed; retrying next round"
-        if self._failures is not None and result is not CreateResult.THROTTLED:
+        if self._failures is not None and result in (CreateResult.REFUSED, CreateResult.FAILED):
             # Refused or failed creates are executors that will not serve the application;
-            # throttling only paces us, and is not counted.
+            # throttling only paces us, and namespace policy is no executor's failure.
             self._failures.register_failures(len(group))
         ids = ",".join(str(o.executor_id) for o in group)
         message = f"{len(group)} executor pod creates of resource profile {profile_id} {what} "

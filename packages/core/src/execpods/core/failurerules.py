@@ -27,7 +27,8 @@ Rules are numbered; they apply in ascending number. `execpods.executor.countDisr
 (the default) is the rule `Ignore onPodConditions DisruptionTarget` ahead of them all, so the
 defaults (no rules) reproduce what execpods did before rules existed: disruptions are not
 counted, every other failure is. An executor the driver killed is never a failure, whatever the
-rules say. A rule that cannot be read fails start-up with an error naming its property.
+rules say. The rules are `CoreSettings.failure_rules`; one that cannot be read fails start-up
+with an error naming its property.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from dataclasses import dataclass
 
 from execpods.core.errors import SettingsError
 from execpods.core.pods import ContainerTerminated, ExecutorPod
-from execpods.core.settingkit import SettingsBase, setting_family
 from execpods.core.states import disruption_of
 
 __all__ = [
@@ -49,9 +49,10 @@ __all__ = [
     "FailureDecision",
     "FailureRule",
     "FailureRules",
-    "FailureRuleSettings",
     "PodConditionRule",
     "parse_rule",
+    "parse_rules",
+    "rule_number",
 ]
 
 FAILURE_RULES_PREFIX = "execpods.executor.failureRules."
@@ -251,44 +252,37 @@ def parse_rule(text: str, *, source: str) -> FailureRule:
     return FailureRule(action=action, requirement=requirement, source=source)
 
 
-def _rule_number(name: str) -> str | None:
+def rule_number(name: str) -> str | None:
+    """The rule of a failure rule's property name: a number, 1, 2, 3..."""
     if name.isascii() and name.isdigit() and not name.startswith("0"):
         return None
     return "must be a rule number: 1, 2, 3... (rules apply in ascending number)"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailureRuleSettings(SettingsBase):
-    """Failure rules (a Job's podFailurePolicy): what a failed executor's failure does."""
+FAILURE_RULES_DOC = (
+    "A failure rule, applied in ascending NAME (1, 2...); the first a failed executor matches "
+    "decides: '<FailApplication|Ignore|Count> onExitCodes [container=<name>|*] In|NotIn <codes>' "
+    "or '... onPodConditions <Type>[=<status>],...'. No rule matching: Count. See "
+    "docs/operations.md."
+)
 
-    rules: Mapping[str, str] = setting_family(
-        FAILURE_RULES_PREFIX,
-        "A failure rule, applied in ascending NAME (1, 2...); the first a failed executor "
-        "matches decides: '<FailApplication|Ignore|Count> onExitCodes [container=<name>|*] "
-        "In|NotIn <codes>' or '... onPodConditions <Type>[=<status>],...'. No rule matching: "
-        "Count. See docs/operations.md.",
-        name_rule=_rule_number,
-    )
 
-    def __post_init__(self) -> None:
-        SettingsBase.__post_init__(self)
-        self.parsed()  # a rule that cannot be read fails here, naming its property
-
-    def parsed(self) -> tuple[FailureRule, ...]:
-        """The rules in the order they apply; `SettingsError` names a bad rule's property."""
-        if len(self.rules) > MAX_RULES:
-            raise SettingsError(
-                f"{FAILURE_RULES_PREFIX}*: at most {MAX_RULES} failure rules are allowed, "
-                f"not {len(self.rules)}"
-            )
-        rules = []
-        for name in sorted(self.rules, key=int):
-            key = f"{FAILURE_RULES_PREFIX}{name}"
-            try:
-                rules.append(parse_rule(self.rules[name], source=key))
-            except ValueError as error:
-                raise SettingsError(f"{key}={self.rules[name]!r} is invalid: {error}") from None
-        return tuple(rules)
+def parse_rules(rules: Mapping[str, str]) -> tuple[FailureRule, ...]:
+    """The rules of `execpods.executor.failureRules.<n>` (`{n: text}`) in the order they apply;
+    `SettingsError` names a bad rule's property and says what is wrong."""
+    if len(rules) > MAX_RULES:
+        raise SettingsError(
+            f"{FAILURE_RULES_PREFIX}*: at most {MAX_RULES} failure rules are allowed, "
+            f"not {len(rules)}"
+        )
+    parsed = []
+    for name in sorted(rules, key=int):
+        key = f"{FAILURE_RULES_PREFIX}{name}"
+        try:
+            parsed.append(parse_rule(rules[name], source=key))
+        except ValueError as error:
+            raise SettingsError(f"{key}={rules[name]!r} is invalid: {error}") from None
+    return tuple(parsed)
 
 
 DISRUPTIONS_IGNORED = FailureRule(

@@ -8,7 +8,8 @@ on them and pod creations the API refuses both count: either way an executor the
 for did not serve it.
 
 The allocator and the lifecycle manager run on different threads and both register failures, so
-the tracker is thread-safe. Once tripped it stays tripped: allocation stops for good.
+the tracker is thread-safe. Once tripped it stays tripped: allocation stops for good. A failure
+rule (`failurerules.py`) may also trip it at once (`fail`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ class ExecutorFailureTracker:
     def register_failure(self) -> None:
         """One executor failed (its pod failed, or its pod could not be created)."""
         self.register_failures(1)
+
+    def fail(self, message: str) -> None:
+        """The application must fail now, for `message` (a failure rule's FailApplication); a
+        tracker already tripped keeps its first reason."""
+        with self._lock:
+            if self._tripped is None:
+                self._tripped = message
 
     def register_failures(self, count: int) -> None:
         """`count` executors failed at once (a batch of creates the API refused)."""

@@ -21,7 +21,10 @@ Newest Spark's `ExecutorPodsLifecycleManager`, round by round (every
   counted again; Spark forgets after `deletedExecutorsCacheTimeout` and then does both;
 - a pod Kubernetes disrupted (a `DisruptionTarget` condition: evicted, preempted, removed from a
   tainted node; or status reason Evicted) is reported with that cause, not caused by the app, and
-  not counted as a failure unless `execpods.executor.countDisruptions` (Spark counts it).
+  not counted as a failure unless `execpods.executor.countDisruptions` (Spark counts it);
+- what any other failed executor's failure does is the failure rules' to say
+  (`failurerules.py`, a Job's podFailurePolicy): counted (the default), ignored (reported as not
+  caused by the app), or the application fails at once; countDisruptions is their first rule.
 
 A round works on what changed: the first snapshot of a round (and any full snapshot) is examined
 for every executor in a final state; later snapshots only for the executors they changed. That is
@@ -35,12 +38,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 
 from execpods.core.errors import PodOperationError
+from execpods.core.failurerules import (
+    DISRUPTIONS_IGNORED,
+    FailureAction,
+    FailureDecision,
+    FailureRules,
+    parse_rules,
+)
 from execpods.core.failures import ExecutorFailureTracker
 from execpods.core.idruns import IdRuns
+from execpods.core.notices import AllocatorNotice, NoticeKind
 from execpods.core.ports import (
     UNKNOWN_EXIT_CODE,
     Clock,
@@ -51,6 +62,7 @@ from execpods.core.ports import (
     PodOperations,
     SnapshotsReader,
 )
+from execpods.core.profiles import profile_id_of
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
 from execpods.core.states import ExecutorState, ObservedPod, disruption_of
@@ -137,6 +149,23 @@ def exit_reason(
         f"The API gave the following container statuses:\n\n{statuses}\n"
     )
     return ExecutorExited(exit_code=code, exit_caused_by_app=True, message=message)
+
+
+def _ruled(reason: ExecutorExited, decision: FailureDecision) -> ExecutorExited:
+    """The removal's reason with what a configured failure rule decided: an ignored failure is
+    reported as not caused by the application (so a driver does not count it either)."""
+    said = {
+        FailureAction.FAIL_APPLICATION: "fails the application",
+        FailureAction.IGNORE: "is not counted as a failure",
+        FailureAction.COUNT: "counts as a failure",
+    }[decision.action]
+    return ExecutorExited(
+        exit_code=reason.exit_code,
+        exit_caused_by_app=reason.exit_caused_by_app
+        and decision.action is not FailureAction.IGNORE,
+        killed_by_driver=reason.killed_by_driver,
+        message=f"{reason.message.rstrip()}\nFailure rule {decision.explain()}: it {said}.",
+    )
 
 
 def _instant(seconds: float) -> str:
@@ -226,9 +255,24 @@ class ExecutorPodsLifecycleManager:
         clock: Clock,
         observer: LifecycleObserver | None = None,
         failure_tracker: ExecutorFailureTracker | None = None,
+        failure_rules: FailureRules | None = None,
+        notify: Callable[[AllocatorNotice], None] | None = None,
         reasons: RemovalReasons | None = None,
     ) -> None:
         self._settings = settings
+        self._rules = (
+            failure_rules
+            if failure_rules is not None
+            else FailureRules(
+                parse_rules(settings.failure_rules),
+                count_disruptions=settings.count_disruptions,
+                executor_container=settings.executor_container_name,
+            )
+        )
+        """What a failed executor's failure does: countDisruptions, the configured rules, and
+        Count when none matches."""
+        self._notify = notify
+        """Hears what a configured failure rule decided (FailApplication, Ignore)."""
         self._observer = observer
         self._labels = settings.labels
         self._pods = pod_operations
@@ -348,17 +392,53 @@ class ExecutorPodsLifecycleManager:
         disruption = None if killed else disruption_of(observed.pod)
         # Whether it ever ran or not: a pod that fails at start (a bad image, a crash on
         # start-up) is exactly what the limit is for. A disruption (an eviction, a
-        # preemption) is the cluster's doing: not counted unless countDisruptions.
-        if (
-            observed.state is ExecutorState.FAILED
-            and not killed
-            and (disruption is None or self._settings.count_disruptions)
-        ):
-            self.failures.register_failure()
+        # preemption) is the cluster's doing: not counted unless countDisruptions (the first
+        # failure rule); the configured rules say the rest.
+        ruled = None
+        if observed.state is ExecutorState.FAILED and not killed:
+            ruled = self._judge(executor_id, observed)
         reason = self._reasons.take(executor_id) or exit_reason(
             observed, executor_id, killed_by_driver=killed, disruption=disruption
         )
+        if ruled is not None and ruled.rule is not None and ruled.rule is not DISRUPTIONS_IGNORED:
+            reason = _ruled(reason, ruled)
         self._report(driver, executor_id, reason, work)
+
+    def _judge(self, executor_id: int, observed: ObservedPod) -> FailureDecision:
+        """What the failure rules make of a failed executor: count it, ignore it, or fail the
+        application now. A configured rule's decision is told as a notice."""
+        decision = self._rules.decide(observed.pod)
+        code = observed.exit_code()
+        what = f"Executor {executor_id} failed" + ("" if code is None else f" (exit code {code})")
+        if decision.action is FailureAction.FAIL_APPLICATION:
+            message = (
+                f"{what} and failure rule {decision.explain()} fails the application at once. "
+                "Executor allocation stopped; the application should fail."
+            )
+            self.failures.fail(message)
+        elif decision.counted:
+            self.failures.register_failure()
+        if decision.rule is None or decision.rule is DISRUPTIONS_IGNORED:
+            return decision
+        told = {
+            FailureAction.FAIL_APPLICATION: "fails the application",
+            FailureAction.IGNORE: "is not counted toward spark.executor.maxNumFailures",
+            FailureAction.COUNT: "counts toward spark.executor.maxNumFailures",
+        }[decision.action]
+        message = f"{what}: failure rule {decision.explain()}: it {told}."
+        logger.info(message)
+        if self._notify is not None and decision.action is not FailureAction.COUNT:
+            try:
+                self._notify(
+                    AllocatorNotice(
+                        kind=NoticeKind.FAILURE_RULE,
+                        message=message,
+                        resource_profile_id=profile_id_of(observed.pod, self._labels),
+                    )
+                )
+            except Exception:
+                logger.exception("A failure rule's notice could not be told")
+        return decision
 
     def _is_active(self, driver: DriverView, executor_id: int) -> bool:
         try:

@@ -23,12 +23,30 @@ decision (deletes through the pod operations, the effective target through its c
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
+from execpods.core.allocation import ProfileState
+from execpods.core.errors import PodOperationError
+from execpods.core.features import (
+    ExpectRemoval,
+    Feature,
+    FeatureParts,
+    RoundFacts,
+    RoundOutcome,
+)
 from execpods.core.labels import ExecutorLabels
-from execpods.core.notices import AllocatorNotice, NoticeKind
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.ports import (
+    UNKNOWN_EXIT_CODE,
+    ExecutorExited,
+    PodOperations,
+    PodSelector,
+)
 from execpods.core.profiles import profile_id_of
 from execpods.core.settingkit import SettingsBase, duration_setting, non_negative, setting
 from execpods.core.snapshot import ExecutorPodsSnapshot
@@ -39,8 +57,12 @@ __all__ = [
     "PENDING_TIMEOUT_ACTIONS",
     "PendingTimeout",
     "PendingTimeoutDecision",
+    "PendingTimeoutFeature",
     "PendingTimeoutSettings",
+    "plug",
 ]
+
+logger = logging.getLogger(__name__)
 
 PENDING_TIMEOUT_ACTIONS = ("wait", "replace", "lowerTarget")
 
@@ -182,3 +204,116 @@ class PendingTimeout:
             resource_profile_id=profile_id,
             count=len(executors),
         )
+
+
+def plug(settings: PendingTimeoutSettings, parts: FeatureParts) -> PendingTimeoutFeature | None:
+    """On unless `execpods.executor.pendingTimeout=0`."""
+    if settings.timeout <= 0:
+        return None
+    return PendingTimeoutFeature(
+        PendingTimeout(settings, labels=parts.settings.labels),
+        app_id=parts.app_id,
+        labels=parts.settings.labels,
+        notices=parts.notices,
+        pod_operations=parts.pod_operations,
+        expect_removal=parts.expect_removal,
+    )
+
+
+class PendingTimeoutFeature(Feature):
+    """The pending timeout in the allocation: reviews the pending executors each round, deletes
+    what the action says (through the backend's pod operations, each removal reported with its
+    reason), and holds a lowered profile's creates."""
+
+    def __init__(
+        self,
+        timeout: PendingTimeout,
+        *,
+        app_id: str,
+        labels: ExecutorLabels,
+        notices: NoticeHub,
+        pod_operations: PodOperations,
+        expect_removal: ExpectRemoval,
+    ) -> None:
+        self.timeout = timeout
+        self._app_id = app_id
+        self._labels = labels
+        self._notices = notices
+        self._pods = pod_operations
+        self._expect = expect_removal
+        self._lock = threading.Lock()
+        self._targets: dict[int, int] = {}
+        self._facts: RoundFacts | None = None
+
+    def observe(self, facts: RoundFacts) -> None:
+        self._facts = facts  # reviewed once the round has counted each profile's executors
+
+    def _review(self, states: Sequence[ProfileState]) -> None:
+        facts = self._facts
+        if facts is None or facts.snapshot.count(ExecutorState.PENDING) == 0:
+            return  # nothing pending: nothing to time out (and no pod to look at)
+        live = {state.profile_id: state.pod_count for state in states}
+        with self._lock:
+            decision = self.timeout.review(facts.snapshot, now=facts.now, live=live)
+        if decision.delete:
+            self._delete(decision.delete)
+        for notice in decision.notices:
+            logger.warning(notice.message)
+            self._notices.notify(notice)
+
+    def _delete(self, ids: tuple[int, ...]) -> None:
+        """Delete these executors' pods while they are still Pending (one that turned Running
+        meanwhile is spared), each reported with the timeout as its reason."""
+        for executor_id in ids:
+            self._expect(
+                executor_id,
+                ExecutorExited(
+                    exit_code=UNKNOWN_EXIT_CODE,
+                    exit_caused_by_app=False,
+                    message=(
+                        f"The executor with id {executor_id} was pending longer than "
+                        "execpods.executor.pendingTimeout; its pod was deleted "
+                        "(execpods.executor.pendingTimeoutAction). Not caused by the "
+                        "application."
+                    ),
+                ),
+            )
+        selector = PodSelector(
+            labels=self._labels.for_app(self._app_id),
+            label_in={self._labels.executor_id: frozenset(str(i) for i in ids)},
+            phase="Pending",
+        )
+        try:
+            self._pods.delete_by_selector(selector)
+        except PodOperationError as error:
+            logger.warning(
+                "Could not delete the pods of executors pending too long (%s); they are not "
+                "tried again (the timeout applies once per executor).",
+                error,
+            )
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        with self._lock:
+            effective = self.timeout.effective_target(state.profile_id, state.target)
+        return max(0, min(wanted, effective - state.pod_count))
+
+    def finished(self, outcome: RoundOutcome) -> None:
+        """Review the pending executors with the round's counts (`lowerTarget` lowers a profile
+        to its executors alive, requested ones included, minus those timed out); a new target
+        from the driver lifts the profile's lowering."""
+        with self._lock:
+            for state in outcome.states:
+                known = self._targets.get(state.profile_id)
+                self._targets[state.profile_id] = state.target
+                if known is not None and known != state.target:
+                    self.timeout.target_changed(state.profile_id)
+        self._review(outcome.states)
+
+    def effective_targets(self) -> dict[int, int]:
+        """Every lowered profile's effective target."""
+        with self._lock:
+            return {
+                p: self.timeout.effective_target(p, target)
+                for p, target in self._targets.items()
+                if self.timeout.effective_target(p, target) < target
+            }

@@ -25,15 +25,22 @@ Pure and clock-free: the allocator passes `now` (monotonic seconds) and the coun
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from execpods.core.errors import QuotaExceeded
-from execpods.core.notices import AllocatorNotice, NoticeKind
+from execpods.core.allocation import ProfileState
+from execpods.core.errors import PodOperationError, QuotaExceeded
+from execpods.core.features import Feature, FeatureParts, NewExecutor, RoundOutcome
+from execpods.core.notices import AllocatorNotice, NoticeHub, NoticeKind
+from execpods.core.ports import Clock, PodDecisions
 from execpods.core.settingkit import SettingsBase, duration_setting, positive
 
-__all__ = ["QuotaCap", "QuotaGate", "QuotaSettings", "describe_refusal"]
+__all__ = ["QuotaCap", "QuotaFeature", "QuotaGate", "QuotaSettings", "describe_refusal", "plug"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,3 +223,115 @@ class QuotaGate:
         """Executors the quota keeps from being created, over every profile (the metrics'
         `quota` waiting reason)."""
         return sum(max(targets.get(p, 0) - cap.admitted, 0) for p, cap in self._caps.items())
+
+
+def plug(settings: QuotaSettings, parts: FeatureParts) -> QuotaFeature:
+    """Always on: a namespace without a quota never refuses for one, and costs nothing."""
+    return QuotaFeature(settings, notices=parts.notices, clock=parts.clock)
+
+
+class QuotaFeature(Feature):
+    """The quota gate in the allocation: caps each profile's creates while the namespace is full,
+    holds a refused profile, and tells the driver (`QUOTA_EXCEEDED`, `QUOTA_CAP_LIFTED`)."""
+
+    def __init__(
+        self,
+        settings: QuotaSettings,
+        *,
+        notices: NoticeHub,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.gate = QuotaGate(settings, rng=rng)
+        self._notices = notices
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._live: dict[int, int] = {}
+        """Each profile's executors alive as of its cap this round, plus the creates accepted
+        since (the creates run on worker threads)."""
+        self._accepted: dict[int, int] = {}
+        self._refusals: dict[int, tuple[int, QuotaExceeded]] = {}
+        """This round's refused creates by profile, and the last refusal (it names the quota)."""
+        self._targets: dict[int, int] = {}
+
+    def cap(self, state: ProfileState, wanted: int) -> int:
+        profile_id = state.profile_id
+        with self._lock:
+            self._live[profile_id] = state.pod_count
+            self._accepted[profile_id] = 0
+            self._targets[profile_id] = state.target
+            return self.gate.allowed(
+                profile_id, live=state.pod_count, wanted=wanted, now=self._clock.monotonic()
+            )
+
+    def created(self, executor: NewExecutor, pod_name: str, decisions: PodDecisions) -> None:
+        profile_id = executor.resource_profile_id
+        with self._lock:
+            self._live[profile_id] = self._live.get(profile_id, 0) + 1
+            self._accepted[profile_id] = self._accepted.get(profile_id, 0) + 1
+
+    def refused(self, executor: NewExecutor, error: PodOperationError) -> bool:
+        """A create an exhausted quota refused is taken as capacity (not counted, not backed off
+        by the creator); the round's refusals of a profile cap it once, at `finished`."""
+        if not isinstance(error, QuotaExceeded):
+            return False
+        profile_id = executor.resource_profile_id
+        with self._lock:
+            count, _ = self._refusals.get(profile_id, (0, error))
+            self._refusals[profile_id] = (count + 1, error)
+        return True
+
+    def finished(self, outcome: RoundOutcome) -> None:
+        """The round's refusals cap their profiles (one notice each, naming the quota); creates
+        the API admitted raise a cap (a probe went through); a new target within the cap, or the
+        target reached, lifts it."""
+        told: list[AllocatorNotice] = []
+        now = self._clock.monotonic()
+        with self._lock:
+            refusals, self._refusals = self._refusals, {}
+            for profile_id, (count, error) in sorted(refusals.items()):
+                live = self._live.get(profile_id, 0)
+                told.append(
+                    self.gate.refused(
+                        profile_id,
+                        error,
+                        count=count,
+                        live=live,
+                        target=self._targets.get(profile_id, live),
+                        now=now,
+                    )
+                )
+            for state in outcome.states:
+                profile_id = state.profile_id
+                accepted = self._accepted.pop(profile_id, 0)
+                if accepted and profile_id not in refusals:
+                    notice = self.gate.created(
+                        profile_id,
+                        count=accepted,
+                        live=self._live.get(profile_id, state.pod_count),
+                        target=state.target,
+                        now=now,
+                    )
+                    if notice is not None:
+                        told.append(notice)
+                if self._targets.get(profile_id) != state.target:
+                    self._targets[profile_id] = state.target
+                    lifted = self.gate.target_changed(profile_id, state.target)
+                    if lifted is not None:
+                        told.append(lifted)
+        for notice in told:
+            if notice.kind is NoticeKind.QUOTA_EXCEEDED:
+                logger.warning(notice.message)
+            else:
+                logger.info(notice.message)
+            self._notices.notify(notice)
+
+    def kept_out(self) -> int:
+        """Executors the quota keeps from being created now, over every profile."""
+        with self._lock:
+            return self.gate.kept_out(dict(self._targets))
+
+    def effective_targets(self) -> dict[int, int]:
+        """Every capped profile's effective target."""
+        with self._lock:
+            return {p: min(self._targets.get(p, cap), cap) for p, cap in self.gate.capped().items()}

@@ -9,9 +9,16 @@ composes them into one object. The kit's names are re-exported here for older im
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from execpods.core.errors import SettingsError
+from execpods.core.failurerules import (
+    FAILURE_RULES_DOC,
+    FAILURE_RULES_PREFIX,
+    parse_rules,
+    rule_number,
+)
 from execpods.core.labels import ExecutorLabels
 from execpods.core.settingkit import (
     SettingsBase,
@@ -30,6 +37,7 @@ from execpods.core.settingkit import (
     parse_str,
     positive,
     setting,
+    setting_family,
     unknown_keys,
 )
 
@@ -278,6 +286,9 @@ class CoreSettings(SettingsBase):
         "and not counted, as the Job controller's podFailurePolicy ignores disruptions.",
         parse=parse_bool,
     )
+    failure_rules: Mapping[str, str] = setting_family(
+        FAILURE_RULES_PREFIX, FAILURE_RULES_DOC, name_rule=rule_number
+    )
     dynamic_allocation_enabled: bool = setting(
         "spark.dynamicAllocation.enabled",
         False,
@@ -380,6 +391,7 @@ class CoreSettings(SettingsBase):
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
+        parse_rules(self.failure_rules)  # a rule that cannot be read fails here, by its property
         self._check_dynamic_allocation()
         if self.max_pending_pods_per_rp > self.max_pending_pods:
             raise SettingsError(

@@ -100,6 +100,10 @@ class PollSource:
     def poll_once(self, selector: str) -> None:
         """One resynchronisation; a failure is logged with its cause and the next poll retries."""
         logger.debug("Resynchronizing full executor pod state from Kubernetes.")
+        if self._warnings is not None:
+            # Before the list, never between it and the store: a list applied late is older
+            # than what the watch has told since, and would hide the pods created meanwhile.
+            self._warnings.refresh(self._operations.gateway.list_events)
         # Before the list: a quorum list taken after it is at least this new, unless the
         # server went back (the watch may pass the list's version meanwhile, legitimately).
         newest = self._newest()
@@ -132,7 +136,6 @@ class PollSource:
                 self._on_went_back()
         self._last_version = _number(version)
         if self._warnings is not None:
-            self._warnings.refresh(self._operations.gateway.list_events)
             pods = self._warnings.annotate_all(pods)
         self._store.replace_snapshot(pods)
 

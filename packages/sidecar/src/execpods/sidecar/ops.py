@@ -67,6 +67,8 @@ class OpsPlane:
                 snapshot=lambda: backend.current_snapshot,
                 labels=settings.core.labels,
                 targets=backend.targets,
+                effective_targets=backend.effective_targets,
+                kept_out=backend.kept_out_by_quota,
                 failures=lambda: backend.failed_executors,
                 failure_limit=settings.core.max_executor_failures,
                 app_id=runtime.app_id,

@@ -32,7 +32,9 @@ from execpods.core import (
     ExecutorRemoval,
     ExecutorState,
     NoticeKind,
+    PendingReason,
     ProgressChange,
+    waiting_for,
 )
 from execpods.core.settingkit import (
     SettingsBase,
@@ -102,6 +104,9 @@ class MetricsSettings(SettingsBase):
     )
 
 
+_WAITING_REASONS = tuple(reason.value for reason in PendingReason)
+
+
 class _ExecutorsCollector(Collector):
     """`execpods_executors{state, resource_profile}` from the latest snapshot, at scrape time."""
 
@@ -109,6 +114,8 @@ class _ExecutorsCollector(Collector):
         self._snapshot = metrics.snapshot
         self._profile_label = metrics.labels.resource_profile_id
         self._targets = metrics.targets
+        self._effective = metrics.effective_targets
+        self._kept_out = metrics.kept_out
         self._failures = metrics.failures
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -118,10 +125,15 @@ class _ExecutorsCollector(Collector):
             labels=("state", "resource_profile"),
         )
         counts: dict[tuple[str, str], int] = {}
+        waiting = dict.fromkeys(_WAITING_REASONS, 0)
         for _, state in self._snapshot().items():
             profile = state.pod.labels.get(self._profile_label, "0")
             key = (state.state.value, profile)
             counts[key] = counts.get(key, 0) + 1
+            if state.state is ExecutorState.PENDING:
+                why = waiting_for(state)
+                if why is not None:
+                    waiting[why.reason.value] += 1
         for pod_state in ExecutorState:  # every state, so a dashboard sees zeros too
             counts.setdefault((pod_state.value, "0"), 0)
         for (state_name, profile), count in sorted(counts.items()):
@@ -135,6 +147,26 @@ class _ExecutorsCollector(Collector):
         for profile_id, total in sorted(self._targets().items()):
             target.add_metric((str(profile_id),), total)
         yield target
+        by_reason = GaugeMetricFamily(
+            "execpods_executors_waiting",
+            "Pending executors by why they wait (Unschedulable, ImagePull, ContainerConfig, "
+            "CrashLoop, FailedMount, SchedulingGated), and executors the namespace's quota keeps "
+            "from being created (Quota); every reason, zeros included.",
+            labels=("reason",),
+        )
+        waiting[PendingReason.QUOTA.value] = self._kept_out()
+        for reason, count in waiting.items():
+            by_reason.add_metric((reason,), count)
+        yield by_reason
+        effective = GaugeMetricFamily(
+            "execpods_effective_target_executors",
+            "The target allocation pursues, by resource profile: the driver's, capped at what "
+            "the namespace's ResourceQuota admits and lowered by the pending timeout.",
+            labels=("resource_profile",),
+        )
+        for profile_id, total in sorted(self._effective().items()):
+            effective.add_metric((str(profile_id),), total)
+        yield effective
         yield GaugeMetricFamily(
             "execpods_executor_failures_counted",
             "Executor failures counted now toward spark.executor.maxNumFailures (those within "
@@ -152,6 +184,8 @@ class SidecarMetrics(TelemetryListener):
         snapshot: Callable[[], ExecutorPodsSnapshot],
         labels: ExecutorLabels,
         targets: Callable[[], Mapping[int, int]],
+        effective_targets: Callable[[], Mapping[int, int]] | None = None,
+        kept_out: Callable[[], int] = lambda: 0,
         failures: Callable[[], int] = lambda: 0,
         failure_limit: int = 0,
         app_id: str = "",
@@ -159,6 +193,8 @@ class SidecarMetrics(TelemetryListener):
         self.snapshot = snapshot
         self.labels = labels
         self.targets = targets
+        self.effective_targets = effective_targets if effective_targets is not None else targets
+        self.kept_out = kept_out
         self.failures = failures
         # No `_created` series (a start time per counter and histogram child doubles the series
         # for nothing a query uses). prometheus_client's switch is process-wide: the sidecar's

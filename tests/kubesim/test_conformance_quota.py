@@ -1,8 +1,16 @@
-"""ResourceQuota in kubesim: objects, usage, and the admission's exact 403 wording, through the
-official client over HTTP."""
+"""ResourceQuota: objects, usage, and the admission's exact 403 wording, through the official client
+over HTTP: a conformance module, so it runs on kubesim and (with the real API server built) on
+kube-apiserver v1.36 with its quota controller, the same assertions on both.
+
+On a real server the quota controller computes `status.used` a moment after a quota is created or
+a pod ends (a create before that is refused "status unknown for quota"), so the tests wait for
+the usage they read; kubesim computes it at once, so the waits return at once there."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -44,15 +52,55 @@ def refusal(core: CoreApi, body: dict[str, Any]) -> dict[str, Any]:
     return status
 
 
-def used(core: CoreApi, name: str) -> dict[str, str]:
-    quota = core.read_namespaced_resource_quota(name, NS)
-    return dict(quota.status.used)
+def used(core: CoreApi, name: str, *, expect: dict[str, str] | None = None) -> dict[str, str]:
+    """The quota's `status.used`, once the quota controller has computed it (and, with
+    `expect`, once it says that: the controller gives usage back asynchronously)."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        status = core.read_namespaced_resource_quota(name, NS).status
+        found = dict(status.used or {}) if status is not None else {}
+        if found and (expect is None or found == expect):
+            return found
+        if time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def quota_ready(core: CoreApi, namespace: str, body: dict[str, Any]) -> None:
+    """Create a quota and wait until its usage is known (before that a real server refuses every
+    pod it covers: "status unknown for quota")."""
+    core.create_namespaced_resource_quota(namespace, body)
+    deadline = time.monotonic() + 30.0
+    name = body["metadata"]["name"]
+    while not _usage_known(core.read_namespaced_resource_quota(name, namespace)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the quota {name} has no usage after 30 s")
+        time.sleep(0.05)
+
+
+def _usage_known(quota: Any) -> bool:
+    return quota.status is not None and bool(quota.status.used)
+
+
+@pytest.fixture(autouse=True)
+def no_quotas(core: CoreApi) -> Iterator[None]:
+    """No quota before or after a test (a real server is shared by the session, and its
+    namespaces are emptied of pods between tests, not of quotas)."""
+
+    def clear() -> None:
+        for namespace in (NS, "other"):
+            with contextlib.suppress(ApiException):
+                core.delete_collection_namespaced_resource_quota(namespace)
+
+    clear()
+    yield
+    clear()
 
 
 def test_a_pod_quota_admits_its_worth_and_refuses_the_next_in_the_api_servers_words(
     core: CoreApi,
 ) -> None:
-    core.create_namespaced_resource_quota(NS, quota_body("compute", {"pods": "2"}))
+    quota_ready(core, NS, quota_body("compute", {"pods": "2"}))
     assert used(core, "compute") == {"pods": "0"}
     core.create_namespaced_pod(NS, sized_pod("exec-1"))
     core.create_namespaced_pod(NS, sized_pod("exec-2"))
@@ -71,7 +119,7 @@ def test_only_the_exhausted_resources_are_named_sorted_in_canonical_quantities(
     core: CoreApi,
 ) -> None:
     hard = {"requests.memory": "3Gi", "requests.cpu": "2500m", "pods": "10"}
-    core.create_namespaced_resource_quota(NS, quota_body("compute", hard))
+    quota_ready(core, NS, quota_body("compute", hard))
     core.create_namespaced_pod(NS, sized_pod("a", cpu="1"))
     core.create_namespaced_pod(NS, sized_pod("b", cpu="1"))
     assert used(core, "compute") == {"pods": "2", "requests.cpu": "2", "requests.memory": "2816Mi"}
@@ -86,7 +134,7 @@ def test_only_the_exhausted_resources_are_named_sorted_in_canonical_quantities(
 
 
 def test_a_quota_on_cpu_needs_every_container_to_name_it(core: CoreApi) -> None:
-    core.create_namespaced_resource_quota(NS, quota_body("compute", {"limits.cpu": "4"}))
+    quota_ready(core, NS, quota_body("compute", {"limits.cpu": "4"}))
     status = refusal(core, sized_pod("exec-1"))
     assert status["message"] == (
         'pods "exec-1" is forbidden: failed quota: compute: must specify limits.cpu for: main'
@@ -96,17 +144,19 @@ def test_a_quota_on_cpu_needs_every_container_to_name_it(core: CoreApi) -> None:
 def test_usage_is_given_back_when_pods_end_and_a_raised_quota_admits_more(
     sim: KubeSim, core: CoreApi
 ) -> None:
-    core.create_namespaced_resource_quota(NS, quota_body("compute", {"pods": "1"}))
+    quota_ready(core, NS, quota_body("compute", {"pods": "1"}))
     core.create_namespaced_pod(NS, sized_pod("exec-1"))
     refusal(core, sized_pod("exec-2"))
     core.delete_namespaced_pod("exec-1", NS, grace_period_seconds=0)
     sim.run_until_idle()
-    assert used(core, "compute") == {"pods": "0"}
+    assert used(core, "compute", expect={"pods": "0"}) == {"pods": "0"}
     core.create_namespaced_pod(NS, sized_pod("exec-2"))
     refusal(core, sized_pod("exec-3"))
     core.patch_namespaced_resource_quota("compute", NS, {"spec": {"hard": {"pods": "3"}}})
-    quota = core.read_namespaced_resource_quota("compute", NS)
-    assert quota.status.hard == {"pods": "3"}
+    deadline = time.monotonic() + 30.0
+    while core.read_namespaced_resource_quota("compute", NS).status.hard != {"pods": "3"}:
+        assert time.monotonic() < deadline, "the raised quota was never synced"
+        time.sleep(0.05)
     core.create_namespaced_pod(NS, sized_pod("exec-3"))
     assert used(core, "compute") == {"pods": "2"}
 
@@ -114,23 +164,26 @@ def test_usage_is_given_back_when_pods_end_and_a_raised_quota_admits_more(
 def test_a_failed_pod_stops_counting_but_its_object_count_stays(
     sim: KubeSim, core: CoreApi
 ) -> None:
-    core.create_namespaced_resource_quota(NS, quota_body("q", {"pods": "5", "count/pods": "5"}))
+    quota_ready(core, NS, quota_body("q", {"pods": "5", "count/pods": "5"}))
     core.create_namespaced_pod(NS, sized_pod("exec-1"))
     sim.run_until_idle()
-    sim.fail_pod("exec-1", exit_code=1)
+    # As its kubelet writes it (the status subresource): the pod failed.
+    core.patch_namespaced_pod_status("exec-1", NS, {"status": {"phase": "Failed"}})
     sim.run_until_idle()
-    assert used(core, "q") == {"pods": "0", "count/pods": "1"}
+    assert used(core, "q", expect={"pods": "0", "count/pods": "1"}) == {
+        "pods": "0",
+        "count/pods": "1",
+    }
 
 
 def test_scopes_and_quotas_in_other_namespaces(sim: KubeSim, core: CoreApi) -> None:
-    core.create_namespaced_resource_quota(
-        NS, quota_body("best-effort", {"pods": "0"}, scopes=["BestEffort"])
-    )
+    quota_ready(core, NS, quota_body("best-effort", {"pods": "0"}, scopes=["BestEffort"]))
     core.create_namespaced_pod(NS, sized_pod("sized"))  # not best effort: not this quota's
     best_effort = sized_pod("bare", cpu=None, memory=None)
     assert "exceeded quota: best-effort" in refusal(core, best_effort)["message"]
-    core.create_namespace({"metadata": {"name": "other"}})
-    core.create_namespaced_resource_quota("other", quota_body("none", {"pods": "0"}))
+    with contextlib.suppress(ApiException):  # a real cluster's test namespaces exist already
+        core.create_namespace({"metadata": {"name": "other"}})
+    quota_ready(core, "other", quota_body("none", {"pods": "0"}))
     core.create_namespaced_pod(NS, sized_pod("sized-2"))
 
 
