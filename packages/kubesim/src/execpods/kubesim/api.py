@@ -203,7 +203,8 @@ class KubeSim:
         """Restart the API server with its state restored from `backup`, as after an etcd
         restore: objects made since are gone, deleted ones are back, resourceVersions go back to
         the backup's (lower than any a client saw since), watch history is gone and every
-        connection is cut. The simulated kubelets keep running what they run."""
+        connection is cut. The simulated scheduler and kubelets re-list, as their informers would:
+        pods that are gone are forgotten, and pods that are back are scheduled or run again."""
         with self._lifecycle:
             server = self._running()
             port = server.port
@@ -211,6 +212,7 @@ class KubeSim:
             self.store.restore(backup.pods)
             for plural, saved in backup.objects.items():
                 self.object_apis[plural].store.restore(saved)
+            self.cluster.resync(backup.pods.objects.values())
             if down_seconds > 0:
                 time.sleep(down_seconds)
             self._server = self._serve(port)

@@ -39,7 +39,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -247,6 +247,19 @@ class NodeSimulation:
 
     def _update(self, key: Key, uid: str, mutate: Callable[[Obj], Obj | None]) -> Obj | None:
         return self.port.write_status(key[0], key[1], uid, mutate)
+
+    def resync(self, pods: Iterable[Obj]) -> None:
+        """After the API server's state went back (a restore from a backup): forget the pods
+        that are gone, and take up the ones that are back, as kubelets and the scheduler do
+        when their informers re-list."""
+        current = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        with self._lock:
+            tracked = set(self._node_of) | set(self._unschedulable)
+        for key in tracked - set(current):
+            self._release(key)
+        for key, pod in current.items():
+            if key not in tracked:
+                self.on_event(Event(0, "ADDED", None, pod))
 
     def _release(self, key: Key) -> None:
         with self._lock:
