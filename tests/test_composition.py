@@ -17,7 +17,12 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+# One worker runs this module's tests, so the parsed sources (functools.cache) are parsed once.
+pytestmark = pytest.mark.xdist_group("tests/test_composition.py")
 REPO_SOURCES = [
     *sorted((ROOT / "packages").glob("*/src/**/*.py")),
     *sorted(ROOT.glob("tests/**/*.py")),

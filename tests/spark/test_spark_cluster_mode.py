@@ -40,7 +40,7 @@ SUBMIT_CONF = [
     "--conf", "spark.scheduler.minRegisteredResourcesRatio=0",
 ]  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.jvm]
 
 
 @pytest.mark.timeout(360)  # two JVMs; 40 s quiet, two minutes under a load average of 30
