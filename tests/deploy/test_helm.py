@@ -232,3 +232,54 @@ def test_the_token_secret_is_kept_across_upgrades(helm: str) -> None:
     second = next(d for d in template(helm) if d["kind"] == "Secret")
     assert first["data"]["token"] != second["data"]["token"]
     assert first["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+@pytest.mark.real_server
+def test_uninstall_leaves_the_namespace_its_drivers_and_the_token(
+    helm: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On kube-apiserver (the real-server tier): `helm install`, `helm upgrade` keeps the token
+    (`lookup`), and `helm uninstall` leaves the namespace, a driver pod running in it and the
+    token Secret. The chart makes the namespace (for its Pod Security labels); were it deleted
+    on uninstall, every Spark application in it would go with it, and the kept token too."""
+    server = request.getfixturevalue("real_server")  # the session's (tests/conftest.py)
+    namespace = f"helm-{secrets.token_hex(4)}"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(server.kubeconfig_path),
+        **{f"HELM_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "CACHE", "DATA")},
+    }
+
+    def run(*command: str) -> str:
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, env=env, timeout=120
+        )
+        assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+    def token() -> str:
+        return run(
+            kubectl_path(), "get", "secret", "-n", namespace, "execpods-sidecar-token",
+            "-o", "jsonpath={.data.token}",
+        )  # fmt: skip
+
+    release = ("execpods", str(CHART), "--set", f"namespace.name={namespace}")
+    try:
+        run(helm, "install", *release)
+        installed = token()
+        run(helm, "upgrade", *release)
+        assert token() == installed  # a new token would lock out running drivers
+        run(kubectl_path(), "run", "-n", namespace, "driver", "--image=apache/spark:4.3.0")
+        run(helm, "uninstall", "execpods", "--wait")
+        phase = run(kubectl_path(), "get", "namespace", namespace, "-o", "jsonpath={.status.phase}")
+        assert phase == "Active"
+        assert run(kubectl_path(), "get", "pod", "-n", namespace, "driver", "-o", "name")
+        assert token() == installed
+    finally:  # the server is shared: leave it as found
+        subprocess.run(
+            [helm, "uninstall", "execpods"], env=env, capture_output=True, check=False, timeout=60
+        )
+        subprocess.run(
+            [kubectl_path(), "delete", "namespace", namespace, "--wait=false"],
+            env=env, capture_output=True, check=False, timeout=60,
+        )  # fmt: skip
