@@ -160,3 +160,34 @@ def test_namespaces_exist_once_created_as_kubectl_sees_them(tmp_path: Path) -> N
         assert "pod/p created" in _ok(kubectl("-n", "team-a", "apply", "-f", "-", stdin=pod))
         refused = kubectl("delete", "namespace", "default", "--wait=false")
         assert "this namespace may not be deleted" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("apply", "--dry-run=server", "-f", "-"),
+        ("apply", "--server-side", "--dry-run=server", "-f", "-"),
+        ("diff", "-f", "-"),  # a server-side apply with dryRun=All
+        ("delete", "--dry-run=server", "-f", "-"),
+    ],
+    ids=["apply", "server-side-apply", "diff", "delete"],
+)
+def test_a_server_dry_run_writes_nothing_and_says_kubesim_does_not_serve_it(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """`kubectl apply --dry-run=server` (or `kubectl diff`, which is one) against kubesim used to
+    write what it was meant only to check. kubesim does not model dry runs: it refuses them
+    with a message naming dryRun, and nothing changes."""
+    configmap = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: checked, namespace: default}\n"
+        "data: {a: b}\n"
+    )
+    with KubeSim() as sim:
+        kubectl = _kubectl(sim, tmp_path)
+        if command[0] == "delete":
+            _ok(kubectl("apply", "-f", "-", stdin=configmap))
+        before = sim.objects("configmaps", "default")
+        done = kubectl(*command, stdin=configmap.replace("a: b", "a: c"))
+        assert done.returncode not in (0, 1) if command[0] == "diff" else done.returncode != 0
+        assert "kubesim does not serve dry runs (dryRun=All)" in done.stderr, done.stderr
+        assert sim.objects("configmaps", "default") == before

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["FALSE", "TRUE", "parse_bool"]
+import orjson
+from execpods.kubesim.errors import ApiError
+
+__all__ = ["FALSE", "TRUE", "parse_bool", "refuse_dry_run"]
 
 TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 """Spellings of true that Go's ParseBool knows (kube-apiserver takes any value but 0/false)."""
@@ -17,3 +20,29 @@ def parse_bool(value: str | None, name: str) -> bool:
     if value is None or value == "":
         return False
     return not (value == "0" or value.lower() == "false")
+
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def refuse_dry_run(method: str, query: dict[str, str], body: bytes) -> None:
+    """A write with `dryRun` (a query parameter, or for a delete DeleteOptions' field) is a 400:
+    kubesim does not model dry runs, and making the write anyway (as it once did) changes what
+    the caller only meant to check (`kubectl apply --dry-run=server`, `kubectl diff`, `kubectl
+    delete --dry-run=server`)."""
+    if method not in _WRITES:
+        return
+    asked: object = query.get("dryRun")
+    if asked is None and method == "DELETE" and body.strip():
+        try:
+            options = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return  # the delete's own parsing says what is wrong with it
+        asked = options.get("dryRun") if isinstance(options, dict) else None
+    if not asked:
+        return
+    shown = ",".join(map(str, asked)) if isinstance(asked, list) else str(asked)
+    raise ApiError.bad_request(
+        f"kubesim does not serve dry runs (dryRun={shown}): nothing was written or deleted; "
+        "check against a real API server, or without the dry run"
+    )

@@ -31,7 +31,7 @@ from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
 from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.params import parse_bool
+from execpods.kubesim.params import parse_bool, refuse_dry_run
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
 __all__ = ["ApiServer", "ServerContext", "parse_bool"]
@@ -325,6 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
             content_type=self.header("Content-Type"), accept=self.header("Accept"), body=body
         )
         kindroutes.check_namespace(method, path, ctx.namespaces, self.header("Content-Type"))
+        refuse_dry_run(method, query, body)  # after the 401/403 and a missing namespace's 404
         found = kindroutes.discovery(method, path, ctx.objects, self.server.server_address)
         if found is not None:
             return self.reply(200, found)
