@@ -191,3 +191,18 @@ def test_a_server_dry_run_writes_nothing_and_says_kubesim_does_not_serve_it(
         assert done.returncode not in (0, 1) if command[0] == "diff" else done.returncode != 0
         assert "kubesim does not serve dry runs (dryRun=All)" in done.stderr, done.stderr
         assert sim.objects("configmaps", "default") == before
+
+
+def test_applying_a_custom_resource_says_its_crd_is_missing(tmp_path: Path) -> None:
+    """`kubectl apply -k deploy/monitoring` (PodMonitor, PrometheusRule) on kubesim, which has
+    no CRDs, fails as on a cluster without the Prometheus Operator (kube-apiserver v1.36 gives
+    these lines), not with "the server was unable to respond with a content type that the
+    client supports" (kubectl's validation found no CRD list and no OpenAPI v2 document)."""
+    with KubeSim() as sim:
+        done = _kubectl(sim, tmp_path)("apply", "-k", str(ROOT / "deploy" / "monitoring"))
+    assert done.returncode != 0
+    for kind in ("PodMonitor", "PrometheusRule"):
+        missing = f'no matches for kind "{kind}" in version "monitoring.coreos.com/v1"'
+        assert missing in done.stderr, done.stderr
+    assert "ensure CRDs are installed first" in done.stderr
+    assert "content type" not in done.stderr

@@ -21,7 +21,7 @@ from execpods.kubesim.applykinds import (
 )
 from execpods.kubesim.errors import ApiError
 from execpods.kubesim.objects import ObjectApi
-from execpods.kubesim.openapi import OPENAPI_ROOT, openapi_document
+from execpods.kubesim.openapi import CRD_LIST_PATH, OPENAPI_ROOT, no_crds, openapi_document
 from execpods.kubesim.params import parse_bool
 from execpods.kubesim.pods import valid_namespace_name
 from execpods.kubesim.watchserve import WatchSource
@@ -101,6 +101,8 @@ def discovery(
         found = openapi_document(path, [(k.group, k.plural, k.kind, True) for k in kinds])
     if found is None:
         found = resources.discovery(path, server_address)
+    if found is None and path == CRD_LIST_PATH:
+        found = no_crds()
     if found is None:
         return None
     if method != "GET":

@@ -6,6 +6,12 @@ validation to the server (`fieldValidation=Strict`) instead of downloading the w
 kubesim serves just that: for each resource it serves, a PATCH operation tagged with its
 `x-kubernetes-group-version-kind` and the parameter. Without these documents `kubectl apply`
 fails with "failed to download openapi" unless given `--validate=false`.
+
+A kind in none of those documents (a custom resource, such as the Prometheus Operator's
+PodMonitor) sends kubectl to the CustomResourceDefinitions and then to the OpenAPI v2 document:
+kubesim answers both as a cluster without CRDs would, empty, so kubectl says what a cluster says
+("no matches for kind ... ensure CRDs are installed first"). Before, a 404 and a 406 there made
+it fail with "the server was unable to respond with a content type that the client supports".
 """
 
 from __future__ import annotations
@@ -14,9 +20,38 @@ from collections.abc import Iterable
 
 from execpods.kubesim.store import Obj
 
-__all__ = ["OPENAPI_ROOT", "openapi_document"]
+__all__ = [
+    "CRD_LIST_PATH",
+    "OPENAPI_ROOT",
+    "OPENAPI_V2_PATH",
+    "no_crds",
+    "openapi_document",
+    "openapi_v2",
+]
 
 OPENAPI_ROOT = "/openapi/v3"
+OPENAPI_V2_PATH = "/openapi/v2"
+CRD_LIST_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
+def no_crds() -> Obj:
+    """The CustomResourceDefinitionList of a cluster that has none."""
+    return {
+        "kind": "CustomResourceDefinitionList",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "metadata": {"resourceVersion": "1"},
+        "items": [],
+    }
+
+
+def openapi_v2(accept: str) -> tuple[str, bytes]:
+    """(content type, body) of an OpenAPI v2 document that declares nothing: in Protobuf (as
+    kubectl asks for it, with the API server's content type) an empty `Document` is no bytes."""
+    if "protobuf" in accept:
+        return _V2_PROTOBUF, b""
+    return "application/json", b'{"swagger":"2.0","info":{"title":"Kubernetes","version":"v1"}}'
+
 
 # (group, plural, kind, namespaced) of every resource kubesim serves besides its object kinds.
 _BUILTIN = (

@@ -31,6 +31,7 @@ from execpods.kubesim.faults import RequestRecord
 from execpods.kubesim.kindroutes import json_body
 from execpods.kubesim.mediatypes import check_media_types
 from execpods.kubesim.objects import ObjectApi
+from execpods.kubesim.openapi import OPENAPI_V2_PATH, openapi_v2
 from execpods.kubesim.params import parse_bool, refuse_dry_run
 from execpods.kubesim.watchserve import WatchSource, serve_watch
 
@@ -321,6 +322,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> int:
         api = ctx.api
         api.authorizer.check(method, path, query, self.header("Authorization"))
+        if path == OPENAPI_V2_PATH and method == "GET":  # in Protobuf: before the media types
+            content_type, document = openapi_v2(self.header("Accept"))
+            self._send(200, document, content_type=content_type)
+            return 200
         check_media_types(
             content_type=self.header("Content-Type"), accept=self.header("Accept"), body=body
         )
