@@ -90,13 +90,14 @@ class ShutdownReport:
     def describe(self, app_id: str) -> str:
         if self.complete:
             return f"deleted the {self.deleted} executor pods of application {app_id}"
-        if self.left is None:
-            what = "an unknown number of executor pods (the API did not answer a list either)"
+        if self.left is None:  # the list failed too: unanswered, or refused (401, 403)
+            what = "an unknown number of executor pods (listing them failed too)"
         else:
             what = f"{len(self.left)} executor pods ({summarize_ids(self.left)})"
+        attempts = f"{self.attempts} attempt{'' if self.attempts == 1 else 's'}"
         return (
-            f"could not delete the executor pods of application {app_id} in {self.attempts} "
-            f"attempts ({self.error}); {what} may be left"
+            f"could not delete the executor pods of application {app_id} in {attempts} "
+            f"({self.error}); {what} may be left"
         )
 
 
