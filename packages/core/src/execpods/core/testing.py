@@ -24,6 +24,7 @@ from execpods.core.compose import FeatureSettings, Machinery, Ports, compose_bac
 from execpods.core.creation import CreateRunner
 from execpods.core.errors import LedgerMarkInvalid, PodConflict, PodOperationError
 from execpods.core.features import FeatureSet
+from execpods.core.freshness import WriteLog
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.pods import (
@@ -44,6 +45,7 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    ListMark,
     PodDecisions,
     PodOperations,
     PodSelector,
@@ -89,6 +91,7 @@ class DeterministicSnapshotsStore:
         self._subscribers: list[SnapshotsCallback] = []
         self._buffer: list[ExecutorPodsSnapshot] = []
         self._current = ExecutorPodsSnapshot(labels=labels, classifier=classifier)
+        self._writes = WriteLog()
         self.full_snapshot_time = clock_time
         self.stopped = False
 
@@ -103,11 +106,17 @@ class DeterministicSnapshotsStore:
     def update_pod(self, pod: ExecutorPod) -> None:
         updated = self._current.with_update(pod)
         if updated is not self._current:
+            self._writes.updated(updated.changed_ids or ())
             self._current = updated
             self._buffer.append(updated)
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        self._current = ExecutorPodsSnapshot.from_pods(
+    def begin_list(self) -> ListMark:
+        return self._writes.mark()
+
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
+        listed = ExecutorPodsSnapshot.from_pods(
             pods,
             full_snapshot_ts=(
                 self.full_snapshot_time if self._clock is None else self._clock.time()
@@ -115,7 +124,10 @@ class DeterministicSnapshotsStore:
             labels=self._labels,
             classifier=self._classifier,
         )
-        self._buffer.append(self._current)
+        snapshot = self._writes.full_list(listed, self._current, since)
+        if snapshot is not None:
+            self._current = snapshot
+            self._buffer.append(snapshot)
 
     def notify_subscribers(self) -> None:
         batch, self._buffer = self._buffer, []
