@@ -21,6 +21,7 @@ from execpods.core import (
     ExecutorState,
     ManualClock,
 )
+from execpods.core.freshness import WriteLog
 from execpods.core.ports import SnapshotsStore
 from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import (
@@ -128,6 +129,21 @@ def test_a_mark_only_keeps_what_was_written_after_it(
     mark = store.begin_list()
     store.replace_snapshot([running_executor(2)], since=mark)
     assert states(store) == {2: ExecutorState.RUNNING}, "1 was deleted before the list was read"
+
+
+def test_the_log_holds_executors_only_while_a_list_is_out() -> None:
+    log = WriteLog()
+    empty = ExecutorPodsSnapshot()
+    for i in range(1000):
+        log.updated([i % 100])
+    assert len(log) == 0, "no list is out: nothing to keep"
+    mark = log.mark()
+    for i in range(1000):
+        log.updated([i % 100])
+    assert len(log) == 100, "one entry per executor"
+    log.full_list(empty, empty, mark)
+    log.updated([1])
+    assert len(log) == 0
 
 
 # --- every interleaving: a cluster, its watch, a poll in three steps, the allocator -------------

@@ -32,29 +32,39 @@ logger = logging.getLogger(__name__)
 
 
 class WriteLog:
-    """A store's count of writes, and the last write to touch each executor since the last list.
+    """A store's count of writes, and the last write to touch each executor while a list is out.
 
-    It holds one entry per executor updated since the last full list, so its size is bounded by
-    the application's executors. Not thread-safe: the store calls it under its own lock.
+    Only while a mark is out (taken and no full list applied since) does it note which executors
+    each update wrote: an update before every outstanding mark is never kept, and a sidecar that
+    does not poll, or between polls, holds nothing. It then holds at most one entry per executor.
+    Not thread-safe: the store calls it under its own lock.
     """
 
-    __slots__ = ("_last_list", "_touched", "_writes")
+    __slots__ = ("_last_list", "_listing", "_touched", "_writes")
 
     def __init__(self) -> None:
         self._writes = 0
         self._last_list = 0
         """The write count of the last full list applied."""
+        self._listing = False
+        """A mark was handed out after the last full list."""
         self._touched: dict[int, int] = {}
-        """Executor id -> the write count of its last update since the last full list."""
+        """Executor id -> the write count of its last update while a mark was out."""
+
+    def __len__(self) -> int:
+        """How many executors it holds (for leak tests)."""
+        return len(self._touched)
 
     def mark(self) -> ListMark:
+        self._listing = True
         return ListMark(self._writes)
 
     def updated(self, executor_ids: Iterable[int]) -> None:
         """An update wrote these executors' states."""
         self._writes += 1
-        for executor_id in executor_ids:
-            self._touched[executor_id] = self._writes
+        if self._listing:
+            for executor_id in executor_ids:
+                self._touched[executor_id] = self._writes
 
     def full_list(
         self,
@@ -82,6 +92,7 @@ class WriteLog:
                     kept[executor_id] = observed
         self._writes += 1
         self._last_list = self._writes
+        self._listing = False
         self._touched.clear()
         if not kept:
             return listed
