@@ -76,9 +76,11 @@ def pod_body(
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """The conformance modules run on kubesim and on the real API server (``[real]``), unless a
-    test is marked ``kubesim_only`` with the reason (docs/kubesim.md's fidelity table)."""
+    test is marked ``kubesim_only`` with the reason (docs/kubesim.md's fidelity table). A test
+    that starts a simulator of its own says so by using ``server_kind``."""
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    if "sim" not in metafunc.fixturenames or not module.startswith("test_conformance_"):
+    on_a_server = {"sim", "server_kind"} & set(metafunc.fixturenames)
+    if not on_a_server or not module.startswith("test_conformance_"):
         return
     only = metafunc.definition.get_closest_marker("kubesim_only")
     kinds = ["kubesim"] if only else ["kubesim", "real"]
