@@ -110,7 +110,10 @@ def test_the_docs_name_one_spark_version() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("where", "script", "needs"), BLOCKS, ids=[b[0] for b in BLOCKS])
+@pytest.mark.parametrize(
+    ("where", "script", "needs"),
+    [pytest.param(*b, id=b[0], marks=[pytest.mark.jvm] if "java" in b[2] else []) for b in BLOCKS],
+)
 def test_a_documented_command_runs(
     where: str, script: str, needs: list[str], tmp_path: Path
 ) -> None:

@@ -28,6 +28,9 @@ from importlinter.contracts.protected import ProtectedContract
 from importlinter.domain.contract import Contract
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# One worker runs this module's tests, so the import graph (functools.cache) is built once.
+pytestmark = pytest.mark.xdist_group("tests/test_fences.py")
 SHIPPED = {
     "execpods.core": "core",
     "execpods.k8s": "k8s_adapter",

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,26 +110,89 @@ def _tool(name: str) -> Path:
     return VENV_BIN / name
 
 
-def lint() -> None:
-    """Everything but the tests, in well under a minute: run it before each commit."""
-    _run(_tool("ruff"), "check", ".")
-    _run(_tool("ruff"), "format", "--check", ".")
-    _run(_tool("mypy"), "packages", "tests", "tools")
-    _run(_tool("lint-imports"))
+def _lint_steps() -> list[list[str]]:
+    steps: list[list[str | Path]] = [
+        [_tool("ruff"), "check", "."],
+        [_tool("ruff"), "format", "--check", "."],
+        [_tool("mypy"), "packages", "tests", "tools"],
+        [_tool("lint-imports")],
+    ]
     for generator in ("gen_proto.py", "gen_settings_doc.py"):
         gen_check = ROOT / "tools" / generator
         if gen_check.exists():
-            _run(_tool("python"), gen_check, "--check")
+            steps.append([_tool("python"), gen_check, "--check"])
+    return [[str(a) for a in step] for step in steps]
+
+
+def lint() -> None:
+    """Everything but the tests, in well under a minute: run it before each commit."""
+    for step in _lint_steps():
+        _run(*step)
+
+
+class _Lint(threading.Thread):
+    """The lint steps run beside the tests, each one's output kept for the end; the first that
+    fails calls `on_failure` (which stops the tests: the check has failed already)."""
+
+    def __init__(self, on_failure: Callable[[], None]) -> None:
+        super().__init__(name="lint", daemon=True)
+        self.output: list[str] = []
+        self.failed = ""
+        self.seconds = 0.0
+        self._on_failure = on_failure
+
+    def run(self) -> None:
+        started = time.monotonic()
+        for step in _lint_steps():
+            done = subprocess.run(step, cwd=ROOT, capture_output=True, text=True, check=False)
+            self.output.append(f"==> {' '.join(step)}\n{done.stdout}{done.stderr}")
+            if done.returncode != 0:
+                self.failed = f"failed ({done.returncode}): {' '.join(step)}"
+                self._on_failure()
+                break
+        self.seconds = time.monotonic() - started
+
+
+WORKERS_ENV = "EXECPODS_TEST_WORKERS"
+DEFAULT_WORKERS = 5
+"""pytest-xdist workers: more than the 2 cores, since most tests wait (on simulated latencies,
+processes starting, API servers); three of them run the heavy lanes (tests/lanes.py: the real
+API server's tests, two of JVMs), the others everything else. Measured in BUILD.md."""
 
 
 def check() -> None:
-    lint()
+    """The fast gate and every test, side by side: the tests mostly wait, so the lint steps'
+    CPU (mypy's cold run mostly) fits beside them. A lint failure stops the tests."""
+    started = time.monotonic()
     # The real API server tier (tests/realapi) needs etcd, kube-apiserver and
     # kube-controller-manager, the chart's tests helm, the proto checks buf: built from source
     # on the first run (minutes), cached after (execpods.devtools.realserver.gobuild).
     _run(_tool("python"), "-m", "execpods.devtools.realserver", "build")
-    env = {**os.environ, "EXECPODS_REAL_SERVER": "require"}
-    _run(_tool("pytest"), "-q", "-p", "no:cacheprovider", *sys.argv[2:], env=env)
+    # Bytecode is written (into the ignored __pycache__ folders): the tests start a Python
+    # process per worker and hundreds more (sidecars, kubesim, documented commands), and each
+    # would otherwise compile the workspace's sources and the tests' rewritten modules again.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["EXECPODS_REAL_SERVER"] = "require"
+    workers = os.environ.get(WORKERS_ENV) or str(DEFAULT_WORKERS)
+    argv = [
+        str(_tool("pytest")), "-q", "-p", "no:cacheprovider", "--durations=20",
+        "-n", workers, "--dist", "loadgroup", *sys.argv[2:],
+    ]  # fmt: skip
+    _say(f"{' '.join(argv)}   (beside it: the lint steps)")
+    tests = subprocess.Popen(argv, cwd=ROOT, env=env)
+    linting = _Lint(on_failure=lambda: tests.send_signal(signal.SIGINT))
+    linting.start()
+    code = tests.wait()
+    linting.join()
+    sys.stdout.write("".join(linting.output))
+    if linting.failed:
+        sys.exit(f"{linting.failed} (so the tests were stopped)")
+    _say(f"lint passed in {linting.seconds:.0f} s beside the tests")
+    if code != 0:
+        sys.exit(f"failed ({code}): pytest")
+    minutes, seconds = divmod(round(time.monotonic() - started), 60)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    _say(f"check passed in {minutes} min {seconds:02d} s after the bootstrap (load average {load})")
 
 
 def demo() -> None:

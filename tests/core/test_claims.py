@@ -52,7 +52,7 @@ def test_without_a_driver_pod_the_executor_pod_owns_its_claim_and_none_is_reused
 def test_spark_35416_support_persistent_volume_claim_reuse() -> None:
     """SPARK-35416: a new executor takes over an unused claim of the same class and size."""
     rig = claims_rig()
-    rig.claims.add_existing("pvc-0", age=600.0)
+    rig.claims.add_existing("pvc-0", age=900.0)
     rig.allocator.set_total_expected_executors(1)
     assert rig.claim_of(1) == "pvc-0"
     assert rig.claims.created == []
@@ -72,7 +72,7 @@ def test_spark_35416_support_persistent_volume_claim_reuse() -> None:
 
 def test_a_claim_of_another_storage_class_is_not_reused() -> None:
     rig = claims_rig()
-    rig.claims.add_existing("fast", age=600.0, storage_class="gp3")
+    rig.claims.add_existing("fast", age=900.0, storage_class="gp3")
     rig.allocator.set_total_expected_executors(1)
     assert rig.claim_of(1) == f"{TEST_APP_ID}-exec-1-pvc-0"
 
@@ -80,7 +80,7 @@ def test_a_claim_of_another_storage_class_is_not_reused() -> None:
 def test_spark_39688_get_reusable_pvcs_handles_accounts_with_no_pvc_permission() -> None:
     """SPARK-39688: a list the account may not make means no reuse, not a failed round."""
     rig = claims_rig()
-    rig.claims.add_existing("pvc-0", age=600.0)
+    rig.claims.add_existing("pvc-0", age=900.0)
     rig.claims.list_error = PodForbidden("persistentvolumeclaims is forbidden")
     rig.allocator.set_total_expected_executors(1)
     assert rig.claim_of(1) == f"{TEST_APP_ID}-exec-1-pvc-0"
@@ -90,7 +90,7 @@ def test_spark_39688_get_reusable_pvcs_handles_accounts_with_no_pvc_permission()
 def test_spark_41388_recently_created_pvcs_of_the_previous_batch_are_not_reused() -> None:
     """SPARK-41388: a claim made within the last batch delay may be about to be used."""
     rig = claims_rig()
-    rig.claims.add_existing("pvc-1", age=600.0)
+    rig.claims.add_existing("pvc-1", age=900.0)
     rig.claims.add_existing("pvc-2", age=0.0)
     rig.allocator.set_total_expected_executors(2)
     assert rig.claim_of(1) == "pvc-1"
@@ -112,10 +112,11 @@ def test_spark_41410_support_wait_to_reuse_persistent_volume_claims() -> None:
     assert rig.allocator.outstanding_pods == 0
     assert rig.pods.created_executor_ids() == [1]
     assert rig.policy.made == 1
-    # Executor 1 goes: its claim is free again, and one replacement takes it over (the other
-    # still waits: the application has its one claim).
+    # Executor 1 goes: its claim is free again (once older than the pod creation timeout),
+    # and one replacement takes it over (the other still waits: the application has its one
+    # claim).
     rig.store.replace_snapshot([])
-    rig.clock.advance(2.0)
+    rig.clock.advance(601.0)
     rig.store.notify_subscribers()
     assert rig.pods.created_executor_ids() == [1, 2]
     assert rig.claim_of(2) == rig.claim_of(1)
@@ -163,7 +164,13 @@ def test_wait_to_reuse_needs_ownership(own: bool) -> None:
     assert rig.pods.created_executor_ids() == ([1] if own else [1, 2])
 
 
-def test_a_pod_the_api_deleted_frees_its_claim_while_a_terminating_one_keeps_it() -> None:
+def test_m4_a_claim_is_reused_only_past_the_creation_timeout_and_out_of_use() -> None:
+    """Issue 33 M4, `ExecutorPodsAllocator.getReusablePVCs`: only a claim created more than the
+    pod creation timeout ago (max(5 x batch.delay, allocation.executor.timeout), 600 s) and that
+    no pod uses is reused; a Terminating pod still uses its claim, a pod the API deleted no longer
+    does (as real Spark 4.3 reuses it, side by side: the claims scenario). 128638e reused a claim
+    one batch delay after its pod went, so under watch lag a claim made for a pod not yet seen
+    could be handed to a second one."""
     rig = claims_rig()
     rig.allocator.set_total_expected_executors(1)
     run_round(rig, (1, "Running"))
@@ -176,9 +183,21 @@ def test_a_pod_the_api_deleted_frees_its_claim_while_a_terminating_one_keeps_it(
     assert others, "more executors were asked for"
     for executor_id in others:  # executor 1 still mounts its claim: theirs are new
         assert rig.claim_of(executor_id) == f"{TEST_APP_ID}-exec-{executor_id}-pvc-0"
-    rig.store.update_pod(replace(terminating, gone=True))
+    rig.store.update_pod(replace(terminating, gone=True))  # gone: its claim is free, but young
     run_round(rig, *((i, "Running") for i in others))
     rig.allocator.set_total_expected_executors(len(others) + 1)
+    young = max(rig.pods.created_executor_ids())
+    assert rig.claim_of(young) == f"{TEST_APP_ID}-exec-{young}-pvc-0", "2 s old: not reused"
+    run_round(rig, *((i, "Running") for i in [*others, young]))
+    rig.clock.advance(700.0)
+    rig.allocator.set_total_expected_executors(len(others) + 2)
     newest = max(rig.pods.created_executor_ids())
-    assert newest not in others
-    assert rig.claim_of(newest) == f"{TEST_APP_ID}-exec-1-pvc-0"
+    assert rig.claim_of(newest) == f"{TEST_APP_ID}-exec-1-pvc-0", "old enough, out of use"
+
+
+def test_m4_a_claim_younger_than_the_creation_timeout_is_not_reused() -> None:
+    """The same rule's other half: out of every pod, but made 10 s ago: a new claim."""
+    rig = claims_rig()
+    rig.claims.add_existing("young", age=10.0)
+    rig.allocator.set_total_expected_executors(1)
+    assert rig.claim_of(1) == f"{TEST_APP_ID}-exec-1-pvc-0"

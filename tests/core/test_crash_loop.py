@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from execpods.core import (
     AllocatorNotice,
     ContainerRunning,
@@ -34,8 +35,9 @@ class CrashLoop:
         self.created_at: dict[str, float] = {}
         self.failed = 0
 
-    def step(self, seconds: float, *, after: float = 2.0) -> None:
-        """`seconds` of rounds, one a second: new pods are noted, due ones fail."""
+    def step(self, seconds: float, *, after: float = 2.0, disruption: str | None = None) -> None:
+        """`seconds` of rounds, one a second: new pods are noted, due ones fail (disrupted by
+        Kubernetes for `disruption`, a DisruptionTarget reason)."""
         for _ in range(int(seconds)):
             self.clock.advance(1.0)
             now = self.clock.monotonic()
@@ -64,6 +66,7 @@ class CrashLoop:
                         pod,
                         phase="Failed",
                         container_statuses=(ContainerStatus(name=EXECUTOR, state=dead),),
+                        disruption=disruption,
                     )
                     self.pods.pods[name] = failed
                     self.composed.store.update_pod(failed)
@@ -138,3 +141,38 @@ def test_a_quiet_minute_forgets_the_pauses() -> None:
     assert len(_kinds(told, NoticeKind.CRASH_LOOP_PAUSED)) == 1
     assert len(loop.pods.created) >= 50, "the target is reached once it is quiet"
     assert len(loop.pods.created) > created_before
+
+
+@pytest.mark.parametrize("disruption", [None, "PreemptionByScheduler"])
+def test_a_loop_the_failure_rules_ignore_still_pauses_requests_unless_disrupted(
+    disruption: str | None,
+) -> None:
+    """`Ignore onExitCodes In 1` spares the failure budget, not the API: each executor that
+    fails at start still costs a create and a delete, so the brake pauses the loop as it would a
+    counted one (only a disruption the rules ignore, an eviction or preemption, is no start
+    failure)."""
+    clock = ManualClock(T0.timestamp())
+    pods = InMemoryPodOperations()
+    composed = compose_deterministic(
+        settings=CoreSettings.from_properties(
+            {
+                "spark.executor.maxNumFailures": "3",
+                "execpods.executor.failureRules.1": "Ignore onExitCodes In 1",
+            }
+        ),
+        pod_operations=pods,
+        clock=clock,
+        features=FeatureSettings(crash_loop=CrashLoopSettings.from_properties({})),
+    )
+    told: list[AllocatorNotice] = []
+    composed.backend.add_notice_listener(told.append)
+    composed.backend.start(initial_executors=0)
+    composed.allocator.set_totals({0: 50})
+    loop = CrashLoop(composed, pods, clock)
+    loop.step(60, disruption=disruption)
+    assert composed.backend.failed_executors == 0, "not counted either way"
+    if disruption is not None:  # the cluster's doing, not a crash loop
+        assert _kinds(told, NoticeKind.CRASH_LOOP_PAUSED) == []
+        return
+    assert _kinds(told, NoticeKind.CRASH_LOOP_PAUSED), "the loop is braked"
+    assert loop.failed < 150, loop.failed  # a target of 50 replaced every 2 s: over 700

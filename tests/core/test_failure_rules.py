@@ -188,6 +188,33 @@ def test_the_disruption_rule_comes_before_the_configured_ones() -> None:
     assert rules.decide(failed_pod(143)).action is FAIL
 
 
+@pytest.mark.parametrize("action", ["Count", "FailApplication"])
+def test_a_rule_on_disruptions_that_the_default_would_hide_fails_start_up(action: str) -> None:
+    """`countDisruptions=false` ignores disruptions ahead of every rule, so a rule that counts
+    or fails on DisruptionTarget alone could never apply: the start says so and how to fix it,
+    instead of the rule doing nothing."""
+    key = "execpods.executor.failureRules.1"
+    text = f"{action} onPodConditions DisruptionTarget"
+    with pytest.raises(SettingsError) as raised:
+        CoreSettings.from_properties({key: text})
+    message = str(raised.value)
+    assert message.startswith(f"{key}={text!r} never applies: ")
+    assert "execpods.executor.countDisruptions=true" in message
+    # With disruptions left to the rules, the rule decides them; another condition beside it,
+    # or an Ignore that agrees with the default, is fine either way.
+    counting = {key: text, "execpods.executor.countDisruptions": "true"}
+    counted = CoreSettings.from_properties(counting)
+    rules = FailureRules(
+        parse_rules(counted.failure_rules),
+        count_disruptions=counted.count_disruptions,
+        executor_container=EXECUTOR_CONTAINER_NAME,
+    )
+    assert rules.decide(failed_pod(143, conditions=DISRUPTED)).action is FailureAction(action)
+    CoreSettings.from_properties({key: f"{action} onPodConditions DisruptionTarget,ConfigIssue"})
+    CoreSettings.from_properties({key: "Ignore onPodConditions DisruptionTarget"})
+    CoreSettings.from_properties({key: f"{action} onPodConditions DisruptionTarget=False"})
+
+
 def test_rules_apply_in_ascending_number_not_in_text_order() -> None:
     settings = CoreSettings.from_properties(
         {

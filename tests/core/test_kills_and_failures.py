@@ -70,9 +70,11 @@ def _with_running(pods: InMemoryPodOperations, *ids: int) -> None:
         pods.pods[pod.name] = pod
 
 
-def test_kill_deletes_with_the_pods_grace_then_forces_those_still_running_after_the_period() -> (
-    None
-):
+def test_kill_deletes_with_the_pods_grace_and_never_cuts_it_short() -> None:
+    """Issue 33 M2: `KubernetesClusterSchedulerBackend.doKillExecutors` deletes the killed
+    executors still Running after deleteGracePeriod with a plain delete: each pod's own
+    terminationGracePeriodSeconds applies. 128638e force-deleted them (grace 0) at 5 s, cutting
+    decommission, block migration and the preStop hook short."""
     pods = GracefulPods()
     _with_running(pods, 1, 2, 3, 4)
     killed: list[list[int]] = []
@@ -81,14 +83,27 @@ def test_kill_deletes_with_the_pods_grace_then_forces_those_still_running_after_
     (graceful,) = pods.deletes
     assert graceful.grace_period_seconds is None
     pods.stop("spark-executor-1")  # exited on SIGTERM in time
-    scheduler.tick(GRACE - 0.001)
-    assert len(pods.deletes) == 1
-    scheduler.tick(0.001)
-    forced = pods.deletes[-1]
-    assert forced.grace_period_seconds == 0
-    assert forced.selector is not None
-    assert forced.selector.phase == "Running"
-    assert set(pods.pods) == {"spark-executor-4"}, "only the killed executors, and only now"
+    scheduler.tick(GRACE)
+    scheduler.tick(60.0)
+    assert [d.grace_period_seconds for d in pods.deletes] == [None], "nothing forced, ever"
+    assert set(pods.pods) == {"spark-executor-2", "spark-executor-3", "spark-executor-4"}
+    assert all(pods.pods[f"spark-executor-{i}"].deletion_timestamp for i in (2, 3))
+
+
+def test_a_killed_pod_still_running_undeleted_after_the_period_is_deleted_plainly() -> None:
+    """The same follow-up finds a pod whose delete was lost (Running, no deletion timestamp):
+    one more delete, without a grace period of its own (the pod's applies)."""
+    pods = GracefulPods()
+    _with_running(pods, 1, 2, 3)
+    scheduler = _killer(pods, [])
+    lost = replace(pods.pods["spark-executor-2"], deletion_timestamp=None)
+    pods.pods["spark-executor-2"] = lost
+    scheduler.tick(GRACE)
+    again = pods.deletes[-1]
+    assert len(pods.deletes) == 2
+    assert again.grace_period_seconds is None
+    assert again.selector is not None
+    assert again.selector.phase == "Running"
 
 
 def test_kill_forces_nothing_when_every_killed_executor_stopped_in_time() -> None:

@@ -219,6 +219,7 @@ def test_deleted_pods_are_reported_as_not_caused_by_the_app_and_not_deleted_agai
                 exit_code=-1,
                 exit_caused_by_app=False,
                 message="The executor with id 3 was deleted by a user or the framework.",
+                pod_deleted=True,
             ),
         )
     ]

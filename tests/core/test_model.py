@@ -518,4 +518,8 @@ GuaranteesModel.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_the_core_keeps_its_guarantees = GuaranteesModel.TestCase
+test_the_core_keeps_its_guarantees = pytest.mark.slow(
+    # CPU-bound, about 14 s alone on a quiet machine: slow, so a parallel run starts it first;
+    # its time limit only guards against a hang, and a loaded machine can take minutes.
+    pytest.mark.timeout(300)(GuaranteesModel.TestCase)
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -355,12 +356,97 @@ def test_a_pod_built_by_spark_gets_each_executor_s_identity() -> None:
     assert pod["spec"]["hostname"] == name
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["SPARK_EXECUTOR_ID"] == {"name": "SPARK_EXECUTOR_ID", "value": "12"}
-    assert env["SPARK_EXECUTOR_POD_NAME"] == {"name": "SPARK_EXECUTOR_POD_NAME", "value": name}
+    assert env["SPARK_EXECUTOR_POD_NAME"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }, "Spark's reference to the pod's own name, kept (the side-by-side harness compares it)"
+    assert "value" not in env["SPARK_EXECUTOR_POD_NAME"]
     assert env["SPARK_DRIVER_URL"]["value"] == "spark://CoarseGrainedScheduler@d:7078"
     # A template without a hostname gets none: Kubernetes then uses the pod's name.
     assert (
         "hostname" not in shaped.build(executor_id=13, app_id="app", resource_profile_id=9)["spec"]
     )
+
+
+def test_a_pod_built_by_spark_keeps_its_requests_limits_and_environment() -> None:
+    """Spark sized its pod from the driver's configuration (`request.cores` 1500m, the limit,
+    the overhead): the sidecar keeps that, and Spark's environment, rather than re-deriving them
+    from its own settings and the declared cores (the side-by-side harness found cpu 2 for
+    Spark's 1500m)."""
+    spark_pod = {
+        "kind": "Pod",
+        "metadata": {"name": "job-exec-0", "labels": {"spark-exec-id": "0"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "spark-kubernetes-executor",
+                    "env": [
+                        {"name": "SPARK_EXECUTOR_ID", "value": "0"},
+                        {"name": "SPARK_EXECUTOR_CORES", "value": "2"},
+                        {"name": "TEAM_QUEUE", "value": "analytics"},
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "1500m", "memory": "1536Mi"},
+                        "limits": {"cpu": "2", "memory": "1536Mi"},
+                    },
+                }
+            ]
+        },
+    }
+    profiles = ResourceProfiles(
+        [
+            ResourceProfile(
+                id=0,
+                cores=2,
+                memory_mib=1024,
+                memory_overhead_mib=512,
+                pod_template=parse_pod_template(json.dumps(spark_pod), what="a Spark pod"),
+            )
+        ]
+    )
+    settings = KubernetesSettings.from_properties(
+        {"spark.kubernetes.container.image": IMAGE, "spark.executorEnv.TEAM_QUEUE": "other"}
+    )
+    pod = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles).build(
+        executor_id=4, app_id="app"
+    )
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"] == spark_pod["spec"]["containers"][0]["resources"]  # type: ignore[index]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["SPARK_EXECUTOR_ID"] == "4"
+    assert env["TEAM_QUEUE"] == "analytics", "Spark's environment, not the sidecar's settings"
+
+
+def test_a_dotted_prefix_names_the_pod_whole_and_its_host_as_a_label() -> None:
+    """Issue 33 M7: Spark's pod is `<prefix>-exec-<id>`, the prefix uncut (a subdomain of at most
+    237 characters); its hostname is `BasicExecutorFeatureStep`'s (the name's last 63
+    characters), with `-` where Spark writes `_`, which the API server refuses in a hostname."""
+    spark_pod = {
+        "kind": "Pod",
+        "metadata": {"name": "team.etl-exec-0", "labels": {"spark-exec-id": "0"}},
+        "spec": {
+            "hostname": "team_etl-exec-0",
+            "containers": [{"name": "spark-kubernetes-executor"}],
+        },
+    }
+    profiles = ResourceProfiles(
+        [ResourceProfile(id=0, pod_template=parse_pod_template(json.dumps(spark_pod), what="x"))]
+    )
+    long_prefix = "team." + "x" * 100
+    for prefix, hostname in (
+        ("team.etl", "team-etl-exec-5"),
+        (long_prefix, ("x" * 100 + "-exec-5")[-63:]),
+    ):
+        settings = KubernetesSettings.from_properties(
+            {
+                "spark.kubernetes.container.image": IMAGE,
+                "spark.kubernetes.executor.podNamePrefix": prefix,
+            }
+        )
+        shaped = ExecutorPodTemplateBuilder(settings=settings, namespace="spark", profiles=profiles)
+        pod = shaped.build(executor_id=5, app_id="app")
+        assert pod["metadata"]["name"] == f"{prefix}-exec-5"
+        assert pod["spec"]["hostname"] == hostname
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hostname)
 
 
 # --- what the core decided (`PodDecisions`), written by the builder ----------------------------

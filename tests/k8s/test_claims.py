@@ -50,6 +50,27 @@ def gateway(api_client: KubernetesApiClient) -> ApiGateway:
     return ApiGateway(api_client, namespace="default", request_timeout=5)
 
 
+def spark_template_profiles() -> ResourceProfiles:
+    """Profile 0 declared as the plugin declares it: Spark's pod for executor 0, its claims in
+    an annotation (the profiles are declared after the claims object is made, as the sidecar
+    wires them)."""
+    template = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"annotations": {"execpods.io/executor-claims": json.dumps([SPARK_CLAIM])}},
+        "spec": {
+            "containers": [{"name": "spark-kubernetes-executor", "image": "spark:4.3.0"}],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "spark-abc-exec-0-pvc-0"}}
+            ],
+        },
+    }
+    profiles = ResourceProfiles()
+    parsed = parse_pod_template(json.dumps(template), what="resource profile 0")
+    profiles.declare([ResourceProfile(id=0, pod_template=parsed)])
+    return profiles
+
+
 def volume_claim(pod: Any, volume: str) -> str:
     (found,) = [v for v in pod["spec"]["volumes"] if v["name"] == volume]
     return str(found["persistentVolumeClaim"]["claimName"])
@@ -132,21 +153,7 @@ def test_claims_of_a_spark_built_template_follow_each_executor(
 ) -> None:
     """The plugin declares Spark's pod for executor 0 with its claims in an annotation; the
     claims object is made before the template is first parsed (as the sidecar wires it)."""
-    template = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"annotations": {"execpods.io/executor-claims": json.dumps([SPARK_CLAIM])}},
-        "spec": {
-            "containers": [{"name": "spark-kubernetes-executor", "image": "spark:4.3.0"}],
-            "volumes": [
-                {"name": "data", "persistentVolumeClaim": {"claimName": "spark-abc-exec-0-pvc-0"}}
-            ],
-        },
-    }
-    profiles = ResourceProfiles()
-    parsed = parse_pod_template(json.dumps(template), what="resource profile 0")
-    profiles.declare([ResourceProfile(id=0, pod_template=parsed)])
-    made = builder({}, profiles)
+    made = builder({}, spark_template_profiles())
     claims = builder_claims(gateway(api_client), made)
     assert claims.claims_for(executor_id=3, app_id="app", resource_profile_id=1) == []
     (claim,) = claims.claims_for(executor_id=3, app_id="app", resource_profile_id=0)
@@ -164,6 +171,29 @@ def test_claims_of_a_spark_built_template_follow_each_executor(
         decisions=PodDecisions(claims={"spark-abc-exec-4-pvc-0": "old"}),
     )
     assert volume_claim(reused, "data") == "old", "the core's reuse decision, written"
+
+
+def test_a_claim_both_the_template_and_the_settings_name_is_made_once_as_spark_built_it(
+    api_client: KubernetesApiClient,
+) -> None:
+    """The plugin's sidecar read the application's own spark-defaults.conf: its OnDemand volume
+    names the very claim Spark's template carries. Making it twice was a 409 on every executor
+    (found by the side-by-side harness's claims scenario); Spark's claim is made, once."""
+    made = builder(
+        {
+            "spark.kubernetes.executor.podNamePrefix": "spark-abc",
+            f"{VOLUMES}persistentVolumeClaim.data.mount.path": "/data",
+            f"{VOLUMES}persistentVolumeClaim.data.options.claimName": "OnDemand",
+            f"{VOLUMES}persistentVolumeClaim.data.options.storageClass": "standard",
+            f"{VOLUMES}persistentVolumeClaim.data.options.sizeLimit": "1Gi",
+        },
+        spark_template_profiles(),
+    )
+    claims = builder_claims(gateway(api_client), made)
+    pod = made.build(executor_id=2, app_id="app")
+    (claim,) = claims.claims_for(executor_id=2, app_id="app", resource_profile_id=0)
+    assert claim.name == "spark-abc-exec-2-pvc-0" == volume_claim(pod, "data")
+    assert claim.storage_class == "fast", "Spark's claim, not the settings' twin"
 
 
 def test_claims_are_created_listed_and_deleted_over_the_api(

@@ -100,11 +100,32 @@ def test_invalid_values_name_the_property(key: str, value: str) -> None:
 
 
 def test_optional_settings_are_checked_when_set_directly() -> None:
-    with pytest.raises(SettingsError, match=r"podNamePrefix='' is invalid: it must be a DNS-1123"):
+    with pytest.raises(SettingsError, match=r"podNamePrefix='' is invalid: it must conform"):
         KubernetesSettings(pod_name_prefix="")
     with pytest.raises(SettingsError, match=r"apiUrl='localhost:6443' is invalid: it must be"):
         KubernetesSettings(api_url="localhost:6443")
     assert KubernetesSettings(pod_name_prefix="mine", api_url="http://127.0.0.1:1").api_url
+
+
+@pytest.mark.parametrize(
+    ("prefix", "valid"),
+    [
+        ("team.etl-nightly", True),  # issue 33 M7: dotted, as Spark allows
+        ("a" * 237, True),
+        ("a" * 238, False),  # 253 - len("-exec-") - 10 digits of an int id
+        ("Team.etl", False),
+        ("team..etl", False),
+        ("team.-etl", False),
+    ],
+)
+def test_the_pod_name_prefix_is_checked_as_spark_checks_it(prefix: str, valid: bool) -> None:
+    """`Config.isValidExecutorPodNamePrefix` (Spark 4.3): a DNS-1123 subdomain whose length
+    leaves room for `-exec-<id>` in 253 characters. 128638e refused any dot at start-up."""
+    if valid:
+        assert KubernetesSettings(pod_name_prefix=prefix).pod_name_prefix == prefix
+    else:
+        with pytest.raises(SettingsError, match="and the value length <= 237"):
+            KubernetesSettings(pod_name_prefix=prefix)
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not on_a_server or not module.startswith("test_conformance_"):
         return
     only = metafunc.definition.get_closest_marker("kubesim_only")
-    kinds = ["kubesim"] if only else ["kubesim", "real"]
+    real = pytest.param("real", marks=pytest.mark.real_server)  # one worker runs these
+    kinds = ["kubesim"] if only else ["kubesim", real]
     metafunc.parametrize("server_kind", kinds, indirect=True)
 
 

@@ -10,7 +10,7 @@ import time
 
 import orjson
 import pytest
-from execpods.kubesim import KubeSim
+from execpods.kubesim import ClusterConfig, KubeSim
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -19,6 +19,7 @@ from tests.kubesim.conftest import (
     ClientApi,
     CoreApi,
     core_api,
+    core_for,
     open_watch,
     pod_body,
     read_events,
@@ -46,6 +47,27 @@ def test_graceful_delete_event_order(sim: KubeSim, core: CoreApi) -> None:
     assert final["exitCode"] == 143
     with pytest.raises(ApiException):
         core.read_namespaced_pod("p", NS)
+
+
+def test_a_container_that_outlives_its_grace_is_killed_with_137() -> None:
+    """The kubelet sends SIGTERM, waits the grace period, then SIGKILL: a container slower to
+    stop than its grace (``stop_latency`` 3 s, grace 1 s) ends with 137, not 143: an executor
+    after `kubectl drain --grace-period=1`."""
+    with KubeSim(
+        cluster=ClusterConfig(nodes=1, start_latency=0.1, start_jitter=0.0, stop_latency=3.0),
+        deterministic=True,
+    ) as slow:
+        slow.create_pod(pod_body("p"))
+        slow.advance(1.0)
+        slow.delete_pod("p", grace_period=1)
+        slow.advance(0.5)
+        assert slow.pod("p") is not None, "still stopping within its grace"
+        with core_for(slow) as api:
+            resp = open_watch(api, timeout=3, resource_version=slow.resource_version)
+            slow.advance(1.0)
+            events = read_events(resp, limit=2)
+    final = events[-1]["object"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert final["exitCode"] == 137
 
 
 def test_delete_is_immediate_for_unscheduled_and_terminated_pods(
@@ -233,6 +255,26 @@ def test_request_log_records_method_path_query_status(sim: KubeSim, core: CoreAp
     ]
     assert log[1].query == {"labelSelector": "app=a"}
     assert sim.request_counts() == {"create": 1, "list": 1, "get": 1}
+
+
+@pytest.mark.kubesim_only(reason="kubesim's request log, a test aid a real server does not keep")
+def test_request_log_keeps_who_asked_and_on_request_what_they_sent(
+    sim: KubeSim, core: CoreApi
+) -> None:
+    """The User-Agent always; the body only once asked (`keep_request_bodies`): comparing two
+    clients call by call needs what each wrote, a benchmark of thousands of pods does not."""
+    sim.clear_requests()
+    core.api_client.user_agent = "tests/kubesim"
+    core.create_namespaced_pod(NS, pod_body("a"))
+    sim.keep_request_bodies()
+    core.create_namespaced_pod(NS, pod_body("b"))
+    core.delete_namespaced_pod("b", NS, grace_period_seconds=7)
+    first, second, deleted = sim.requests()
+    assert first.user_agent == second.user_agent == "tests/kubesim"
+    assert first.body is None
+    assert second.body is not None
+    assert orjson.loads(second.body)["metadata"]["name"] == "b"
+    assert deleted.query == {"gracePeriodSeconds": "7"}  # this client sends it in the query
 
 
 def test_discovery_and_version(api_client: ClientApi) -> None:

@@ -205,3 +205,32 @@ def test_benchmark_runs_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> N
     assert figures["raw_create"] > 0
     assert figures["fanout_events_per_s"] > 0
     assert "every watcher saw every pod after" in out
+
+
+def test_cli_nodes_too_small_for_a_pod_leave_it_unschedulable_in_the_schedulers_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--node-cpu`/`--node-memory` give each node an allocatable, so a standalone simulator can
+    show issue 30's "nodes too small" (the scheduler's Insufficient cpu); a pod that fits runs."""
+    flags = ["--nodes", "1", "--node-cpu", "2", "--node-memory", "4Gi", "--deterministic"]
+    with cli(tmp_path / "kc.yaml", *flags) as (proc, url):
+        port = int(url.rsplit(":", 1)[1])
+        path = f"/api/v1/namespaces/{NS}/pods"
+        for name, cpu in (("small", "1"), ("big", "3")):
+            body = pod_body(name)
+            body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+            assert http_json("127.0.0.1", port, "POST", path, body)[0] == 201
+        http_json("127.0.0.1", port, "POST", "/_kubesim/advance", {"seconds": 5})
+        listed = http_json("127.0.0.1", port, "GET", path)[1]["items"]
+        pods = {p["metadata"]["name"]: p for p in listed}
+        assert pods["small"]["status"]["phase"] == "Running"
+        (scheduled,) = [
+            c for c in pods["big"]["status"]["conditions"] if c["type"] == "PodScheduled"
+        ]
+        assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+        assert scheduled["message"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    with pytest.raises(SystemExit):
+        cli_main(["--node-memory", "lots"])
+    assert "lots" in capsys.readouterr().err

@@ -116,6 +116,7 @@ def without_token_volume(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+@pytest.mark.real_server
 def test_pods_are_stored_with_the_fields_kube_apiserver_fills_in(
     request: pytest.FixtureRequest,
 ) -> None:

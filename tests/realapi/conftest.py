@@ -70,7 +70,7 @@ def _core(api_client: Any) -> CoreApi:
     return client.CoreV1Api(api_client)
 
 
-@pytest.fixture(params=["kubesim", "real"])
+@pytest.fixture(params=["kubesim", pytest.param("real", marks=pytest.mark.real_server)])
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     namespace = f"t-{secrets.token_hex(4)}"
     marker = request.node.get_closest_marker("cluster")

@@ -7,6 +7,7 @@ leaves no claim behind.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from execpods.client import AllocatorClient
@@ -23,6 +24,9 @@ ON_DEMAND = {
     f"{VOLUME}.options.sizeLimit": "1Gi",
     "spark.kubernetes.driver.pod.name": "driver",
     "spark.kubernetes.executor.apiPollingInterval": "100ms",
+    # Spark reuses only claims older than the pod creation timeout (issue 33 M4): 1 s here.
+    "spark.kubernetes.allocation.batch.delay": "150ms",
+    "spark.kubernetes.allocation.executor.timeout": "1s",
 }
 
 
@@ -41,6 +45,13 @@ def _claims(sim: KubeSim, app_id: str) -> dict[str, Any]:
         for c in sim.objects("persistentvolumeclaims")
         if c["metadata"]["labels"].get("spark-app-selector") == app_id
     }
+
+
+def _age(sim: KubeSim, claim: str) -> float:
+    """Seconds since the claim was created, on the simulator's clock."""
+    (found,) = [c for c in sim.objects("persistentvolumeclaims") if c["metadata"]["name"] == claim]
+    created = datetime.fromisoformat(str(found["metadata"]["creationTimestamp"]))
+    return sim.now() - created.timestamp()
 
 
 def _claim_of(sim: KubeSim, pod_name: str) -> str:
@@ -80,6 +91,7 @@ def test_on_demand_claims_per_executor_reused_after_a_loss_and_deleted_on_stop(
             return state is None or state.pod.gone
 
         wait_for(seen_gone, what="the sidecar to see executor 1's pod gone")
+        wait_for(lambda: _age(sim, "pvc-exec-1-pvc-0") > 1.0, what="the claim past 1 s")
         client.request_total(2)
         wait_for(lambda: 3 in running_ids(sim, "pvc"), what="a replacement running")
         assert _claim_of(sim, "pvc-exec-3") == "pvc-exec-1-pvc-0"

@@ -47,7 +47,10 @@ def _side_container_fails(
     sim: KubeSim, make_sidecar: SidecarFactory, check_all: str
 ) -> tuple[list[StreamUpdate], str]:
     app = f"check-{check_all}"
-    sidecar = make_sidecar(app, conf={CHECK_ALL: check_all})
+    # Polled every 100 ms, so the stream keeps sending and the loop below sees its deadline
+    # (at the default 30 s, nothing more would come once the executor had settled).
+    polled = {"spark.kubernetes.executor.apiPollingInterval": "100ms"}
+    sidecar = make_sidecar(app, conf={CHECK_ALL: check_all, **polled})
     name = f"{app}-exec-1"
     updates: list[StreamUpdate] = []
     with AllocatorClient(sidecar.address) as client, client.stream_snapshots() as stream:

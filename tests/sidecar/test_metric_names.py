@@ -188,6 +188,7 @@ def _real_server(request: pytest.FixtureRequest) -> Any:
         pytest.skip("the real-server tier (fixture real_server) is not in this checkout")
 
 
+@pytest.mark.real_server
 def test_names_and_labels_match_etcd_and_kube_apiserver(
     request: pytest.FixtureRequest, sim: KubeSim, make_sidecar: SidecarFactory
 ) -> None:

@@ -177,15 +177,13 @@ def test_a_real_spark_43_defaults_file_loads_and_logs_each_kind_once(
     assert len(warnings) == 1, "the not-implemented keys are listed once"
     assert len(info) == 1, "the not-applicable keys are listed once"
     for key in (
-        "spark.kubernetes.executor.resizeInterval",
-        "spark.kubernetes.executor.resizeThreshold",
-        "spark.kubernetes.executor.resizeFactor",
         "spark.kubernetes.executor.pvc.resizeInterval",
         "spark.kubernetes.executor.pvc.resizeThreshold",
         "spark.kubernetes.executor.pvc.resizeFactor",
     ):
         assert key in warnings[0]
-    assert "in-place resize" in warnings[0]
+    assert "claim resize" in warnings[0]
+    assert "spark.kubernetes.executor.resizeInterval" not in warnings[0], "honoured (issue 33)"
     for key in (
         "spark.kubernetes.executor.pod.excludedFeatureSteps",
         "spark.sql.adaptive.enabled",

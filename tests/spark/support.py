@@ -14,6 +14,7 @@ from execpods.sidecar.embedded import EmbeddedSidecar
 
 PLUGIN_MARKS = [
     pytest.mark.slow,
+    pytest.mark.jvm,
     pytest.mark.timeout(300),
     pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
     pytest.mark.skipif(shutil.which("javac") is None, reason="javac is not installed"),

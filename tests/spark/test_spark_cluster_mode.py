@@ -40,7 +40,7 @@ SUBMIT_CONF = [
     "--conf", "spark.scheduler.minRegisteredResourcesRatio=0",
 ]  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.jvm]
 
 
 @pytest.mark.timeout(360)  # two JVMs; 40 s quiet, two minutes under a load average of 30
@@ -70,7 +70,7 @@ def test_spark_submit_cluster_mode_runs_the_shipped_overlay_through_execpods(
     spark = (pod_logs / "spark-kubernetes-driver.log").read_text()
     assert "are allocated by the sidecar at 127.0.0.1:50551 (plaintext, bearer token)" in spark
     assert '"executorsRunning": true' in spark
-    assert "deleted 2 executor pods" in spark  # the plugin's stop, through KillExecutors
+    assert "deleted 2 executor pods" in spark  # the plugin's stop: by label, as Spark's
     sidecar = [
         json.loads(line)
         for line in (pod_logs / "execpods.log").read_text().splitlines()

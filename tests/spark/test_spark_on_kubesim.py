@@ -24,6 +24,7 @@ JOB = Path(__file__).with_name("job_wait_for_executors.py")
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.jvm,
     pytest.mark.timeout(300),
     pytest.mark.skipif(spark_available() is not None, reason=str(spark_available())),
 ]

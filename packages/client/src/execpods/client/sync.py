@@ -166,6 +166,17 @@ class AllocatorClient(Connection):
         response = self._stub.RequestTotal(request, timeout=self._timeout, metadata=self._metadata)
         return request_total_result(response)
 
+    def stop_allocation(self) -> RequestTotalResult:
+        """Ends the application's allocation for good, as Spark's `ExecutorPodsAllocator.stop`
+        (RequestTotal with `stopping`): every total drops to 0, no executor is created for the
+        application again (a later total above 0 is FAILED_PRECONDITION), and the sidecar
+        leaves its id ledger to the application's clean-up. The pods are the driver's to
+        delete."""
+        response = self._stub.RequestTotal(
+            pb.RequestTotalRequest(stopping=True), timeout=self._timeout, metadata=self._metadata
+        )
+        return request_total_result(response)
+
     def is_deleted(self, executor_id: int) -> bool:
         """Whether scale-down deleted this executor and its pod may still show (Spark's
         isDeleted): refuse its late registration."""

@@ -142,8 +142,17 @@ class RequestTotalRequest(_message.Message):
     PROFILE_TOTALS_FIELD_NUMBER: _builtins.int
     PROFILES_FIELD_NUMBER: _builtins.int
     FAILURE_LIMIT_FIELD_NUMBER: _builtins.int
+    STOPPING_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Desired number of executors of the default resource profile (id 0). Must not be negative."""
+    stopping: _builtins.bool
+    """The driver's allocation ends for good (Spark's ExecutorPodsAllocator.stop; the Spark plugin
+    sends it from its stop): every total drops to 0, no executor is created or id issued for the
+    application again, and the sidecar stops reading back and rewriting its executor id ledger,
+    which the application's own clean-up deletes (Spark deletes its executor ConfigMaps after its
+    allocator's stop). `total` and `profile_totals` must then be 0; the other fields are ignored.
+    A later request that sets a total above 0 is FAILED_PRECONDITION.
+    """
     @_builtins.property
     def profile_totals(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
         """Desired number of executors of other resource profiles, by profile id (Spark's map of profile
@@ -172,10 +181,11 @@ class RequestTotalRequest(_message.Message):
         profile_totals: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
         profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
         failure_limit: Global___FailureLimit | None = ...,
+        stopping: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["failure_limit", b"failure_limit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_limit", b"failure_limit", "profile_totals", b"profile_totals", "profiles", b"profiles", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure_limit", b"failure_limit", "profile_totals", b"profile_totals", "profiles", b"profiles", "stopping", b"stopping", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

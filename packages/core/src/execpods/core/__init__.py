@@ -93,6 +93,7 @@ from execpods.core.progress import (
 )
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
+from execpods.core.resize import ExecutorResizer, MemoryUse, ResizeSettings
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
@@ -133,10 +134,12 @@ __all__ = [
     "ExecutorPodsBackend",
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
+    "ExecutorResizer",
     "ExecutorState",
     "FeatureSettings",
     "InvalidPosition",
     "LifecycleObserver",
+    "MemoryUse",
     "Machinery",
     "ManualClock",
     "NeededClaim",
@@ -164,6 +167,7 @@ __all__ = [
     "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
+    "ResizeSettings",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from execpods.core.allocator import ExecutorCounts, ExecutorPodsAllocator
-from execpods.core.errors import PodOperationError
+from execpods.core.errors import AllocationStopped, PodOperationError
 from execpods.core.features import FeatureParts, FeatureSet
 from execpods.core.idlists import summarize_ids
 from execpods.core.ids import IdBudget
@@ -310,10 +310,36 @@ class ExecutorPodsBackend:
         that only one of them may pass. Raises `RuntimeError` when the backend is shutting down.
         """
         with self._request_lock:
+            if self._ids.closed and any(total > 0 for total in request.totals.values()):
+                raise AllocationStopped(
+                    "the driver stopped this application's allocation (RequestTotal.stopping): "
+                    "no executor is created for it again"
+                )
             request.check(declared=self._allocator.profiles, max_total=self.settings.max_total)
             self._allocator.profiles.declare(request.profiles)
             totals = dict(request.totals)
             return self._run_async(lambda: self._allocator.set_totals(totals))
+
+    def stop_allocating(self) -> Future[None]:
+        """The driver's allocation ends for good, as Spark's `ExecutorPodsAllocator.stop`: every
+        target drops to 0 and no executor id is issued again (`ExecutorIds.close`: the id ledger
+        is left to the application's clean-up). The pods are the driver's to delete (Spark's
+        stop deletes them by label); a later request for more executors raises
+        `AllocationStopped`."""
+        with self._request_lock:
+            self._ids.close()
+            totals = dict.fromkeys(self._allocator.profiles.ids(), 0)
+            logger.info(
+                "The driver stopped allocating executors for application %s: no executor id is "
+                "issued again, and the id ledger is left to the application's clean-up.",
+                self.app_id,
+            )
+            return self._run_async(lambda: self._allocator.set_totals(totals))
+
+    @property
+    def allocation_stopped(self) -> bool:
+        """Whether the driver stopped the allocation for good (`stop_allocating`)."""
+        return self._ids.closed
 
     def request_total(
         self, total: int, *, resource_profile_id: int = DEFAULT_RESOURCE_PROFILE_ID

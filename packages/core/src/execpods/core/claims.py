@@ -9,8 +9,12 @@ Spark 4.3's rules (`ExecutorPodsAllocator`, `MountVolumesFeatureStep`), kept her
 - the claims are owned by the driver pod when there is one and
   `spark.kubernetes.driver.ownPersistentVolumeClaim` holds (default), else by the executor's pod;
 - with `spark.kubernetes.driver.reusePersistentVolumeClaim` (default, needs ownership), a new
-  executor takes over a claim of the application that no pod in the snapshot uses, of the same
-  storage class and size, created more than one batch delay ago (SPARK-35416, SPARK-41388);
+  executor takes over a claim of the application that no pod in the snapshot uses (a pod the API
+  deleted no longer does; one Terminating still does), of the same storage class and size,
+  created more than the pod creation timeout ago (max(5 x batch.delay,
+  allocation.executor.timeout), 600 s by default: Spark's `ExecutorPodsAllocator.getReusablePVCs`;
+  SPARK-35416, SPARK-41388): a claim made for a pod still unseen under watch lag is not handed to
+  a second pod;
   listing the claims failing (no permission) means no reuse, not an error (SPARK-39688);
 - with `spark.kubernetes.driver.waitToReusePersistentVolumeClaim` as well, once the application
   has made as many claims as it may have executors, a new executor waits for a claim to be freed
@@ -95,7 +99,7 @@ def plug(settings: ClaimSettings, parts: FeatureParts) -> ExecutorClaims | None:
             if core.dynamic_allocation_enabled
             else core.initial_executors
         ),
-        reuse_after=core.batch_delay,
+        reuse_after=core.pod_creation_timeout,  # Spark's getReusablePVCs (M4)
         delete_on_stop=core.delete_on_termination,
     )
 

@@ -10,8 +10,9 @@ create and a delete per failure. Flink's resource manager pauses instead: above
 
 - an executor *failed at start* when its pod failed before its executor container had run
   `execpods.crashLoop.startWindow` (60 s): the container never started (an init container or the
-  kubelet failed the pod), or it exited that soon. Only failures the failure rules count (not an
-  eviction or preemption, `failurerules.py`) count here;
+  kubelet failed the pod), or it exited that soon. A disruption the failure rules ignore (an
+  eviction or preemption, `failurerules.py`) is none; a failure another rule ignores is one: it
+  spares the failure budget, but costs a create and a delete like any other;
 - when `execpods.crashLoop.maxFailureRate` (10) such failures fall within one minute, requests
   pause for `execpods.crashLoop.retryInterval` (3 s), doubling on each pause that follows up to
   `execpods.crashLoop.maxRetryInterval` (5 min), with a notice each time;
@@ -54,7 +55,7 @@ from execpods.core.settingkit import (
     positive,
     setting,
 )
-from execpods.core.states import ExecutorState, ObservedPod
+from execpods.core.states import ExecutorState, ObservedPod, disruption_of
 
 __all__ = ["CrashLoopBrake", "CrashLoopFeature", "CrashLoopSettings", "failed_at_start", "plug"]
 
@@ -245,8 +246,8 @@ class CrashLoopBrake:
 
 
 def plug(settings: CrashLoopSettings, parts: FeatureParts) -> CrashLoopFeature | None:
-    """On unless `execpods.crashLoop.maxFailureRate=0`; it counts the failures the failure rules
-    count (so an ignored preemption is no start failure)."""
+    """On unless `execpods.crashLoop.maxFailureRate=0`; the failure rules tell it which failures
+    are disruptions they ignore (an ignored preemption is no start failure)."""
     if not settings.enabled:
         return None
     core = parts.settings
@@ -312,13 +313,21 @@ class CrashLoopFeature(Feature):
                 observed = pods.get(executor_id)
                 if observed is None or observed.state is not ExecutorState.FAILED:
                     continue
-                if self._rules.decide(observed.pod).counted:
+                if self._start_failure(observed):
                     failed.append((executor_id, observed, _detail(executor_id, observed)))
         notices = self.brake.observe(failed, now)
         resumed = self.brake.tick(now)
         self._starting = self._count_starting(facts) if self.brake.probing else {}
         for notice in [*notices, *([resumed] if resumed is not None else [])]:
             self._notices.notify(notice)
+
+    def _start_failure(self, observed: ObservedPod) -> bool:
+        """A failure the rules count, or one they ignore that is no disruption: an `Ignore` rule
+        on an exit code spares the failure budget, not the API (each such executor still costs a
+        create and a delete), while an ignored eviction or preemption is the cluster's doing."""
+        if self._rules.decide(observed.pod).counted:
+            return True
+        return disruption_of(observed.pod) is None
 
     def _count_starting(self, facts: RoundFacts) -> dict[int, int]:
         """Each profile's executors still in their start window: pending, or running for less

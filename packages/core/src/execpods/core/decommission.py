@@ -3,13 +3,15 @@
 Spark's `KubernetesClusterSchedulerBackend`, asked to kill or decommission executors, labels
 their pods with `spark.kubernetes.executor.decommissionLabel` (value
 `spark.kubernetes.executor.decommissionLabelValue`, empty by default) so pod disruption budgets
-and other tooling see them leave, and (Spark 4.2+) annotates them with
-`controller.kubernetes.io/pod-deletion-cost` = `spark.kubernetes.executor.podDeletionCost`, so a
-ReplicaSet-style victim choice prefers exactly those pods. Either happens only when its property
-is set. The pods then go with their own `terminationGracePeriodSeconds`
-(`spark.kubernetes.executor.terminationGracePeriodSeconds`, set by the pod builder), during which
-a decommissioning executor (`spark.decommission.enabled`: the builder's preStop hook runs
-`spark.kubernetes.decommission.script`) migrates its blocks.
+and other tooling see them leave. It annotates them with
+`controller.kubernetes.io/pod-deletion-cost` = `spark.kubernetes.executor.podDeletionCost` only
+under its deployment allocator (`spark.kubernetes.allocation.pods.allocator=deployment`, whose
+ReplicaSet chooses the victims by that cost): execpods makes no Deployment, so it never sets the
+annotation (the property is read and validated, as Spark validates it, and has no effect; issue
+33 M3: one useless PATCH per pod). The pods then go with their own
+`terminationGracePeriodSeconds` (`spark.kubernetes.executor.terminationGracePeriodSeconds`, set
+by the pod builder), during which a decommissioning executor (`spark.decommission.enabled`: the
+builder's preStop hook runs `spark.kubernetes.decommission.script`) migrates its blocks.
 
 Marking is one list and one patch per pod: a failure is logged and never stops the kill, as in
 Spark, where labelling runs on the side.
@@ -24,32 +26,28 @@ from execpods.core.features import Feature, FeatureParts
 from execpods.core.ports import PodOperations, PodSelector
 from execpods.core.settings import CoreSettings
 
-__all__ = ["POD_DELETION_COST_ANNOTATION", "DecommissionMarker", "plug"]
+__all__ = ["DecommissionMarker", "plug"]
 
 logger = logging.getLogger(__name__)
 
-POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-"""Kubernetes' annotation (Spark's `Constants.POD_DELETION_COST`)."""
-
 
 def plug(parts: FeatureParts) -> DecommissionMarker | None:
-    """The feature when `decommissionLabel` or `podDeletionCost` is set."""
+    """The feature when `decommissionLabel` is set."""
     marker = DecommissionMarker(settings=parts.settings, pod_operations=parts.pod_operations)
     return marker if marker.enabled else None
 
 
 class DecommissionMarker(Feature):
-    """Sets the decommission label and the deletion-cost annotation on pods about to go."""
+    """Sets the decommission label on pods about to go."""
 
     def __init__(self, *, settings: CoreSettings, pod_operations: PodOperations) -> None:
         self._label = settings.decommission_label
         self._value = settings.decommission_label_value
-        self._cost = settings.pod_deletion_cost
         self._pods = pod_operations
 
     @property
     def enabled(self) -> bool:
-        return self._label is not None or self._cost is not None
+        return self._label is not None
 
     def killing(self, selector: PodSelector) -> None:
         """The driver kills these executors: mark their pods before they are deleted."""
@@ -65,14 +63,11 @@ class DecommissionMarker(Feature):
             logger.warning("Could not list pods to mark as decommissioning: %s", error)
             return 0
         marked = 0
+        label = self._label
+        assert label is not None  # enabled
         for pod in pods:
             try:
-                if self._label is not None:
-                    self._pods.patch_labels(pod.name, {self._label: self._value})
-                if self._cost is not None:
-                    self._pods.patch_annotations(
-                        pod.name, {POD_DELETION_COST_ANNOTATION: str(self._cost)}
-                    )
+                self._pods.patch_labels(pod.name, {label: self._value})
             except PodOperationError as error:
                 logger.warning("Could not mark pod %s as decommissioning: %s", pod.name, error)
                 continue

@@ -18,6 +18,11 @@ class SettingsError(ExecpodsError, ValueError):
     """A setting has an invalid value; the message names the property and the rule."""
 
 
+class AllocationStopped(ExecpodsError, ValueError):
+    """A request for executors after the driver stopped the application's allocation for good
+    (`ExecutorPodsBackend.stop_allocating`)."""
+
+
 class PodOperationError(ExecpodsError):
     """A pod operation failed. `status` is the HTTP status when the API answered."""
 

@@ -26,9 +26,11 @@ or `Count`; a pod no rule matches is counted. Here the same, for executors and
 Rules are numbered; they apply in ascending number. `execpods.executor.countDisruptions=false`
 (the default) is the rule `Ignore onPodConditions DisruptionTarget` ahead of them all, so the
 defaults (no rules) reproduce what execpods did before rules existed: disruptions are not
-counted, every other failure is. An executor the driver killed is never a failure, whatever the
-rules say. The rules are `CoreSettings.failure_rules`; one that cannot be read fails start-up
-with an error naming its property.
+counted, every other failure is. A `Count`/`FailApplication` rule on `DisruptionTarget` alone
+could then never apply, so it fails start-up (`check_rules`) rather than doing nothing. An
+executor the driver killed is never a failure, whatever the rules say. The rules are
+`CoreSettings.failure_rules`; one that cannot be read fails start-up with an error naming its
+property.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "FailureRule",
     "FailureRules",
     "PodConditionRule",
+    "check_rules",
     "parse_rule",
     "parse_rules",
     "rule_number",
@@ -283,6 +286,26 @@ def parse_rules(rules: Mapping[str, str]) -> tuple[FailureRule, ...]:
         except ValueError as error:
             raise SettingsError(f"{key}={rules[name]!r} is invalid: {error}") from None
     return tuple(parsed)
+
+
+def check_rules(rules: Iterable[FailureRule], *, count_disruptions: bool) -> None:
+    """A rule the implied disruption rule would always decide first is a configuration error:
+    `Count`/`FailApplication onPodConditions DisruptionTarget` (alone) under
+    `countDisruptions=false` could never apply, and silently doing nothing is not what its
+    author meant. `SettingsError` names the rule and the switch that lets it apply."""
+    if count_disruptions:
+        return
+    for rule in rules:
+        requirement = rule.requirement
+        if rule.action is FailureAction.IGNORE or not isinstance(requirement, PodConditionRule):
+            continue
+        if all(pattern == (DISRUPTION_TARGET, "True") for pattern in requirement.patterns):
+            raise SettingsError(
+                f"{rule.source}={rule.describe()!r} never applies: "
+                "execpods.executor.countDisruptions=false (the default) ignores disrupted "
+                "executors ahead of every rule; set execpods.executor.countDisruptions=true to "
+                "let the rules decide disruptions"
+            )
 
 
 DISRUPTIONS_IGNORED = FailureRule(

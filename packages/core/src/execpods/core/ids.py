@@ -31,8 +31,13 @@ only when it is consistent with what this process sees, and re-asserted when it 
 
 An id is issued when its create is about to be sent; a create the API throttled (429, or one the
 back-off gate held back unsent) made no pod, so its id is handed back and the next create uses it.
-`issued` counts toward `spark.kubernetes.allocation.maximum` as Spark's counter does: every id
-below the next one is spent, whichever life issued it, except those handed back.
+
+`spark.kubernetes.allocation.maximum` counts the pods this process created, as Spark's does
+(`ExecutorPodsAllocator.requestNewExecutors`: `EXECUTOR_ID_COUNTER.incrementAndGet()` must stay
+below it, and the counter starts at 0 with each driver): at most maximum - 1 ids are issued per
+life, those handed back not counted. The ids a previous life reserved, or used, never count: they
+are skipped so that none is issued twice, which is why an id may exceed the maximum after a
+restart (Spark's restarted driver issues 1, 2, ... again instead).
 """
 
 from __future__ import annotations
@@ -100,11 +105,14 @@ class ExecutorIds:
         self._clock = clock
         self._retry_base = retry_base
         self._next = 1
+        self._spent = 0
+        """Ids issued by this process, less those handed back: what the maximum counts."""
         self._returned: list[int] = []
         self._reserved = 0 if ledger is not None else maximum - 1
         self._failures = 0
         self._retry_at = 0.0
         self._raised_seen = 0
+        self._closed = False
         self.last_error: PodOperationError | None = None
 
     @property
@@ -114,9 +122,12 @@ class ExecutorIds:
 
     @property
     def issued(self) -> int:
-        """Ids spent: every id below the next one, less those handed back."""
+        """Ids this process issued, less those handed back (the pods it created)."""
         with self._lock:
-            return self._next - 1 - len(self._returned)
+            return self._spent
+
+    def _left_locked(self) -> int:
+        return max(0, self._maximum - 1 - self._spent)
 
     @property
     def highest(self) -> int:
@@ -127,10 +138,25 @@ class ExecutorIds:
 
     @property
     def left(self) -> int:
-        """Ids that may still be issued before `allocation.maximum` (as Spark: none at or
-        above it)."""
+        """Ids that may still be issued before `allocation.maximum` (as Spark: maximum - 1 per
+        life)."""
         with self._lock:
-            return max(0, self._maximum - self._next) + len(self._returned)
+            return self._left_locked()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the application's allocation ended for good (`close`)."""
+        with self._lock:
+            return self._closed
+
+    def close(self) -> None:
+        """The application's allocation ended for good (its driver said so: Spark's
+        `ExecutorPodsAllocator.stop`): no id is issued again, and the ledger is no longer read
+        back or written. The application's own clean-up deletes it (Spark deletes its executor
+        ConfigMaps right after its allocator's stop), and no later life of the application will
+        issue ids: writing the mark again would only leave the ledger behind."""
+        with self._lock:
+            self._closed = True
 
     @property
     def location(self) -> str:
@@ -146,6 +172,8 @@ class ExecutorIds:
             return None
         with self._lock:
             own = max(self._reserved, self._next - 1)
+            if self._closed:
+                return None
         if own <= 0:
             return None
         try:
@@ -183,7 +211,7 @@ class ExecutorIds:
             return True
         with self._lock:
             own = max(self._reserved, self._next - 1)
-            if own <= 0:
+            if own <= 0 or self._closed:
                 return True
             try:
                 self._write_locked(own)
@@ -219,6 +247,8 @@ class ExecutorIds:
             self._next = max(self._next, mark + 1, highest_adopted + 1)
             if self._ledger is not None:
                 self._reserved = max(self._reserved, mark)
+            else:  # the in-process mark covers this life's ids, wherever they start
+                self._reserved = max(self._reserved, self._next - 1 + self._left_locked())
             return self._next
 
     def reserve(self, count: int) -> int:
@@ -229,7 +259,9 @@ class ExecutorIds:
         the error in `last_error`; raises nothing.
         """
         with self._lock:
-            count = min(count, max(0, self._maximum - self._next) + len(self._returned))
+            if self._closed:
+                return 0
+            count = min(count, self._left_locked())
             covered = len(self._returned) + max(0, self._reserved - self._next + 1)
             if count <= covered or self._ledger is None:
                 return count
@@ -243,7 +275,8 @@ class ExecutorIds:
 
     def _write_locked(self, through: int) -> None:
         assert self._ledger is not None
-        through = min(through, self._maximum - 1)
+        # Never more than this life may still issue (the ids handed back are below the mark).
+        through = min(through, self._next - 1 + max(0, self._left_locked() - len(self._returned)))
         try:
             self._ledger.reserve_through(through)
         except PodOperationError as error:
@@ -275,10 +308,15 @@ class ExecutorIds:
         Raises `IdsUnavailable` when none may be issued (the maximum, or an unwritable mark).
         """
         with self._lock:
+            if self._closed:
+                raise IdsUnavailable("the application's allocation was stopped by its driver")
+            if self._spent >= self._maximum - 1:
+                raise IdsUnavailable(
+                    f"{self._spent} executor pods were created: the maximum is {self._maximum}"
+                )
             if self._returned:
+                self._spent += 1
                 return heapq.heappop(self._returned)
-            if self._next >= self._maximum:
-                raise IdsUnavailable(f"no executor id below {self._maximum} is left")
             if self._next > self._reserved:
                 if self._clock.monotonic() < self._retry_at:
                     raise IdsUnavailable(f"executor ids above {self._reserved} are not reserved")
@@ -288,6 +326,7 @@ class ExecutorIds:
                     raise IdsUnavailable(str(error)) from error
             issued = self._next
             self._next += 1
+            self._spent += 1
             return issued
 
     def give_back(self, executor_id: int) -> None:
@@ -295,6 +334,7 @@ class ExecutorIds:
         with self._lock:
             if executor_id < self._next and executor_id not in self._returned:
                 heapq.heappush(self._returned, executor_id)
+                self._spent -= 1
 
 
 def plug(parts: FeatureParts, ledger: ExecutorIdLedger | None) -> IdBudget:
@@ -441,6 +481,8 @@ class IdBudget(Feature):
 
     def cap(self, state: ProfileState, wanted: int) -> int:
         profile_id = state.profile_id
+        if self.ids.closed:
+            return 0  # the driver stopped the allocation: nothing is created, nothing told
         if wanted > 0 and self._now() - self._checked_at >= self._round_delay:
             self._check()  # before this round's creates
         allowed = self.ids.reserve(wanted)
@@ -487,9 +529,10 @@ class IdBudget(Feature):
         maximum = self.ids.maximum
         message = (
             f"Exceeded the pod creation limit spark.kubernetes.allocation.maximum={maximum}: "
-            f"{self.ids.issued} executor ids were issued in this application's lifetime and no "
-            f"more will be; {short} more executors of resource profile {profile_id} were wanted. "
-            "Allocation has stopped; raise the limit and restart to allocate again."
+            f"{self.ids.issued} executor ids were issued since this allocator started (Spark's "
+            f"counter) and no more will be; {short} more executors of resource profile "
+            f"{profile_id} were wanted. Allocation has stopped; raise the limit and restart to "
+            "allocate again."
         )
         self._tell(NoticeKind.ALLOCATION_MAXIMUM_REACHED, message, profile_id, short)
 

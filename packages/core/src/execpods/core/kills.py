@@ -1,9 +1,14 @@
 """Graceful kills: what `KillExecutors` does, as Spark's `KubernetesClusterSchedulerBackend`.
 
 The executors' pods are deleted with their own grace period, so each executor gets SIGTERM and
-time to finish (its pod shows as Terminating meanwhile). After
-`spark.kubernetes.dynamicAllocation.deleteGracePeriod`, those of them still Running are deleted
-with grace period 0: a stuck executor must not hold its slot forever. The lifecycle manager is told
+time to finish (its pod shows as Terminating meanwhile): decommission, block migration and the
+preStop hook get the whole `terminationGracePeriodSeconds`. After
+`spark.kubernetes.dynamicAllocation.deleteGracePeriod`, as Spark's `doKillExecutors` does, those
+still Running are deleted again, plainly: a pod whose delete was lost goes then, and one already
+Terminating keeps its own grace (Spark never force-deletes; the kubelet kills at the grace's
+end). Spark deletes nothing before that period (its driver has told the executor to stop); a
+driver in any language has no other way to stop its executor, so the first delete is at once.
+The lifecycle manager is told
 first which executors the driver killed, so that it reports each of their ends to the driver once,
 as the driver's doing rather than a failure. Before they are deleted, the pods get Spark's
 decommission label and deletion-cost annotation when those are set: the features hear each chunk
@@ -31,7 +36,7 @@ KILL_CHUNK = 500
 
 
 class GracefulKiller:
-    """Deletes executors' pods gracefully, then force-deletes the ones still running."""
+    """Deletes executors' pods gracefully, then again, plainly, those still running later."""
 
     def __init__(
         self,
@@ -74,33 +79,35 @@ class GracefulKiller:
                         summarize_ids(ids[start:]),
                     )
                 raise
-            self._schedule_force(selector.running(), len(chunk))
+            self._schedule_follow_up(selector.running(), len(chunk))
         # The sidecar logs the kill itself at INFO (one line per decision); this adds the plan.
         logger.debug(
-            "Deleted %d pods of executors %s killed by the driver; those still running in %gs "
-            "will be deleted without grace.",
+            "Deleted %d pods of executors %s killed by the driver; those still running and not "
+            "being deleted in %gs will be deleted again.",
             deleted,
             summarize_ids(ids),
             self._settings.delete_grace_period,
         )
         return deleted
 
-    def _schedule_force(self, running: PodSelector, killed: int) -> None:
+    def _schedule_follow_up(self, running: PodSelector, killed: int) -> None:
         self._scheduler.schedule(
-            self._settings.delete_grace_period, lambda: self._force(running, killed)
+            self._settings.delete_grace_period, lambda: self._follow_up(running, killed)
         )
 
-    def _force(self, running: PodSelector, killed: int) -> None:
+    def _follow_up(self, running: PodSelector, killed: int) -> None:
+        """Spark's `KubernetesClusterSchedulerBackend.doKillExecutors` follow-up: a plain delete
+        of the killed executors' pods still Running, each with its own grace period."""
         try:
-            still = self._pods.list(running)
+            still = [pod for pod in self._pods.list(running) if pod.deletion_timestamp is None]
             if not still:
-                return
-            self._pods.delete_by_selector(running, grace_period_seconds=0)
+                return  # gone, or Terminating within their own grace: nothing to cut short
+            self._pods.delete_by_selector(running)
         except PodOperationError as error:
-            logger.warning("Could not force-delete killed executors' pods: %s", error)
+            logger.warning("Could not delete killed executors' pods again: %s", error)
             return
         logger.info(
-            "Force-deleted %d pods (of %d killed) still running after "
+            "Deleted again %d pods (of %d killed) still running, not being deleted, after "
             "spark.kubernetes.dynamicAllocation.deleteGracePeriod (%gs): %s",
             len(still),
             killed,

@@ -110,6 +110,7 @@ def exit_reason(
         return ExecutorExited(
             exit_code=code,
             exit_caused_by_app=False,
+            pod_deleted=observed.state is ExecutorState.DELETED,
             message=(
                 f"The executor with id {executor_id} was disrupted by Kubernetes ({disruption}): "
                 f"its pod was {observed.state.value}"
@@ -123,6 +124,7 @@ def exit_reason(
             exit_code=code,
             exit_caused_by_app=False,
             killed_by_driver=True,
+            pod_deleted=observed.state is ExecutorState.DELETED,
             message=(
                 f"The executor with id {executor_id} was killed by the driver (KillExecutors) "
                 "and has stopped"
@@ -137,6 +139,7 @@ def exit_reason(
         return ExecutorExited(
             exit_code=code,
             exit_caused_by_app=False,
+            pod_deleted=True,
             message=f"The executor with id {executor_id} was deleted by a user or the framework.",
         )
     pod = observed.pod

@@ -43,10 +43,14 @@ OOM)"; execpods' own descriptions word them differently, so they are named here.
 
 
 def lost_to_oom(removal: ExecutorRemoval) -> bool:
-    """Spark's rule on execpods' removals: the loss reason speaks of OOM (its exit code's
-    description, or the API's OOMKilled), and the driver did not kill the executor itself."""
+    """Spark's rule (`KubernetesClusterSchedulerBackend.doRemoveExecutor`: the loss reason's
+    message contains "OOM") on execpods' removals. Spark's message for a failed pod describes its
+    exit code (52 "JVM OOM", 137 "possible container OOM") and its containers (OOMKilled); for a
+    deleted pod (`PodDeleted`) it is always "deleted by a user or the framework", whatever the
+    exit code, so a pod deleted by a user or a node drain, even one SIGKILLed (137) at the end
+    of its grace period, never counts. Nor does an executor the driver killed itself."""
     reason = removal.reason
-    if reason.killed_by_driver:
+    if reason.killed_by_driver or reason.pod_deleted:
         return False
     return reason.exit_code in OOM_EXIT_CODES or OOM_MARKER in reason.message
 

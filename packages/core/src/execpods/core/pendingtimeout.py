@@ -195,7 +195,9 @@ class PendingTimeout:
         message = (
             f"{len(executors)} executors of resource profile {profile_id} ({ids}) have been "
             f"pending longer than execpods.executor.pendingTimeout="
-            f"{self._settings.timeout:.0f}s (up to {longest:.0f} s): {why}. "
+            f"{self._settings.timeout:.0f}s (up to {longest:.0f} s): {why}"
+            # Kubernetes' words end in a full stop ("... for incoming pod."): one, not two.
+            f"{'' if why.endswith('.') else '.'} "
             f"execpods.executor.pendingTimeoutAction={action}: {what}."
         )
         return AllocatorNotice(

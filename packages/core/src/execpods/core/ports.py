@@ -172,6 +172,9 @@ class ExecutorExited:
     message: str
     killed_by_driver: bool = False
     """The driver asked for this executor to go (KillExecutors): expected, never a failure."""
+    pod_deleted: bool = False
+    """The executor's pod was deleted (Spark's `PodDeleted`: by a user, a drain, the framework),
+    whatever its exit code: a SIGKILL at the end of its grace period says nothing of memory."""
 
 
 class DriverView(Protocol):

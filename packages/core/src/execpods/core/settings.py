@@ -16,6 +16,7 @@ from execpods.core.errors import SettingsError
 from execpods.core.failurerules import (
     FAILURE_RULES_DOC,
     FAILURE_RULES_PREFIX,
+    check_rules,
     parse_rules,
     rule_number,
 )
@@ -112,8 +113,9 @@ class CoreSettings(SettingsBase):
     allocation_maximum: int = setting(
         "spark.kubernetes.allocation.maximum",
         INT_MAX,
-        "Lifetime cap on executor ids: as Spark, no id at or above it is ever issued, and "
-        "allocation stops (reported on the stream) once the next id would reach it.",
+        "Cap on the executor pods the allocator creates: as Spark's id counter, at most this "
+        "minus 1 since it started (a restart counts afresh), then allocation stops (reported on "
+        "the stream). Ids are never reused, so after a restart they may exceed it.",
         parse=parse_int,
         rule=positive,
     )
@@ -188,8 +190,8 @@ class CoreSettings(SettingsBase):
         10_000,
         "Most executors a driver may ask for, per resource profile (RequestTotal beyond it is "
         "INVALID_ARGUMENT): a bound on what one bad request can make the allocator create. "
-        "(spark.kubernetes.allocation.maximum, Spark's lifetime cap on executor ids, is "
-        "separate: beyond it allocation stops, as in Spark.)",
+        "(spark.kubernetes.allocation.maximum, Spark's cap on the pods one allocator life "
+        "creates, is separate: beyond it allocation stops, as in Spark.)",
         parse=parse_int,
         rule=positive,
     )
@@ -307,8 +309,8 @@ class CoreSettings(SettingsBase):
     delete_grace_period: float = duration_setting(
         "spark.kubernetes.dynamicAllocation.deleteGracePeriod",
         "5s",
-        "After KillExecutors deleted pods with their own grace period, executors still Running "
-        "this much later are deleted with grace period 0.",
+        "After KillExecutors deleted pods with their own grace period, those still Running and "
+        "not being deleted this much later are deleted again, plainly (as Spark: never forced).",
         rule=non_negative,
     )
     enable_polling_with_resource_version: bool = setting(
@@ -354,8 +356,9 @@ class CoreSettings(SettingsBase):
     pod_deletion_cost: int | None = setting(
         "spark.kubernetes.executor.podDeletionCost",
         None,
-        "controller.kubernetes.io/pod-deletion-cost annotation set on the pods of executors the "
-        "driver kills, before they are deleted, so a ReplicaSet-style victim choice prefers them.",
+        "Read and validated as Spark does; Spark sets it as controller.kubernetes.io/"
+        "pod-deletion-cost only under its deployment allocator (a ReplicaSet chooses victims by "
+        "it): execpods makes no Deployment, so it never sets it.",
         parse=parse_int,
         rule=if_set(_int32),
     )
@@ -391,7 +394,8 @@ class CoreSettings(SettingsBase):
 
     def __post_init__(self) -> None:
         SettingsBase.__post_init__(self)
-        parse_rules(self.failure_rules)  # a rule that cannot be read fails here, by its property
+        # A rule that cannot be read, or could never apply, fails here, by its property.
+        check_rules(parse_rules(self.failure_rules), count_disruptions=self.count_disruptions)
         self._check_dynamic_allocation()
         if self.max_pending_pods_per_rp > self.max_pending_pods:
             raise SettingsError(

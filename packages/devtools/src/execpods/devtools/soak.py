@@ -6,7 +6,9 @@ fault suite runs each cycle, in turn (watch drops, 410s, 500s, 429s, latency, a 
 start failures, a lost node, finalizers, denied deletes, evictions, a restore of the API server's
 state from a backup, kills the watch never saw, a driver sending garbage). `--streams`
 subscribers (20 by default) read the stream for the whole run. At the end the driver scales to 0
-and the sidecar gets SIGTERM. The report says:
+and the sidecar gets SIGTERM. A lower target is met as a Spark driver meets it: the driver kills
+the running executors it no longer wants (the sidecar, as Spark's allocator, only drops pending
+ones). The report says:
 
 - pods: executor pods created over the run (distinct uids);
 - ids reused: executor ids held by two pods (must be 0);
@@ -31,11 +33,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import grpc
 from execpods.client import AllocatorClient
 from execpods.devtools.fault_scenarios import (
     APP_ID,
@@ -157,6 +160,9 @@ def sidecar_process(sim: KubeSim) -> Iterator[tuple[subprocess.Popen[str], str]]
         "spark.kubernetes.executor.apiPollingInterval": "2s",
         "spark.kubernetes.executor.deletedExecutorsCacheTimeout": "1s",
         "execpods.kubernetes.backoffMax": "5s",
+        # Ten minutes of start failures, evictions and failed pods add up past Spark's default
+        # limit (twice the executors): the soak is about the sidecar, not the application.
+        "spark.executor.maxNumFailures": "1000000",
     }
     command = [
         str(SIDECAR),
@@ -238,23 +244,41 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
                 target = rng.randint(10, 40)
                 ctx = FaultContext(sim=sim, scale=CYCLE, proxy=proxy, admin=admin, target=target)
                 end = SCENARIOS[name](ctx)
-                admin.request_total(ctx.target)
+                retried(partial(admin.request_total, ctx.target))
                 time.sleep(CYCLE.fault_seconds)
                 end()
+                for node in sim.nodes():  # a lost node is replaced, as a node pool heals
+                    if not node.ready:
+                        sim.restore_node(node.name)
                 report.notes.extend(f"{name}: {n}" for n in ctx.notes)
                 report.notes.extend(
                     f"{name}: PROBLEM {p}" for check in ctx.checks if (p := check()) is not None
                 )
                 killed.update(ctx.removed)
-                if not wait_until(partial(_runs, sim, ctx.target), CYCLE.deadline):
+                # The sidecar never deletes running executors to meet a lower target (as Spark:
+                # scale-down takes pending ones): the driver lets the extra ones go.
+                wait_until(partial(_at_least, sim, ctx.target), CYCLE.deadline)
+                extra = sorted(running_ids(sim))[ctx.target :]
+                if extra:
+                    retried(partial(admin.kill_executors, extra))
+                    killed.update(extra)
+                reached = wait_until(partial(_runs, sim, ctx.target), CYCLE.deadline)
+                if not reached:
                     report.targets_missed += 1
+                print(
+                    f"[{(time.monotonic() - started) / 60:5.1f} min] {name}: target "
+                    f"{ctx.target} {'reached' if reached else 'NOT reached'} "
+                    f"({running(sim)} running, {len(app_pods(sim))} pods)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 ids = sorted(running_ids(sim))
                 doomed = rng.sample(ids, k=min(len(ids), rng.randint(1, 5)))
-                admin.kill_executors(doomed)  # the target stays: they are replaced
+                retried(partial(admin.kill_executors, doomed))  # the target stays: replaced
                 killed.update(doomed)
             report.rss_end_mib, report.rss_peak_mib = rss_mib(process.pid)
             report.seconds = time.monotonic() - started
-            admin.request_total(0)
+            retried(partial(admin.request_total, 0))
             wait_until(lambda: not running_ids(sim), CYCLE.deadline)
             monitor.sample()
             expected = monitor.lost | killed
@@ -272,7 +296,14 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
         report.removed = len(heard[0]) if heard else 0
         report.lost_unreported = len(expected - set().union(*heard)) if heard else len(expected)
         wait_until(lambda: not app_pods(sim), 10.0)
-        report.leaked = len(app_pods(sim))
+        left = app_pods(sim)
+        report.leaked = len(left)
+        report.notes.extend(
+            f"left: {p['metadata']['name']} phase {p.get('status', {}).get('phase')} "
+            f"node {p['spec'].get('nodeName')} deleting {p['metadata'].get('deletionTimestamp')} "
+            f"finalizers {p['metadata'].get('finalizers')}"
+            for p in left
+        )
         other = sim.pod(BYSTANDER)
         report.bystander_ok = (
             other is not None
@@ -282,8 +313,29 @@ def soak(*, minutes: float, streams: int, seed: int = 1) -> SoakReport:
     return report
 
 
+RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def retried(call: Callable[[], object], *, timeout: float = 60.0) -> None:
+    """A driver's call, retried while the sidecar says to come back (an API outage or a
+    throttle behind it), as a driver does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            call()
+            return
+        except grpc.RpcError as error:
+            if error.code() not in RETRIED or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _runs(sim: KubeSim, target: int) -> bool:
     return running(sim) == target
+
+
+def _at_least(sim: KubeSim, target: int) -> bool:
+    return running(sim) >= target
 
 
 def main(argv: Sequence[str] | None = None) -> int:

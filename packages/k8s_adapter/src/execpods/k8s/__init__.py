@@ -53,6 +53,7 @@ from execpods.k8s.poll import PollSource
 from execpods.k8s.ratecontrol import CongestionConfig, RateController, Signal
 from execpods.k8s.ratelimit import RateLimiter, TokenBucket
 from execpods.k8s.ratesettings import ApiRateSettings
+from execpods.k8s.resize import KubernetesResizer
 from execpods.k8s.settings import KubernetesSettings, is_known_key, parse_memory_mib
 from execpods.k8s.telemetry import ApiCall, ApiCallListener
 from execpods.k8s.warnings import PodWarnings
@@ -83,6 +84,7 @@ __all__ = [
     "KubernetesApiClient",
     "KubernetesClaims",
     "KubernetesPodOperations",
+    "KubernetesResizer",
     "KubernetesSettings",
     "MalformedPod",
     "PodPage",

@@ -95,6 +95,16 @@ def executor_pod_name(prefix: str, executor_id: int) -> str:
     return f"{cut}{suffix}"
 
 
+def executor_hostname(pod_name: str) -> str:
+    """The executor's hostname from its pod name, as Spark's `BasicExecutorFeatureStep` derives
+    it (the last 63 characters, leading non-word characters dropped), except that a character
+    Spark turns into `_` becomes `-`: the API server refuses `_` in `spec.hostname` (a DNS-1123
+    label), so Spark's own pods with a dotted podNamePrefix would not be created."""
+    tail = pod_name[max(0, len(pod_name) - MAX_POD_NAME_LENGTH) :]
+    tail = re.sub(r"^[^\w]+", "", tail)
+    return re.sub(r"[^a-z0-9-]+", "-", tail).strip("-")
+
+
 def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
     """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
     replaced = {}
@@ -243,11 +253,35 @@ def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _merge_env(existing: object, extra: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The template's env entries with `extra` set on top (same name: ours wins)."""
+_PER_EXECUTOR_ENV = frozenset({"SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_POD_NAME"})
+"""What a pod Spark built for executor 0 says of that executor: replaced for each executor."""
+
+
+def _merge_env(
+    existing: object,
+    extra: Mapping[str, str],
+    *,
+    keep_template: bool = False,
+    forced: frozenset[str] = _PER_EXECUTOR_ENV,
+) -> list[dict[str, Any]]:
+    """The template's env entries with `extra` set on top (same name: ours wins). With
+    ``keep_template`` (a pod Spark's own builder made, from the driver's configuration) the
+    template's entries win, except those ``forced`` (the executor's own id, recovery mode's
+    cores) and a literal pod name: Spark's `SPARK_EXECUTOR_POD_NAME` reads the pod's name
+    (`fieldRef`), and is kept as it is."""
     entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
-    kept = [e for e in entries if e.get("name") not in extra]
-    return [*kept, *({"name": k, "value": v} for k, v in extra.items())]
+
+    def ours(entry: Mapping[str, Any]) -> bool:
+        name = entry.get("name")
+        if name not in extra:
+            return False
+        if not keep_template:
+            return True
+        return name in forced and "valueFrom" not in entry
+
+    kept = [e for e in entries if not ours(e)]
+    names = {e.get("name") for e in kept}
+    return [*kept, *({"name": k, "value": v} for k, v in extra.items() if k not in names)]
 
 
 def _avoid_nodes(spec: dict[str, Any], nodes: frozenset[str]) -> None:
@@ -378,8 +412,11 @@ class ExecutorPodTemplateBuilder:
         return image if isinstance(image, str) else None
 
     def pod_name(self, *, executor_id: int, app_id: str) -> str:
-        prefix = self.settings.pod_name_prefix or sanitize_prefix(app_id)
-        return executor_pod_name(prefix, executor_id)
+        """`<prefix>-exec-<id>`: as Spark, a configured prefix (a subdomain of at most 237
+        characters) is used whole; the default, from the app id, is cut to keep a label."""
+        if self.settings.pod_name_prefix:
+            return f"{self.settings.pod_name_prefix}-exec-{executor_id}"
+        return executor_pod_name(sanitize_prefix(app_id), executor_id)
 
     def _set_scheduling(self, spec: dict[str, Any]) -> None:
         """Node selector, scheduler, service account and pull secrets, as Spark's executor
@@ -489,7 +526,7 @@ class ExecutorPodTemplateBuilder:
         spec = _section(pod, "spec")
         spec["restartPolicy"] = "Never"
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
-            spec["hostname"] = name
+            spec["hostname"] = executor_hostname(name)
         name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
         rename_claims(pod, decisions.claims)
         self._set_scheduling(spec)
@@ -504,12 +541,16 @@ class ExecutorPodTemplateBuilder:
         container["imagePullPolicy"] = self.settings.image_pull_policy
         if self.settings.image is not None:
             container["image"] = self.settings.image
+        built_by_spark = profile is not None and profile.pod_template is not None
         env = self._env(executor_id, app_id, name, profile)
+        forced = set(_PER_EXECUTOR_ENV)
         if decisions.cores is not None:  # OOM recovery mode: one task at a time
             env["SPARK_EXECUTOR_CORES"] = str(decisions.cores)
-        container["env"] = _merge_env(container.get("env"), env)
-        self._set_resources(_section(container, "resources"), profile)
-        built_by_spark = profile is not None and profile.pod_template is not None
+            forced.add("SPARK_EXECUTOR_CORES")  # over Spark's own pod's too
+        container["env"] = _merge_env(
+            container.get("env"), env, keep_template=built_by_spark, forced=frozenset(forced)
+        )
+        self._set_resources(_section(container, "resources"), profile, keep_template=built_by_spark)
         self._set_termination(spec, container, keep_template=built_by_spark)
         return pod
 
@@ -578,8 +619,16 @@ class ExecutorPodTemplateBuilder:
             ),
         }
 
-    def _set_resources(self, resources: dict[str, Any], profile: ResourceProfile | None) -> None:
-        """Requests and limits: the settings' shape, overridden field by field by the profile."""
+    def _set_resources(
+        self,
+        resources: dict[str, Any],
+        profile: ResourceProfile | None,
+        *,
+        keep_template: bool = False,
+    ) -> None:
+        """Requests and limits: the settings' shape, overridden field by field by the profile.
+        A pod Spark's own builder made keeps the requests and limits it has (Spark sized it from
+        the same profile, `spark.kubernetes.executor.request.cores` and limits included)."""
         memory_mib = self.settings.pod_memory_mib
         cpu = self.settings.cpu_request
         extra: Mapping[str, str] = {}
@@ -599,14 +648,20 @@ class ExecutorPodTemplateBuilder:
         memory = f"{memory_mib}Mi"
         requests = _section(resources, "requests")
         limits = _section(resources, "limits")
-        requests["cpu"] = cpu
-        requests["memory"] = memory
-        limits["memory"] = memory
+        values: list[tuple[dict[str, Any], str, str]] = [
+            (requests, "cpu", cpu),
+            (requests, "memory", memory),
+            (limits, "memory", memory),
+        ]
         if self.settings.limit_cores is not None:
-            limits["cpu"] = self.settings.limit_cores
+            values.append((limits, "cpu", self.settings.limit_cores))
         for name, quantity in extra.items():  # extended resources: requests must equal limits
-            requests[name] = quantity
-            limits[name] = quantity
+            values += [(requests, name, quantity), (limits, name, quantity)]
+        for section, key, value in values:
+            if keep_template:
+                section.setdefault(key, value)
+            else:
+                section[key] = value
 
 
 def _escalation_problem(pod: PodManifest) -> str | None:

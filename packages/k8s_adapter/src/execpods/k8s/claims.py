@@ -183,10 +183,16 @@ class KubernetesClaims:
     def _manifests_for(
         self, pod: PodManifest, app_id: str, executor_id: str, profile: int
     ) -> list[PodManifest]:
-        made: list[PodManifest] = []
+        """The claims Spark's template of the profile carries, then those of the settings'
+        OnDemand volumes. A claim both name (the plugin's sidecar given the application's own
+        spark-defaults.conf) is made once, as Spark built it: twice was a 409 on every executor."""
+        made = self._from_templates(pod, app_id, executor_id, profile)
+        taken = {str(claim["metadata"]["name"]) for claim in made}
         for volume in self._on_demand:
             name = _claim_of(pod, volume.volume_name)
             if name is None or volume.storage_class is None or volume.size is None:
+                continue
+            if name in taken:
                 continue
             made.append(
                 {
@@ -203,7 +209,13 @@ class KubernetesClaims:
                     },
                 }
             )
+        return made
+
+    def _from_templates(
+        self, pod: PodManifest, app_id: str, executor_id: str, profile: int
+    ) -> list[PodManifest]:
         names = set(volume_claim_names((pod.get("spec") or {}).get("volumes")))
+        made: list[PodManifest] = []
         for template in self._templates_of.get(profile, ()):
             claim: dict[str, Any] = copy.deepcopy(dict(template))
             meta = claim.setdefault("metadata", {})

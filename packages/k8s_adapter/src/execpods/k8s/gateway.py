@@ -122,6 +122,7 @@ class ApiGateway:
             )
         self._telemetry = telemetry
         self._core = k8s_client.CoreV1Api(api_client)
+        self._custom = k8s_client.CustomObjectsApi(api_client)
         core = self._core
         self._verbs: dict[object, str] = {
             core.create_namespaced_pod: "create",
@@ -136,6 +137,8 @@ class ApiGateway:
             core.create_namespaced_persistent_volume_claim: "create",
             core.list_namespaced_persistent_volume_claim: "list",
             core.delete_collection_namespaced_persistent_volume_claim: "deletecollection",
+            core.patch_namespaced_pod_resize: "patch",
+            self._custom.list_namespaced_custom_object: "list",
         }
         self.namespace = namespace
         self.host = urlsplit(str(api_client.configuration.host)).netloc
@@ -414,6 +417,27 @@ class ApiGateway:
         return self._json(
             f"{what} of pod {name}",
             partial(self._core.patch_namespaced_pod, name, self.namespace, dict(patch)),
+        )
+
+    def resize_pod(self, name: str, patch: Mapping[str, object]) -> None:
+        """A strategic merge patch of one pod's `resize` subresource (in-place resize)."""
+        self._bytes(
+            f"resize of pod {name}",
+            partial(self._core.patch_namespaced_pod_resize, name, self.namespace, dict(patch)),
+        )
+
+    def list_pod_metrics(self, label_selector: str) -> object:
+        """The metrics API's PodMetricsList (metrics.k8s.io/v1beta1) of the matching pods."""
+        return self._json(
+            f"list pod metrics {label_selector!r}",
+            partial(
+                self._custom.list_namespaced_custom_object,
+                "metrics.k8s.io",
+                "v1beta1",
+                self.namespace,
+                "pods",
+                label_selector=label_selector,
+            ),
         )
 
     # --- the machinery -----------------------------------------------------------------------

@@ -133,6 +133,21 @@ def _non_empty(value: str) -> str | None:
     return None if value.strip() else "must not be empty"
 
 
+POD_NAME_PREFIX_MAX = 253 - 10 - len("-exec-")
+"""Spark's `Config.isValidExecutorPodNamePrefix`: room for `-exec-` and an int id in 253."""
+
+
+def _pod_name_prefix(value: str) -> str | None:
+    """Spark 4.3's check of spark.kubernetes.executor.podNamePrefix: a DNS-1123 subdomain (dots
+    allowed) of at most 237 characters."""
+    if len(value) <= POD_NAME_PREFIX_MAX and _DNS_SUBDOMAIN.match(value):
+        return None
+    return (
+        "must conform https://kubernetes.io/docs/concepts/overview/working-with-objects/names/"
+        f"#dns-subdomain-names and the value length <= {POD_NAME_PREFIX_MAX}"
+    )
+
+
 def _dns_label(value: str) -> str | None:
     if _DNS_LABEL.match(value) is None:
         return "must be a DNS-1123 label (lowercase letters, digits and '-')"
@@ -203,9 +218,10 @@ class KubernetesSettings(SettingsBase):
     pod_name_prefix: str | None = setting(
         "spark.kubernetes.executor.podNamePrefix",
         None,
-        "Executor pod names are <prefix>-exec-<id> (default prefix: the app id).",
+        "Executor pod names are <prefix>-exec-<id> (default prefix: the app id); as Spark, a DNS "
+        "subdomain (dots allowed) of at most 237 characters.",
         parse=parse_optional_str,
-        rule=if_set(_dns_label),
+        rule=if_set(_pod_name_prefix),
     )
     driver_pod_name: str | None = setting(
         "spark.kubernetes.driver.pod.name",
@@ -398,6 +414,13 @@ class KubernetesSettings(SettingsBase):
         "Ready before creating the first executors; after it they are created anyway. A bare "
         "number is seconds, as in Spark.",
         unit="s",
+    )
+    driver_publishes_not_ready: bool = setting(
+        "spark.kubernetes.driver.service.publishNotReadyAddresses",
+        False,
+        "The driver's Service publishes its address before the driver pod is Ready, so executors "
+        "reach it at once: as Spark's ExecutorPodsAllocator, the readiness wait is skipped.",
+        parse=parse_bool,
     )
 
     # Graceful decommission and the container's security context (Spark 4.3's executor step).

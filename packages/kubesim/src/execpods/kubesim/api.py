@@ -203,7 +203,8 @@ class KubeSim:
         """Restart the API server with its state restored from `backup`, as after an etcd
         restore: objects made since are gone, deleted ones are back, resourceVersions go back to
         the backup's (lower than any a client saw since), watch history is gone and every
-        connection is cut. The simulated kubelets keep running what they run."""
+        connection is cut. The simulated scheduler and kubelets re-list, as their informers would:
+        pods that are gone are forgotten, and pods that are back are scheduled or run again."""
         with self._lifecycle:
             server = self._running()
             port = server.port
@@ -211,6 +212,7 @@ class KubeSim:
             self.store.restore(backup.pods)
             for plural, saved in backup.objects.items():
                 self.object_apis[plural].store.restore(saved)
+            self.cluster.resync(backup.pods.objects.values())
             if down_seconds > 0:
                 time.sleep(down_seconds)
             self._server = self._serve(port)
@@ -579,6 +581,23 @@ class KubeSim:
     def requests(self) -> list[RequestRecord]:
         """The API requests served so far (not control calls), oldest first."""
         return self.log.records()
+
+    def set_usage(
+        self,
+        name: str,
+        container: str = "spark-kubernetes-executor",
+        namespace: str = "default",
+        *,
+        memory: str | None = None,
+        cpu: str | None = None,
+    ) -> None:
+        """What the metrics API (`metrics.k8s.io`, `kubectl top`) reports the container uses."""
+        self.api.usage.set(namespace, name, container, memory=memory, cpu=cpu)
+
+    def keep_request_bodies(self, keep: bool = True) -> None:
+        """Keep each later request's body in its record (`RequestRecord.body`): what a client
+        wrote, for comparing two clients call by call. Off by default."""
+        self.log.keep_bodies = keep
 
     def request_counts(self) -> dict[str, int]:
         """API requests per verb: get, list, watch, create, update, patch, delete, ..."""

@@ -22,6 +22,7 @@ import yaml
 from execpods.kubesim.api import KubeSim
 from execpods.kubesim.bodies import JsonObject, JsonValue
 from execpods.kubesim.cluster import ClusterConfig
+from execpods.kubesim.fit import quantity_request
 from execpods.kubesim.limits import DISTRIBUTIONS
 
 __all__ = ["build_parser", "main"]
@@ -42,6 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=c.pods_per_node,
         help="pods per node (default %(default)s)",
+    )
+    p.add_argument(
+        "--node-cpu",
+        default=c.node_cpu,
+        metavar="QUANTITY",
+        help="each node's allocatable CPU, e.g. 4 or 3500m (default: requests are not counted)",
+    )
+    p.add_argument(
+        "--node-memory",
+        default=c.node_memory,
+        metavar="QUANTITY",
+        help="each node's allocatable memory, e.g. 16Gi (default: requests are not counted)",
     )
     p.add_argument(
         "--schedule-delay", type=float, default=c.schedule_delay, help="seconds before scheduling"
@@ -150,11 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _config(args: argparse.Namespace) -> ClusterConfig:
     """The cluster the flags describe (ValueError for values ClusterConfig refuses)."""
+    for flag, quantity in (("--node-cpu", args.node_cpu), ("--node-memory", args.node_memory)):
+        try:
+            quantity_request(quantity, None)
+        except ValueError as exc:
+            raise ValueError(f"{flag} {quantity!r} is not a quantity: {exc}") from None
     mean = args.start_latency[0]
     jitter = args.start_latency[1] if len(args.start_latency) > 1 else 0.0
     return ClusterConfig(
         nodes=args.nodes,
         pods_per_node=args.node_capacity,
+        node_cpu=args.node_cpu,
+        node_memory=args.node_memory,
         schedule_delay=args.schedule_delay,
         start_latency=mean,
         start_jitter=jitter,

@@ -32,6 +32,11 @@ class RequestRecord:
     verb: str
     duration: float
     at: float = 0.0
+    user_agent: str = ""
+    """The client's User-Agent header (who asked: Spark's fabric8, the sidecar's client...)."""
+    body: bytes | None = None
+    """The request body as sent, kept only while the log keeps bodies (`RequestLog.keep_bodies`):
+    a side-by-side comparison reads what each client wrote, other runs keep no copies."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -42,6 +47,8 @@ class RequestLog:
 
     def __init__(self, maxlen: int = 100_000, *, clock: Clock | None = None) -> None:
         self._clock = clock
+        self.keep_bodies = False
+        """Whether records keep their request bodies (off: benchmarks log thousands of pods)."""
         self._lock = threading.Lock()
         self._records: deque[RequestRecord] = deque(maxlen=maxlen)
         self._verbs: Counter[str] = Counter()
@@ -49,6 +56,8 @@ class RequestLog:
     def add(self, record: RequestRecord) -> None:
         if self._clock is not None:
             record = dataclasses.replace(record, at=self._clock.now())
+        if not self.keep_bodies and record.body is not None:
+            record = dataclasses.replace(record, body=None)
         with self._lock:
             self._records.append(record)
             self._verbs[record.verb] += 1
@@ -98,6 +107,8 @@ class Faults:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
+        self.keep_bodies = False
+        """Whether records keep their request bodies (off: benchmarks log thousands of pods)."""
         self._lock = threading.Lock()
         self.clear()
 

@@ -22,7 +22,8 @@ What the nodes do, as the real components do it:
   exits is restarted by the restart policy, waiting in ``CrashLoopBackOff`` (message
   ``back-off 10s restarting failed container=NAME pod=NAME_NS(UID)``) for the same back-off;
 - on a graceful delete (``deletionTimestamp`` set) the kubelet stops the containers after
-  ``min(grace period, stop_latency)`` (exit code 143, phase Failed), then deletes the pod with
+  ``min(grace period, stop_latency)`` (exit code 143, phase Failed; 137 when they would outlive
+  the grace period, the kubelet's SIGKILL at its end), then deletes the pod with
   grace period 0 (the object goes once its finalizers are gone), as it deletes any finished pod
   that is being deleted;
 - scenario hooks any client language can use are pod annotations:
@@ -38,7 +39,7 @@ import logging
 import math
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,10 +60,15 @@ from execpods.kubesim.podstatus import (
     container_creating,
     image_pull_backoff,
     image_pull_failed,
+    resize_actuated,
+    resize_pending,
     running,
     terminated,
 )
 from execpods.kubesim.store import Event, Obj
+
+RESIZE_LATENCY = 0.1
+"""Seconds the kubelet takes to actuate an in-place resize (pods/resize)."""
 
 __all__ = [
     "ANNOTATION_PREFIX",
@@ -223,6 +229,10 @@ class NodeSimulation:
     def _now(self) -> str:
         return rfc3339(self.clock.now())
 
+    def kubelet_later(self, delay: float, action: Callable[[], object]) -> None:
+        """Schedule a kubelet action (a resize's actuation); held back while it is paused."""
+        self._kubelet_later(delay, action)
+
     def _kubelet_later(self, delay: float, action: Callable[[], object]) -> None:
         """Schedule a kubelet action; while the kubelet is paused it is held back."""
 
@@ -237,6 +247,19 @@ class NodeSimulation:
 
     def _update(self, key: Key, uid: str, mutate: Callable[[Obj], Obj | None]) -> Obj | None:
         return self.port.write_status(key[0], key[1], uid, mutate)
+
+    def resync(self, pods: Iterable[Obj]) -> None:
+        """After the API server's state went back (a restore from a backup): forget the pods
+        that are gone, and take up the ones that are back, as kubelets and the scheduler do
+        when their informers re-list."""
+        current = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        with self._lock:
+            tracked = set(self._node_of) | set(self._unschedulable)
+        for key in tracked - set(current):
+            self._release(key)
+        for key, pod in current.items():
+            if key not in tracked:
+                self.on_event(Event(0, "ADDED", None, pod))
 
     def _release(self, key: Key) -> None:
         with self._lock:
@@ -287,6 +310,10 @@ class NodeSimulation:
                 if node and key not in self._node_of:
                     self._bind(key, uid, node, pod)  # bound by another scheduler: start it
                 self._on_deleting(key, uid, pod)
+                if resize_pending(pod):  # pods/resize changed its resources: actuate them
+                    self._kubelet_later(
+                        RESIZE_LATENCY, lambda: self._update(key, uid, resize_actuated)
+                    )
 
     def _on_deleting(self, key: Key, uid: str, pod: Obj) -> None:
         """A graceful delete reached the kubelet: stop the containers after the grace period
@@ -303,7 +330,8 @@ class NodeSimulation:
                 return
             self._stopping[key] = int(grace)
         stop = min(float(grace), self.config.stop_latency)
-        self._kubelet_later(stop, lambda: self._finish_graceful(key, uid))
+        killed = self.config.stop_latency > grace
+        self._kubelet_later(stop, lambda: self._finish_graceful(key, uid, killed=killed))
 
     # -- scheduler -----------------------------------------------------------------------------
 
@@ -686,12 +714,18 @@ class NodeSimulation:
         for action in deferred:
             self._kubelet_later(0.0, action)
 
-    def _finish_graceful(self, key: Key, uid: str) -> None:
+    def _finish_graceful(self, key: Key, uid: str, *, killed: bool = False) -> None:
+        """The containers stop: on SIGTERM (exit 143) within the grace period, or, when they
+        would outlive it (``stop_latency`` > grace), by the kubelet's SIGKILL at its end (137)."""
         self.terminate(
             *key,
-            exit_code=143,
+            exit_code=137 if killed else 143,
             reason="Error",
-            message="terminated by the kubelet for graceful deletion",
+            message=(
+                "killed by the kubelet at the end of the grace period"
+                if killed
+                else "terminated by the kubelet for graceful deletion"
+            ),
             uid=uid,
             force_phase="Failed",
         )

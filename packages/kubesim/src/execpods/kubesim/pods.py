@@ -259,3 +259,8 @@ def _qos(containers: list[Obj]) -> str:
     if guaranteed and requests_any:
         return "Guaranteed"
     return "Burstable" if requests_any else "BestEffort"
+
+
+def qos_class(containers: list[Obj]) -> str:
+    """The pod's QoS class from its containers' resources (Guaranteed, Burstable, BestEffort)."""
+    return _qos(containers)

@@ -5,6 +5,7 @@ Kept apart from the scheduling and timing logic in ``cluster.py`` so each reads 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -139,6 +140,7 @@ def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj
     statuses = []
     for c in pod["spec"]["containers"]:
         prev = previous.get(c["name"], {})
+        resources = copy.deepcopy(c.get("resources") or {})
         statuses.append(
             {
                 "name": c["name"],
@@ -150,6 +152,10 @@ def running(pod: Obj, now: str, ip: str, container_id: Callable[[], str]) -> Obj
                 "restartCount": prev.get("restartCount", 0),
                 "state": {"running": {"startedAt": now}},
                 "lastState": prev.get("lastState", {}),
+                # What the kubelet (1.33+) reports of a running container: the API server takes
+                # it as the node's support for in-place resize (pods/resize).
+                "resources": resources,
+                "allocatedResources": dict(resources.get("requests") or {}),
             }
         )
     st["containerStatuses"] = statuses
@@ -208,3 +214,33 @@ def terminated(p: Obj, now: str, end: Termination) -> Obj:
         if pod_message:
             st["message"] = pod_message
     return p
+
+
+def resize_pending(pod: Obj) -> bool:
+    """A running pod whose containers' spec resources differ from what the kubelet reports:
+    a resize (pods/resize) the kubelet has yet to actuate."""
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return False
+    reported = {
+        s.get("name"): s.get("resources")
+        for s in (pod.get("status") or {}).get("containerStatuses") or []
+        if (s.get("state") or {}).get("running") is not None
+    }
+    return any(
+        c["name"] in reported and (c.get("resources") or {}) != reported[c["name"]]
+        for c in pod["spec"]["containers"]
+    )
+
+
+def resize_actuated(pod: Obj) -> Obj | None:
+    """The kubelet's report once it actuated a resize: each running container's status carries
+    its spec resources (None when nothing is pending)."""
+    if not resize_pending(pod):
+        return None
+    wanted = {c["name"]: copy.deepcopy(c.get("resources") or {}) for c in pod["spec"]["containers"]}
+    for container_status in pod["status"].get("containerStatuses") or []:
+        resources = wanted.get(container_status.get("name"))
+        if resources is not None and (container_status.get("state") or {}).get("running"):
+            container_status["resources"] = resources
+            container_status["allocatedResources"] = dict(resources.get("requests") or {})
+    return pod

@@ -36,10 +36,12 @@ from execpods.kubesim.pods import (
     SERVER_META,
     admit_new_pod,
     default_spec,
+    rfc3339,
     validate_pod,
     validate_status,
 )
 from execpods.kubesim.rbac import Authorizer
+from execpods.kubesim.resize import ResourceUsage, resized_spec
 from execpods.kubesim.selectors import SelectorError, parse_field_selector, parse_label_selector
 from execpods.kubesim.store import Obj, PodStore, Predicate, Watcher
 from execpods.kubesim.watchstart import bookmark_line, open_watch, wait_fresh
@@ -236,6 +238,8 @@ class PodApi:
         #: refuse the pod, and sees whether the create went through.
         self.admission: Callable[[Obj], AbstractContextManager[None]] | None = None
         self._rng_lock = threading.Lock()
+        #: What the metrics API reports each container uses (`resize.ResourceUsage`).
+        self.usage = ResourceUsage()
 
     # -- selectors and versions ----------------------------------------------------------------
 
@@ -450,6 +454,47 @@ class PodApi:
             return self._merge_write(old, patched, name, status=status)
 
         return as_pod(self.store.update(namespace, name, mutate))
+
+    def resize(
+        self, namespace: str, name: str, content_type: str, body: JsonValue, *, patch: bool
+    ) -> Pod:
+        """The `pods/resize` subresource (`resize.py`): only the containers' resources change
+        (cpu and memory); the kubelet (`nodes.py`) then actuates them."""
+
+        def mutate(old: Obj) -> Obj:
+            new = apply_patch(content_type, old, body) if patch else body
+            meta = (new.get("metadata") or {}) if isinstance(new, dict) else None
+            if not isinstance(new, dict) or not isinstance(meta, dict):
+                raise ApiError.bad_request("the request body must be a pod object")
+            rv = meta.get("resourceVersion")
+            if rv and rv != old["metadata"]["resourceVersion"]:
+                raise ApiError.conflict(name, "the object has been modified; please apply your "
+                                        "changes to the latest version and try again")  # fmt: skip
+            new_spec = new.get("spec")
+            if not isinstance(new_spec, dict):
+                raise ApiError.bad_request("the pod's spec must be an object")
+            statuses = (old.get("status") or {}).get("containerStatuses") or []
+            updated = copy.deepcopy(old)
+            updated["spec"] = resized_spec(old["spec"], new_spec, name, statuses=statuses)
+            return updated
+
+        return as_pod(self.store.update(namespace, name, mutate))
+
+    def pod_metrics(
+        self, namespace: str, query: dict[str, str], *, name: str | None = None
+    ) -> JsonObject:
+        """metrics.k8s.io/v1beta1 PodMetricsList of the namespace's Running pods, or one pod's
+        PodMetrics (404, as metrics-server, for a pod it has none of)."""
+        now = rfc3339(self.cluster.clock.now())
+        if name is None:
+            items, _ = self.store.list(namespace, self.predicate(query))
+            return self.usage.pod_metrics(namespace, items, now)
+        found = self.usage.pod_metrics(namespace, [self.store.get(namespace, name)], now)["items"]
+        if not found:
+            raise ApiError(404, "NotFound", f'podmetrics.metrics.k8s.io "{name}" not found')
+        metrics: JsonObject = found[0]
+        metrics.update({"kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1"})
+        return metrics
 
     @staticmethod
     def _grace(query: dict[str, str], options: JsonValue) -> tuple[int | None, JsonObject]:

@@ -38,7 +38,10 @@ __all__ = ["ApiServer", "ServerContext", "parse_bool"]
 
 _log = logging.getLogger(__name__)
 
-_POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/binding)?)?$")
+_POD = re.compile(
+    r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/status|/eviction|/binding|/resize)?)?$"
+)
+_METRICS = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
 _WATCH = re.compile(r"^/api/v1/watch/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")
 
 ControlHandler = Callable[[str, str, Any], tuple[int, Any]]
@@ -93,7 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
     _headers: dict[str, str]
     # The request being served, until it is in the request log: method, path, query, verb, start.
-    _pending: tuple[str, str, dict[str, str], str, float] | None = None
+    _pending: tuple[str, str, dict[str, str], str, float, bytes] | None = None
 
     # Silence the default stderr access log; requests go to the request log and DEBUG logging.
     def log_message(self, format: str, *args: Any) -> None:
@@ -236,11 +239,18 @@ class _Handler(BaseHTTPRequestHandler):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        method, path, query, verb, started = pending
+        method, path, query, verb, started, body = pending
         elapsed = time.perf_counter() - started
         self.server.context.api.log.add(
             RequestRecord(
-                method=method, path=path, query=query, status=status, verb=verb, duration=elapsed
+                method=method,
+                path=path,
+                query=query,
+                status=status,
+                verb=verb,
+                duration=elapsed,
+                user_agent=self.header("User-Agent"),
+                body=body or None,
             )
         )
         _log.debug("%s %s -> %d (%.1f ms)", method, self.path, status, elapsed * 1000)
@@ -265,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._control(method, path, body, ctx)
             return
         verb = _verb(method, path, query)
-        self._pending = (method, path, query, verb, started)
+        self._pending = (method, path, query, verb, started, body)
         status = 500
         try:
             with self._seat(ctx, verb):
@@ -327,6 +337,10 @@ class _Handler(BaseHTTPRequestHandler):
         name: str | None
         subresource = False
         watch_path = False
+        if m := _METRICS.match(path):
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+            return self.reply(200, api.pod_metrics(m.group(1), query, name=m.group(2)))
         if path == "/api/v1/pods":
             namespace, name = None, None
         elif m := _POD.match(path):
@@ -340,6 +354,15 @@ class _Handler(BaseHTTPRequestHandler):
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
                 return self.reply(201, api.bind(m.group(1), m.group(2), json_body(body)))
+            if m.group(3) == "/resize" and method in ("PATCH", "PUT"):
+                api.faults.check_request()
+                ctype = self.header("Content-Type")
+                return self.reply(
+                    200,
+                    api.resize(
+                        m.group(1), m.group(2), ctype, json_body(body), patch=method == "PATCH"
+                    ),
+                )
         elif m := _WATCH.match(path):
             namespace, name, watch_path = m.group(1), m.group(2), True
         else:

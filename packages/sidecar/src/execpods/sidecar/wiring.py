@@ -19,6 +19,7 @@ from execpods.core import (
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
+    ExecutorResizer,
     Machinery,
     PodOperations,
     PodSelector,
@@ -42,6 +43,7 @@ from execpods.k8s import (
     ExecutorPodTemplateBuilder,
     KubernetesApiClient,
     KubernetesPodOperations,
+    KubernetesResizer,
     KubernetesSettings,
     PodWarnings,
     PollSource,
@@ -60,6 +62,7 @@ from execpods.sidecar.guard.permissions import (
     cluster_probe,
 )
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
+from execpods.sidecar.resizing import PeriodicResizer
 from execpods.sidecar.telemetry.contact import ApiContact, CredentialsWatch, refused_credential
 from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
 
@@ -81,6 +84,8 @@ class Runtime:
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    resizer: PeriodicResizer | None = None
+    """In-place resize of executors' memory, when on (execpods.executor.resize.enabled)."""
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
     contact: ApiContact | None = None
     """Whether the API server ever answered (None without an API): stopping need not retry
@@ -271,6 +276,19 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         telemetry=telemetry,
         id_ledger=id_ledger,
     )
+    resizer = None
+    if settings.resize.active:  # Spark's ExecutorResizeDriverPlugin, which cannot run through
+        resizer = PeriodicResizer(  # the plugin (it wants Spark's own allocator)
+            ExecutorResizer(
+                settings=settings.resize,
+                operations=KubernetesResizer(
+                    gateway,
+                    container_name=settings.core.executor_container_name,
+                    labels=settings.core.labels,
+                ),
+                app_id=settings.sidecar.app_id,
+            )
+        )
     # A 401 from any call: NOT_SERVING and a notice on every stream until the API accepts it.
     telemetry.add(CredentialsWatch(runtime.backend.progress, access))
     return dataclasses.replace(
@@ -279,6 +297,7 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
+        resizer=resizer,
         profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
 
@@ -309,7 +328,7 @@ def driver_readiness_wait(
     """Spark's wait for the driver pod to be Ready before the first executors
     (`spark.kubernetes.allocation.driver.readinessTimeout`); None without a driver pod."""
     name = k8s.driver_pod_name
-    if name is None:
+    if name is None or k8s.driver_publishes_not_ready:  # Spark's shouldWaitForDriverReadiness
         return None
     driver_pod = name
 

@@ -97,12 +97,6 @@ class ApiRelay:
         asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
-        except OSError:
-            writer.close()
-            return
-
         async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, ConnectionError):
                 while data := await src.read(65536):
@@ -112,10 +106,20 @@ class ApiRelay:
                 if dst.can_write_eof():
                     dst.write_eof()
 
-        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
-        for w in (writer, up_writer):
-            with contextlib.suppress(OSError, ssl.SSLError):
-                w.close()
+        writers = [writer]
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
+            writers.append(up_writer)
+            await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+        except (OSError, asyncio.CancelledError):
+            # The API server is not there, or `close` cancelled a connection still open: end
+            # quietly (asyncio's stream server logs a connection task that ends cancelled as an
+            # error with a traceback, at the end of every run that stops with a pod connected).
+            pass
+        finally:
+            for w in writers:
+                with contextlib.suppress(OSError, ssl.SSLError, RuntimeError):
+                    w.close()
 
     def close(self) -> None:
         async def stop() -> None:

@@ -221,11 +221,12 @@ class RealServer:
             self.folder = None
 
     def _stop_processes(self) -> None:
+        # One at a time, clients before their servers: kube-apiserver told to stop while etcd
+        # is already gone spends its whole 10 s grace retrying etcd.
         for proc in reversed(self._processes):
             if proc.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.popen.pid, signal.SIGTERM)
-        for proc in reversed(self._processes):
             try:
                 proc.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -31,6 +31,7 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
         settings.health,
         settings.metrics,
         *settings.features.values(),
+        settings.resize,
     ]
     return {type(part): part for part in parts}
 

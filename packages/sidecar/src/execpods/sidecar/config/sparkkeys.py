@@ -54,9 +54,9 @@ _CONFIG_MAP = (
     "the sidecar creates no executor ConfigMap: the driver or the pod template supplies it"
 )
 _RESIZE = (
-    "in-place resize belongs to Spark's ExecutorResizePlugin / ExecutorPVCResizePlugin driver "
-    "plugins, which act on usage the sidecar never sees (they keep working through the Spark "
-    "plugin); see 'Not implemented: in-place resize' in docs/configuration.md"
+    "claim resize is Spark's ExecutorPVCResizePlugin, which acts on disk use the executors report "
+    "to the driver (never seen by a sidecar) and refuses to start unless Spark's own allocator is "
+    "in use; see 'Not implemented: resizing claims' in docs/configuration.md"
 )
 
 NOT_APPLICABLE: Mapping[str, str] = MappingProxyType(
@@ -91,7 +91,6 @@ NOT_APPLICABLE: Mapping[str, str] = MappingProxyType(
         "spark.kubernetes.driver.service.ipFamilies": _DRIVER_POD,
         "spark.kubernetes.driver.service.ipFamilyPolicy": _DRIVER_POD,
         "spark.kubernetes.driver.service.label.": _DRIVER_POD,
-        "spark.kubernetes.driver.service.publishNotReadyAddresses": _DRIVER_POD,
         "spark.kubernetes.driver.volumes.": _DRIVER_POD,
         "spark.kubernetes.driverEnv.": _DRIVER_POD,
         "spark.kubernetes.executor.disableConfigMap": _CONFIG_MAP,
@@ -160,13 +159,10 @@ VOLUMES_PENDING: Mapping[str, str] = MappingProxyType(
         "spark.kubernetes.executor.pvc.resizeFactor": _RESIZE,
         "spark.kubernetes.executor.pvc.resizeInterval": _RESIZE,
         "spark.kubernetes.executor.pvc.resizeThreshold": _RESIZE,
-        "spark.kubernetes.executor.resizeFactor": _RESIZE,
-        "spark.kubernetes.executor.resizeInterval": _RESIZE,
-        "spark.kubernetes.executor.resizeThreshold": _RESIZE,
     }
 )
-"""Spark's in-place resize keys (4.2+): accepted and listed as not implemented (issue 22 honours
-the PersistentVolumeClaim keys; `ClaimSettings`)."""
+"""Spark's claim-resize keys (4.2+): accepted and listed as not implemented (the memory resize keys
+are honoured: `execpods.core.resize.ResizeSettings`)."""
 
 NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType(
     {

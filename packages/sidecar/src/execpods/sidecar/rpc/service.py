@@ -74,6 +74,10 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
         context: Context[pb.RequestTotalRequest, pb.RequestTotalResponse],
     ) -> pb.RequestTotalResponse:
         backend = self._runtime.backend
+        if request.stopping or backend.allocation_stopped:
+            await self._stopping(request, context)
+            if request.stopping:
+                return self._totals_response()
         try:
             totals = totals_request(
                 request,
@@ -103,15 +107,45 @@ class AllocatorService(pb_grpc.ExecutorAllocatorServicer):
             )
         except RuntimeError:  # the request scheduler is shut down
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
+        logger.debug("The driver asked for %d executors in total.", request.total)
+        return self._totals_response()
+
+    def _totals_response(self) -> pb.RequestTotalResponse:
+        backend = self._runtime.backend
         counts = backend.counts()
         self._runtime.telemetry.target_set(counts.total)
-        logger.debug("The driver asked for %d executors in total.", request.total)
         return pb.RequestTotalResponse(
             total=counts.total,
             running=counts.running,
             pending=counts.pending,
             profile_totals=backend.targets(),
         )
+
+    async def _stopping(
+        self,
+        request: pb.RequestTotalRequest,
+        context: Context[pb.RequestTotalRequest, pb.RequestTotalResponse],
+    ) -> None:
+        """`stopping` ends the application's allocation for good (Spark's
+        `ExecutorPodsAllocator.stop`); after it, only totals of 0 are accepted."""
+        backend = self._runtime.backend
+        wants = request.total > 0 or any(t > 0 for t in request.profile_totals.values())
+        if wants and request.stopping:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "a stopping RequestTotal sets every total to 0; nothing was changed",
+            )
+        if wants:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "the driver stopped this application's allocation (RequestTotal.stopping): no "
+                "executor is created for it again",
+            )
+        if request.stopping and not backend.allocation_stopped:
+            try:
+                await asyncio.wrap_future(backend.stop_allocating())
+            except RuntimeError:  # the request scheduler is shut down
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is shutting down")
 
     async def IsDeleted(  # noqa: N802 (the contract's names)
         self,

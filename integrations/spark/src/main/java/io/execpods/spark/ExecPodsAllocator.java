@@ -2,10 +2,8 @@ package io.execpods.spark;
 
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 import io.fabric8.kubernetes.api.model.Container;
 import io.fabric8.kubernetes.api.model.EnvVar;
@@ -17,6 +15,7 @@ import io.fabric8.kubernetes.client.utils.Serialization;
 import org.apache.spark.SecurityManager;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkException;
+import org.apache.spark.deploy.k8s.Constants$;
 import org.apache.spark.deploy.k8s.KubernetesConf$;
 import org.apache.spark.deploy.k8s.KubernetesExecutorConf;
 import org.apache.spark.deploy.k8s.KubernetesExecutorSpec;
@@ -49,6 +48,14 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   /** How long one call to the sidecar may take, waiting for it to be ready included (ms). */
   public static final String SIDECAR_DEADLINE = "spark.execpods.sidecar.deadlineMs";
   public static final long DEFAULT_SIDECAR_DEADLINE_MS = 30_000L;
+  /**
+   * How long an executor may run without registering with the driver before the sidecar deletes
+   * and replaces it (the sidecar's execpods.executor.registrationTimeout); unset: the sidecar's.
+   */
+  public static final String REGISTRATION_TIMEOUT = "spark.execpods.executor.registrationTimeout";
+  /** How often the driver's registered executors are compared with the last report (ms). */
+  public static final String REGISTRATIONS_INTERVAL = "spark.execpods.registrations.intervalMs";
+  public static final long DEFAULT_REGISTRATIONS_INTERVAL_MS = 1_000L;
   /** Spark's executor failure limit and window, sent to the sidecar so the two agree. */
   static final String MAX_FAILURES = "spark.executor.maxNumFailures";
   static final String FAILURES_VALIDITY = "spark.executor.failuresValidityInterval";
@@ -80,6 +87,7 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   private final Map<Integer, Integer> totals = new HashMap<>();
   private volatile SidecarClient sidecar;
   private volatile SidecarEvents events;
+  private volatile ExecutorRegistrations registrations;
   private volatile String applicationId;
   private final int maxFailures;
   private final long failuresValidityMs;
@@ -144,6 +152,12 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
         new SidecarEvents(client, applicationId, maxFailures, ExecPodsAllocator::exit);
     following.start();
     this.events = following;
+    Long timeoutMs = conf.contains(REGISTRATION_TIMEOUT)
+        ? conf.getTimeAsMs(REGISTRATION_TIMEOUT) : null;
+    ExecutorRegistrations reporting =
+        new ExecutorRegistrations(client, schedulerBackend, timeoutMs);
+    reporting.start(conf.getLong(REGISTRATIONS_INTERVAL, DEFAULT_REGISTRATIONS_INTERVAL_MS));
+    this.registrations = reporting;
     LOG.info("execpods: executor pods of {} are allocated by the sidecar at {} ({}{}); "
             + "executor failure limit {} ({})",
         applicationId, address, security.tls ? (security.certFile != null ? "mutual TLS" : "TLS")
@@ -286,10 +300,16 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
   }
 
   /**
-   * Stops the application's allocation: every profile's target drops to zero and, when
-   * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), the sidecar deletes
-   * the executors it still has; otherwise their pods are left, as Spark leaves them. (Spark 4.3
-   * calls this only when that property holds; the check keeps the promise for any caller.)
+   * Stops the application's allocation, as Spark's own {@code ExecutorPodsAllocator.stop} does:
+   * a RequestTotal with {@code stopping} drops every profile's target to zero at the sidecar for
+   * good (no more creates; the sidecar leaves its id ledger, a ConfigMap labelled as the
+   * executors' ones in client mode, to Spark's clean-up right after this), then, when
+   * spark.kubernetes.executor.deleteOnTermination holds (Spark's default), one delete of the
+   * application's executor pods by label, each with its own grace period; otherwise their pods
+   * are left, as Spark leaves them. (Spark 4.3 calls this only when that property holds; the
+   * check keeps the promise for any caller.) Nothing is marked: Spark's stop labels no pod and
+   * sets no deletion cost. A create the sidecar still had in flight is deleted by the sidecar's
+   * own clean-up when it stops with the driver pod.
    */
   @Override
   public synchronized void stop(String applicationId) {
@@ -301,32 +321,31 @@ public class ExecPodsAllocator extends AbstractPodsAllocator {
     if (following != null) {
       following.close();
     }
+    ExecutorRegistrations reporting = registrations;
+    if (reporting != null) {
+      reporting.close();
+    }
     try {
-      Map<Integer, Integer> zero = new HashMap<>();
-      for (Integer id : declarations.keySet()) {
-        if (id != DEFAULT_PROFILE_ID) {
-          zero.put(id, 0);
-        }
-      }
-      client.requestTotal(0, zero, new ArrayList<>());
-      if (deleteOnTermination) {
-        Set<Long> killed = new HashSet<>();
-        for (int round = 0; round < 5; round++) {
-          List<Long> live = client.liveExecutors();
-          live.removeAll(killed);
-          if (live.isEmpty()) {
-            break;
-          }
-          int deleted = client.killExecutors(live);
-          killed.addAll(live);
-          LOG.info("execpods: deleted {} executor pods of {} at stop", deleted, applicationId);
-        }
-      }
+      client.stopAllocation();
     } catch (RuntimeException e) {
       LOG.warn("execpods: could not stop the allocation at the sidecar: {}", e.toString());
     } finally {
       sidecar = null;
       client.close();
+    }
+    if (deleteOnTermination) {
+      try {
+        int deleted = kubernetesClient.pods().inNamespace(namespace)
+            .withLabel(Constants$.MODULE$.SPARK_APP_ID_LABEL(), applicationId)
+            .withLabel(Constants$.MODULE$.SPARK_ROLE_LABEL(),
+                Constants$.MODULE$.SPARK_POD_EXECUTOR_ROLE())
+            .delete().size();
+        LOG.info("execpods: deleted {} executor pods of {} (by label, as Spark's stop)", deleted,
+            applicationId);
+      } catch (RuntimeException e) {
+        LOG.warn("execpods: could not delete the executor pods of {}: {}", applicationId,
+            e.toString());
+      }
     }
   }
 

@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -14,7 +13,6 @@ import org.sparkproject.connect.grpc.Channel;
 import org.sparkproject.connect.grpc.ChannelCredentials;
 import org.sparkproject.connect.grpc.ClientCall;
 import org.sparkproject.connect.grpc.ClientInterceptors;
-import org.sparkproject.connect.grpc.Context;
 import org.sparkproject.connect.grpc.ManagedChannel;
 import org.sparkproject.connect.grpc.MethodDescriptor;
 import org.sparkproject.connect.grpc.netty.NettyChannelBuilder;
@@ -38,7 +36,6 @@ import org.sparkproject.connect.protobuf.DynamicMessage;
  * protobuf's gencode/runtime version check: the descriptors are data, valid for any runtime.
  */
 final class SidecarClient implements AutoCloseable {
-  static final String SERVICE = "execpods.v1.ExecutorAllocator";
   private static final String DESCRIPTORS = "/io/execpods/spark/allocator.desc";
 
   private final ManagedChannel managed;
@@ -66,7 +63,8 @@ final class SidecarClient implements AutoCloseable {
     }
     this.managed = builder.build();
     this.channel = ClientInterceptors.intercept(managed, security.bearer());
-    Descriptors.ServiceDescriptor service = contract.findServiceByName("ExecutorAllocator");
+    Descriptors.ServiceDescriptor service =
+        contract.findServiceByName(Contract.ExecutorAllocator.NAME);
     Map<String, MethodDescriptor<DynamicMessage, DynamicMessage>> byName = new HashMap<>();
     for (Descriptors.MethodDescriptor method : service.getMethods()) {
       byName.put(
@@ -76,7 +74,8 @@ final class SidecarClient implements AutoCloseable {
                   method.isServerStreaming()
                       ? MethodDescriptor.MethodType.SERVER_STREAMING
                       : MethodDescriptor.MethodType.UNARY)
-              .setFullMethodName(MethodDescriptor.generateFullMethodName(SERVICE, method.getName()))
+              .setFullMethodName(MethodDescriptor.generateFullMethodName(
+                  Contract.ExecutorAllocator.FULL_NAME, method.getName()))
               .setRequestMarshaller(
                   ProtoUtils.marshaller(DynamicMessage.getDefaultInstance(method.getInputType())))
               .setResponseMarshaller(
@@ -104,7 +103,7 @@ final class SidecarClient implements AutoCloseable {
             file, deps.toArray(new Descriptors.FileDescriptor[0]));
         built.put(file.getName(), last);
       }
-      Descriptors.FileDescriptor allocator = built.get("execpods/v1/allocator.proto");
+      Descriptors.FileDescriptor allocator = built.get(Contract.FILE);
       return allocator != null ? allocator : last;
     } catch (IOException | Descriptors.DescriptorValidationException e) {
       throw new IllegalStateException("cannot load the execpods contract: " + e, e);
@@ -112,7 +111,11 @@ final class SidecarClient implements AutoCloseable {
   }
 
   Descriptor type(String name) {
-    return contract.findMessageTypeByName(name);
+    Descriptor found = contract.findMessageTypeByName(name);
+    if (found == null) {
+      throw new IllegalStateException("the execpods contract has no message " + name);
+    }
+    return found;
   }
 
   private DynamicMessage unary(String method, DynamicMessage request) {
@@ -155,36 +158,39 @@ final class SidecarClient implements AutoCloseable {
   Map<Integer, Integer> requestTotal(
       int defaultTotal, Map<Integer, Integer> others, List<Profile> profiles,
       int maxFailures, long validityMs) {
-    Descriptor requestType = type("RequestTotalRequest");
+    Descriptor requestType = type(Contract.RequestTotalRequest.NAME);
     DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
-    request.setField(requestType.findFieldByName("total"), defaultTotal);
+    request.setField(field(requestType, Contract.RequestTotalRequest.TOTAL), defaultTotal);
     if (maxFailures >= 0) {
-      Descriptor limitType = type("FailureLimit");
-      request.setField(requestType.findFieldByName("failure_limit"),
+      Descriptor limitType = type(Contract.FailureLimit.NAME);
+      request.setField(field(requestType, Contract.RequestTotalRequest.FAILURE_LIMIT),
           DynamicMessage.newBuilder(limitType)
-              .setField(limitType.findFieldByName("max_failures"), maxFailures)
-              .setField(limitType.findFieldByName("validity_interval_ms"), validityMs)
+              .setField(field(limitType, Contract.FailureLimit.MAX_FAILURES), maxFailures)
+              .setField(field(limitType, Contract.FailureLimit.VALIDITY_INTERVAL_MS), validityMs)
               .build());
     }
-    FieldDescriptor totals = requestType.findFieldByName("profile_totals");
+    FieldDescriptor totals = field(requestType, Contract.RequestTotalRequest.PROFILE_TOTALS);
     for (Map.Entry<Integer, Integer> entry : others.entrySet()) {
       request.addRepeatedField(totals, mapEntry(totals, entry.getKey(), entry.getValue()));
     }
-    Descriptor profileType = type("ResourceProfile");
-    FieldDescriptor declared = requestType.findFieldByName("profiles");
+    Descriptor profileType = type(Contract.ResourceProfile.NAME);
+    FieldDescriptor declared = field(requestType, Contract.RequestTotalRequest.PROFILES);
     for (Profile profile : profiles) {
       DynamicMessage.Builder message = DynamicMessage.newBuilder(profileType);
-      message.setField(profileType.findFieldByName("id"), profile.id);
-      message.setField(profileType.findFieldByName("cores"), profile.cores);
-      message.setField(profileType.findFieldByName("memory_mib"), profile.memoryMib);
+      message.setField(field(profileType, Contract.ResourceProfile.ID), profile.id);
+      message.setField(field(profileType, Contract.ResourceProfile.CORES), profile.cores);
       message.setField(
-          profileType.findFieldByName("memory_overhead_mib"), profile.memoryOverheadMib);
-      message.setField(profileType.findFieldByName("pod_template"), profile.podTemplate);
+          field(profileType, Contract.ResourceProfile.MEMORY_MIB), profile.memoryMib);
+      message.setField(field(profileType, Contract.ResourceProfile.MEMORY_OVERHEAD_MIB),
+          profile.memoryOverheadMib);
+      message.setField(
+          field(profileType, Contract.ResourceProfile.POD_TEMPLATE), profile.podTemplate);
       request.addRepeatedField(declared, message.build());
     }
-    DynamicMessage response = unary("RequestTotal", request.build());
+    DynamicMessage response = unary(Contract.ExecutorAllocator.REQUEST_TOTAL, request.build());
     Map<Integer, Integer> inForce = new HashMap<>();
-    FieldDescriptor field = response.getDescriptorForType().findFieldByName("profile_totals");
+    FieldDescriptor field = field(
+        response.getDescriptorForType(), Contract.RequestTotalResponse.PROFILE_TOTALS);
     for (int i = 0; i < response.getRepeatedFieldCount(field); i++) {
       DynamicMessage entry = (DynamicMessage) response.getRepeatedField(field, i);
       inForce.put((Integer) entryKey(entry), (Integer) entryValue(entry));
@@ -192,65 +198,66 @@ final class SidecarClient implements AutoCloseable {
     return inForce;
   }
 
-  /** IsDeleted: whether the sidecar deleted this executor while scaling down. */
-  boolean isDeleted(long executorId) {
-    Descriptor requestType = type("IsDeletedRequest");
+  /**
+   * RequestTotal with {@code stopping}: the application's allocation ends for good (Spark's
+   * {@code ExecutorPodsAllocator.stop}): every total drops to 0, no executor is created again,
+   * and the sidecar leaves its id ledger to Spark's clean-up of the executor ConfigMaps.
+   */
+  void stopAllocation() {
+    Descriptor requestType = type(Contract.RequestTotalRequest.NAME);
     DynamicMessage request = DynamicMessage.newBuilder(requestType)
-        .setField(requestType.findFieldByName("executor_id"), executorId)
+        .setField(field(requestType, Contract.RequestTotalRequest.STOPPING), true)
         .build();
-    DynamicMessage response = unary("IsDeleted", request);
-    return (Boolean) response.getField(response.getDescriptorForType().findFieldByName("deleted"));
+    unary(Contract.ExecutorAllocator.REQUEST_TOTAL, request);
   }
 
-  /** KillExecutors: deletes these executors' pods; returns how many pods were deleted. */
-  int killExecutors(List<Long> executorIds) {
-    Descriptor requestType = type("KillExecutorsRequest");
-    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
-    FieldDescriptor ids = requestType.findFieldByName("executor_ids");
-    for (Long id : executorIds) {
-      request.addRepeatedField(ids, Long.toString(id));
-    }
-    DynamicMessage response = unary("KillExecutors", request.build());
-    return (Integer) response.getField(
-        response.getDescriptorForType().findFieldByName("deleted_pods"));
+  /** IsDeleted: whether the sidecar deleted this executor while scaling down. */
+  boolean isDeleted(long executorId) {
+    Descriptor requestType = type(Contract.IsDeletedRequest.NAME);
+    DynamicMessage request = DynamicMessage.newBuilder(requestType)
+        .setField(field(requestType, Contract.IsDeletedRequest.EXECUTOR_ID), executorId)
+        .build();
+    DynamicMessage response = unary(Contract.ExecutorAllocator.IS_DELETED, request);
+    return (Boolean) response.getField(
+        field(response.getDescriptorForType(), Contract.IsDeletedResponse.DELETED));
   }
 
   /**
-   * The executors of the sidecar's current snapshot whose pods are not being deleted: the first
-   * message of StreamSnapshots, which is the current snapshot in full.
+   * UpdateDriverExecutors in explicit mode: the executors the driver has registered (with when,
+   * ms since the epoch) and those it no longer counts on; {@code timeoutMs}, when not null, is
+   * the registration timeout (0 turns it off). Returns the executors the sidecar now knows.
    */
-  List<Long> liveExecutors() {
-    Descriptor requestType = type("StreamSnapshotsRequest");
-    List<Long> live = new ArrayList<>();
-    Context.CancellableContext context = Context.current().withCancellation();
-    try {
-      context.run(() -> {
-        CallOptions options = CallOptions.DEFAULT
-            .withWaitForReady()
-            .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS);
-        Iterator<DynamicMessage> stream = ClientCalls.blockingServerStreamingCall(
-            channel, methods.get("StreamSnapshots"), options,
-            DynamicMessage.getDefaultInstance(requestType));
-        DynamicMessage first = stream.next();
-        FieldDescriptor snapshots = first.getDescriptorForType().findFieldByName("snapshots");
-        for (int s = 0; s < first.getRepeatedFieldCount(snapshots); s++) {
-          DynamicMessage snapshot = (DynamicMessage) first.getRepeatedField(snapshots, s);
-          FieldDescriptor pods = snapshot.getDescriptorForType().findFieldByName("executor_pods");
-          for (int p = 0; p < snapshot.getRepeatedFieldCount(pods); p++) {
-            DynamicMessage entry = (DynamicMessage) snapshot.getRepeatedField(pods, p);
-            DynamicMessage state = (DynamicMessage) entryValue(entry);
-            Descriptors.EnumValueDescriptor value = (Descriptors.EnumValueDescriptor)
-                state.getField(state.getDescriptorForType().findFieldByName("state"));
-            if (!value.getName().equals("STATE_DELETED")) {
-              live.add((Long) entryKey(entry));
-            }
-          }
-        }
-      });
-    } finally {
-      context.cancel(null);
+  List<Long> updateDriverExecutors(
+      Map<Long, Long> registeredAtMs, List<Long> released, Long timeoutMs) {
+    Descriptor requestType = type(Contract.UpdateDriverExecutorsRequest.NAME);
+    DynamicMessage.Builder request = DynamicMessage.newBuilder(requestType);
+    FieldDescriptor registered =
+        field(requestType, Contract.UpdateDriverExecutorsRequest.REGISTERED);
+    FieldDescriptor times =
+        field(requestType, Contract.UpdateDriverExecutorsRequest.REGISTERED_AT_MS);
+    for (Map.Entry<Long, Long> entry : registeredAtMs.entrySet()) {
+      request.addRepeatedField(registered, entry.getKey());
+      request.addRepeatedField(times, mapEntry(times, entry.getKey(), entry.getValue()));
     }
-    return live;
+    FieldDescriptor releasedField =
+        field(requestType, Contract.UpdateDriverExecutorsRequest.RELEASED);
+    for (Long id : released) {
+      request.addRepeatedField(releasedField, id);
+    }
+    request.setField(field(requestType, Contract.UpdateDriverExecutorsRequest.EXPLICIT), true);
+    if (timeoutMs != null) {
+      request.setField(field(requestType,
+          Contract.UpdateDriverExecutorsRequest.REGISTRATION_TIMEOUT_MS), timeoutMs);
+    }
+    DynamicMessage response =
+        unary(Contract.ExecutorAllocator.UPDATE_DRIVER_EXECUTORS, request.build());
+    FieldDescriptor known = field(
+        response.getDescriptorForType(), Contract.UpdateDriverExecutorsResponse.KNOWN);
+    List<Long> ids = new ArrayList<>();
+    for (int i = 0; i < response.getRepeatedFieldCount(known); i++) {
+      ids.add((Long) response.getRepeatedField(known, i));
+    }
+    return ids;
   }
 
   /**
@@ -260,12 +267,14 @@ final class SidecarClient implements AutoCloseable {
    */
   ClientCall<DynamicMessage, DynamicMessage> follow(
       long batchIntervalMs, StreamObserver<DynamicMessage> observer) {
-    Descriptor requestType = type("StreamSnapshotsRequest");
+    Descriptor requestType = type(Contract.StreamSnapshotsRequest.NAME);
     DynamicMessage request = DynamicMessage.newBuilder(requestType)
-        .setField(requestType.findFieldByName("batch_interval_ms"), batchIntervalMs)
+        .setField(field(requestType, Contract.StreamSnapshotsRequest.BATCH_INTERVAL_MS),
+            batchIntervalMs)
         .build();
     ClientCall<DynamicMessage, DynamicMessage> call = channel.newCall(
-        methods.get("StreamSnapshots"), CallOptions.DEFAULT.withWaitForReady());
+        methods.get(Contract.ExecutorAllocator.STREAM_SNAPSHOTS),
+        CallOptions.DEFAULT.withWaitForReady());
     ClientCalls.asyncServerStreamingCall(call, request, observer);
     return call;
   }
@@ -274,20 +283,34 @@ final class SidecarClient implements AutoCloseable {
     return security;
   }
 
+  /**
+   * The field {@code name} of {@code type}: the names are {@link Contract}'s, generated from the
+   * proto at build time, so a renamed field fails the build; a descriptor packed from another
+   * proto than the plugin was compiled with fails here, naming the field.
+   */
+  static FieldDescriptor field(Descriptor type, String name) {
+    FieldDescriptor found = type.findFieldByName(name);
+    if (found == null) {
+      throw new IllegalStateException(
+          "the execpods contract has no field " + type.getName() + "." + name);
+    }
+    return found;
+  }
+
   private static DynamicMessage mapEntry(FieldDescriptor mapField, Object key, Object value) {
     Descriptor entryType = mapField.getMessageType();
     return DynamicMessage.newBuilder(entryType)
-        .setField(entryType.findFieldByName("key"), key)
-        .setField(entryType.findFieldByName("value"), value)
+        .setField(field(entryType, Contract.MAP_KEY), key)
+        .setField(field(entryType, Contract.MAP_VALUE), value)
         .build();
   }
 
   private static Object entryKey(DynamicMessage entry) {
-    return entry.getField(entry.getDescriptorForType().findFieldByName("key"));
+    return entry.getField(field(entry.getDescriptorForType(), Contract.MAP_KEY));
   }
 
   private static Object entryValue(DynamicMessage entry) {
-    return entry.getField(entry.getDescriptorForType().findFieldByName("value"));
+    return entry.getField(field(entry.getDescriptorForType(), Contract.MAP_VALUE));
   }
 
   @Override

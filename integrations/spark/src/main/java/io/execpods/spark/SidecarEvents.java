@@ -96,14 +96,17 @@ final class SidecarEvents {
   }
 
   void handle(DynamicMessage message) {
-    FieldDescriptor notices = message.getDescriptorForType().findFieldByName("allocator_notices");
+    FieldDescriptor notices =
+        field(message, Contract.StreamSnapshotsResponse.ALLOCATOR_NOTICES);
     for (int i = 0; i < message.getRepeatedFieldCount(notices); i++) {
       DynamicMessage notice = (DynamicMessage) message.getRepeatedField(notices, i);
       LOG.warn("execpods: {} (resource profile {}): {}",
-          kind(notice), notice.getField(field(notice, "resource_profile_id")),
-          notice.getField(field(notice, "message")));
+          kind(notice),
+          notice.getField(field(notice, Contract.AllocatorNotice.RESOURCE_PROFILE_ID)),
+          notice.getField(field(notice, Contract.AllocatorNotice.MESSAGE)));
     }
-    String failure = (String) message.getField(field(message, "application_failure"));
+    String failure = (String) message.getField(
+        field(message, Contract.StreamSnapshotsResponse.APPLICATION_FAILURE));
     if (!failure.isEmpty() && !failed && !closed) {
       failed = true;
       LOG.error("execpods: the sidecar failed application {}: {}", applicationId, failure);
@@ -118,13 +121,13 @@ final class SidecarEvents {
   }
 
   private static String kind(DynamicMessage notice) {
-    Object value = notice.getField(field(notice, "kind"));
+    Object value = notice.getField(field(notice, Contract.AllocatorNotice.KIND));
     String name = value.toString();
     return name.startsWith("KIND_") ? name.substring(5).toLowerCase().replace('_', ' ') : name;
   }
 
   private static FieldDescriptor field(DynamicMessage message, String name) {
-    return message.getDescriptorForType().findFieldByName(name);
+    return SidecarClient.field(message.getDescriptorForType(), name);
   }
 
   void close() {
