@@ -7,33 +7,17 @@ a run on the real server (or one that starts a simulator of its own, unlisted) f
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.generators import assert_not_stale, load_tool
 
 
 def _fidelity() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "tools" / "fidelity.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("fidelity.py")
 
 
 def test_the_table_lists_every_conformance_test() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "fidelity.py"), "--check"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert_not_stale("fidelity.py")
 
 
 def test_the_check_sees_a_missing_row_a_stale_row_and_a_reasonless_one() -> None:
