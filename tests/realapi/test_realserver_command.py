@@ -72,6 +72,7 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # a server of its own (not the session's): etcd, kube-apiserver, controllers
 def test_a_pod_runs_and_succeeds_then_a_sigterm_stops_the_server(
     built: None, command: subprocess.Popen[str]
 ) -> None:
