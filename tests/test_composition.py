@@ -241,3 +241,26 @@ def test_features_are_built_only_by_their_plug_and_plugged_only_by_compose_backe
         and isinstance(node.func.value, ast.Name)
     }
     assert {features[f].stem for f in features} - {"ids"} <= plugged | {"idbudget"}
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    found = [
+        node
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    ]
+    assert len(found) == 1, f"{name} in {path}"
+    return found[0]
+
+
+def test_the_allocator_and_the_root_stay_small() -> None:
+    """Issue 28's bounds, kept by a check and not by hope: the allocator orchestrates (its steps
+    live in modules of their own) and features travel to the root as one value."""
+    allocator = ROOT / "packages/core/src/execpods/core/allocator.py"
+    assert len(allocator.read_text().splitlines()) < 250, "allocator.py: move a step out"
+    root = _function(COMPOSE, "compose_backend")
+    assert root.end_lineno is not None
+    assert root.end_lineno - root.lineno + 1 < 60, "compose_backend: 60 lines or more"
+    arguments = root.args
+    count = len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
+    assert count < 10, f"compose_backend takes {count} parameters: group them as one value"

@@ -15,11 +15,8 @@ Newest Spark's rules (`ExecutorPodsAllocator`, 4.2), as one pipeline per batch o
    id ledger first), and create the pods (`PodCreator`);
 5. tell the features what the round decided.
 
-Beyond Spark: creates run concurrently within a round (`creation.py`), their failures are
-classified, backed off and reported as `AllocatorNotice`s instead of raised, and with adaptive
-batches on (the default) a round grows by slow start while creates and starts go cleanly
-(`adaptive.py`). The 2018 rule (no new batch while anything is pending) stays as an explicit policy
-(`execpods.allocation.waitForPendingPods`).
+Beyond Spark: concurrent creates (`creation.py`) whose failures become `AllocatorNotice`s, and
+adaptive batches (`adaptive.py`); the 2018 rule is `execpods.allocation.waitForPendingPods`.
 """
 
 from __future__ import annotations
@@ -201,11 +198,10 @@ class ExecutorPodsAllocator:
         self._scale_down.follow_up(self._last_snapshot, app_id=app_id, now=now)
         self._creator.observe_starts(snapshots)
         wall = self._clock.time()
-        self._features.observe(
-            RoundFacts(
-                app_id=app_id, snapshot=self._last_snapshot, batch=snapshots, known=known, now=wall
-            )
+        facts = RoundFacts(
+            app_id=app_id, snapshot=self._last_snapshot, batch=snapshots, known=known, now=wall
         )
+        self._features.observe(facts)
         profiles = classify(
             self._last_snapshot,
             targets=self.targets(),

@@ -347,14 +347,18 @@ class NodeSimulation:
         )
 
     def _pick_node(self, pod: Obj | None = None) -> str | None:
+        """The node with the fewest pods bound (then the first by name) that the pod fits.
+
+        Nodes are tried in that order and the first that fits wins, which is the same node as
+        weighing every one; usually the first fits, so a pod costs one fit check, not one per
+        node (weighing all of them was most of kubesim's CPU in a 10,000-pod scale-up)."""
         request = Request() if pod is None else pod_request(pod)
-        best: tuple[int, str] | None = None
-        for name in self._nodes:
+        bound = self._bound
+        for name in sorted(self._nodes, key=lambda n: (len(bound[n]), n)):
             reasons, _ = node_reasons(self._fit(name, pod), request)
-            used = len(self._bound[name])
-            if not reasons and (best is None or (used, name) < best):
-                best = (used, name)
-        return None if best is None else best[1]
+            if not reasons:
+                return name
+        return None
 
     def _why_not(self, pod: Obj) -> str:
         request = pod_request(pod)
