@@ -309,6 +309,29 @@ class ClaimOperations(Protocol):
         """Delete every claim of the application; returns how many."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryUse:
+    """One executor container's memory limit and use (bytes), from the metrics API."""
+
+    pod: str
+    container: str
+    limit_bytes: int
+    usage_bytes: int
+
+
+class ResizeOperations(Protocol):
+    """In-place resize of executors' memory over the API (the adapter's `KubernetesResizer`).
+
+    Failures raise `PodOperationError`s."""
+
+    def memory_uses(self, app_id: str) -> list[MemoryUse]:
+        """The executor containers (of pods not labelled inactive) with a memory limit and a
+        reported use; raises `PodOperationError` when they cannot be read."""
+
+    def resize_memory(self, pod: str, container: str, memory_bytes: int) -> None:
+        """Set the container's memory limit and request through the `resize` subresource."""
+
+
 # Time and threads.
 
 

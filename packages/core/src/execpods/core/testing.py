@@ -49,6 +49,7 @@ from execpods.core.ports import (
     PodDecisions,
     PodOperations,
     PodSelector,
+    ResizeOperations,
     Scheduler,
     SnapshotSource,
     SnapshotsStore,
@@ -530,13 +531,18 @@ def compose_deterministic(
     id_ledger: ExecutorIdLedger | None = None,
     features: FeatureSettings | None = None,
     claims: ClaimOperations | None = None,
+    resize: ResizeOperations | None = None,
     api_rate_ceiling: float = API_RATE_CEILING,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
-    `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler:
-    the same assembly as production, with every part a test needs in reach."""
+    `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler,
+    which also runs the features' periodic work: the same assembly as production, with every part
+    a test needs in reach."""
     clock = clock if clock is not None else ManualClock()
     manual = clock if isinstance(clock, ManualClock) else None
+    scheduler = (
+        request_scheduler if request_scheduler is not None else DeterministicScheduler(manual)
+    )
     stores: list[DeterministicSnapshotsStore] = []
 
     def store(
@@ -558,6 +564,7 @@ def compose_deterministic(
             id_ledger=id_ledger,
             profiles=profiles,
             claims=claims,
+            resize=resize,
             api_rate_ceiling=api_rate_ceiling,
         ),
         features=features,
@@ -565,11 +572,8 @@ def compose_deterministic(
             observers=observers,
             clock=clock,
             store=store,
-            request_scheduler=(
-                request_scheduler
-                if request_scheduler is not None
-                else DeterministicScheduler(manual)
-            ),
+            request_scheduler=scheduler,
+            feature_scheduler=scheduler,
             runner=runner,
             rng=rng,
         ),
