@@ -155,8 +155,8 @@ def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
     # `FeatureSettings`), by the helpers shipped packages used to reach past it for (ids in
     # messages, the driver's readiness, why executors wait, the credentials' stall reason) and by
     # issue 30's values that cross the ports (a pod's conditions and warning, the capacity
-    # refusals), and by issue 33's in-place resize (`ResizeSettings`, the `ExecutorResizer` port
-    # and the `MemoryUse` it reads); tests/test_fences.py proves shipped packages use nothing else.
+    # refusals), and by issue 33's in-place resize (the `ResizeOperations` port and the
+    # `MemoryUse` it reads); tests/test_fences.py proves shipped packages use nothing else.
     assert len(exported) <= 93
 
 
@@ -264,3 +264,111 @@ def test_the_allocator_and_the_root_stay_small() -> None:
     arguments = root.args
     count = len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
     assert count < 10, f"compose_backend takes {count} parameters: group them as one value"
+
+
+# --- core policies: built only inside core (the composition root and its features) -------------
+
+SHIPPED = sorted(
+    path
+    for path in (ROOT / "packages").glob("*/src/**/*.py")
+    if not path.is_relative_to(ROOT / "packages/core")
+)
+VALUE_BASES = {
+    "Enum",
+    "IntEnum",
+    "StrEnum",
+    "Exception",
+    "NamedTuple",
+    "TypedDict",
+    "SettingsBase",
+}
+"""A core class deriving from one of these is a value or an error, not a policy; so is a
+dataclass, and a port (a `Protocol` itself, though a class implementing one, as every feature
+implements `Feature`, is a policy)."""
+MACHINERY = {"clock.py", "scheduling.py", "profiles.py", "testing.py"}
+"""Core modules whose classes callers do build: what `Ports` and `Machinery` take (clocks,
+schedulers, the declared profiles) and the in-memory doubles of `execpods.core.testing`."""
+PART_ALONE = {("packages/devtools/src/execpods/devtools/bench/sidecar.py", "RemovalChannel")}
+"""A benchmark of one part alone (the removal window's memory), as core's unit tests do."""
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any(
+        _name(d.func if isinstance(d, ast.Call) else d) == "dataclass" for d in node.decorator_list
+    )
+
+
+def core_policies(trees: dict[Path, ast.Module]) -> dict[str, str]:
+    """Core's public classes with behaviour (not dataclasses, ports, enums, errors or settings),
+    by name, with their module's file name; bases followed to a fixed point."""
+    classes = {
+        node.name: (path.name, node)
+        for path, tree in trees.items()
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
+    }
+    values = set(VALUE_BASES)
+    changed = True
+    while changed:
+        changed = False
+        for name, (_, node) in classes.items():
+            if name not in values and (
+                _is_dataclass(node) or {_name(b) for b in node.bases} & values
+            ):
+                values.add(name)
+                changed = True
+    ports = {name for name, (_, node) in classes.items() if "Protocol" in map(_name, node.bases)}
+    return {name: module for name, (module, _) in classes.items() if name not in values | ports}
+
+
+def policy_offences(tree: ast.Module, where: str, policies: dict[str, str]) -> list[str]:
+    """Constructions in a shipped package (outside core) of a core policy that is not machinery
+    a caller hands the root."""
+    return [
+        f"{where}:{node.lineno} builds {name} ({policies[name]})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (name := _name(node.func)) in policies
+        and policies[name] not in MACHINERY
+        and name not in STORES | PARTS  # the root's own parts: the checks above
+        and (where, name) not in PART_ALONE
+    ]
+
+
+def test_the_policy_check_sees_a_core_policy_built_in_the_sidecar() -> None:
+    """Issue 33's resize was built so: `ExecutorResizer` by the sidecar's wiring, its resizes
+    counted by no pod metric. The check sees that shape, and leaves values and machinery be."""
+    core = {
+        Path("resize.py"): ast.parse(
+            "class ExecutorResizer:\n    def run_once(self): ...\n"
+            "@dataclass(frozen=True)\nclass MemoryUse:\n    pod: str\n"
+            "class ResizeOperations(Protocol):\n    def resize_memory(self): ...\n"
+            "class ResizeSettings(SettingsBase):\n    pass\n"
+        ),
+        Path("clock.py"): ast.parse("class ManualClock:\n    def advance(self): ...\n"),
+    }
+    policies = core_policies(core)
+    assert policies == {"ExecutorResizer": "resize.py", "ManualClock": "clock.py"}
+    wiring = ast.parse(
+        "def connect():\n"
+        "    use = MemoryUse(pod='p')\n"
+        "    clock = ManualClock()\n"
+        "    return ExecutorResizer(settings=s.resize, operations=o, app_id=a)\n"
+    )
+    assert policy_offences(wiring, "wiring.py", policies) == [
+        "wiring.py:4 builds ExecutorResizer (resize.py)"
+    ]
+
+
+def test_shipped_packages_build_no_core_policy_outside_the_root() -> None:
+    """A policy (a feature, the resize rounds, the removal channel...) exists in a running
+    allocation only as `compose_backend` builds it, so it gets the backend's counted ports."""
+    trees = _trees()
+    policies = core_policies({path: trees[path] for path in CORE_MODULES})
+    assert {"ExecutorResize", "NodeBlocklist", "RemovalChannel"} <= set(policies)
+    offences = [
+        offence
+        for path in SHIPPED
+        for offence in policy_offences(trees[path], str(path.relative_to(ROOT)), policies)
+    ]
+    assert offences == [], "build these in core, through compose_backend (features.py)"

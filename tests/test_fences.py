@@ -162,14 +162,32 @@ MANIFEST_KEYS = frozenset(
 
 def manifest_writes(source: str) -> list[str]:
     """Writes of a manifest key: `x["spec"] = ...`, `x["env"] += ...`, `del x["labels"]`,
-    `x.setdefault("spec", ...)`, `x["volumes"].append(...)`, `x.update({"spec": ...})`."""
+    `x.setdefault("spec", ...)`, `x["volumes"].append(...)`, `x.update({"spec": ...})`, and a
+    write anywhere below one: `pod["metadata"]["annotations"][key] = ...`,
+    `pod.get("spec", {})["nodeName"] = ...`, `c.get("env", []).append(...)`."""
     found: list[str] = []
 
     def key_of(target: ast.expr) -> str | None:
-        if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
-            value = target.slice.value
-            return value if isinstance(value, str) else None
-        return None
+        """The first manifest key on the way from `target` down to the object it indexes."""
+        node: ast.expr = target
+        while True:
+            key: object = None
+            if isinstance(node, ast.Subscript):
+                key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+                node = node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "setdefault")
+                and node.args
+            ):
+                first = node.args[0]
+                key = first.value if isinstance(first, ast.Constant) else None
+                node = node.func.value
+            else:
+                return None
+            if isinstance(key, str) and key in MANIFEST_KEYS:
+                return key
 
     for node in ast.walk(ast.parse(source)):
         targets: list[ast.expr] = []
@@ -212,6 +230,19 @@ def test_the_manifest_check_catches_round_3s_edits() -> None:
     assert manifest_writes('pod["spec"]["volumes"].append(volume)\n')
     assert not manifest_writes('name = manifest["metadata"]["name"]\n')
     assert not manifest_writes('counts["created"] += 1\n')
+
+
+def test_the_manifest_check_sees_writes_below_a_manifest_key() -> None:
+    """A write whose last key is a variable, or reached through `.get`, edits the manifest all
+    the same."""
+    assert manifest_writes('pod["metadata"]["annotations"][key] = "x"\n')
+    assert manifest_writes('pod.get("spec", {})["nodeName"] = node\n')
+    assert manifest_writes('container.get("env", []).append(variable)\n')
+    assert manifest_writes('del pod["metadata"]["labels"][label]\n')
+    assert manifest_writes('pod["spec"]["containers"][0]["resources"]["limits"][k] = v\n')
+    assert not manifest_writes('seen[pod["metadata"]["name"]] = True\n')
+    assert not manifest_writes('name = pod.get("metadata", {}).get("name")\n')
+    assert not manifest_writes("counts[key] += 1\n")
 
 
 def test_no_core_module_but_testing_writes_a_manifest_key() -> None:

@@ -12,7 +12,8 @@
                                              # etcd, kube-apiserver, kube-controller-manager,
                                              # helm, buf)
     python3 tools/dev.py gobuild --path helm # print a program's binary (building it if missing)
-    python3 tools/dev.py realserver [-- CMD...]  # a real kube-apiserver + etcd on loopback
+    python3 tools/dev.py realserver [--nodes N] [-- CMD...]  # a real kube-apiserver + etcd on
+                                             # loopback (N simulated nodes run its pods)
 
 It needs only Python >= 3.11 and pip: it installs uv when it is missing, syncs the environment from
 the committed lock (never re-resolving it), and is safe to run again and again.
@@ -222,8 +223,14 @@ def gobuild() -> None:
 
 
 def realserver() -> None:
-    """Start etcd + kube-apiserver + kube-controller-manager on loopback (see docs/kubesim.md)."""
-    _run(_tool("python"), "-m", "execpods.devtools.realserver", "start", *sys.argv[2:])
+    """Start etcd + kube-apiserver + kube-controller-manager on loopback (see docs/kubesim.md).
+
+    This process becomes the server's (exec), so a signal sent to it (a supervisor's SIGTERM,
+    not only a terminal's Ctrl-C) stops the server: a child would be left running."""
+    argv = [str(_tool("python")), "-m", "execpods.devtools.realserver", "start", *sys.argv[2:]]
+    _say(" ".join(argv))
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
 
 
 def gen() -> None:

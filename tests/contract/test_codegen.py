@@ -3,26 +3,20 @@ distribution (`packages/contract`, import `execpods.v1`), and the drift check no
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 from types import ModuleType
 
 import execpods.v1
 
-from tests.generators import assert_not_stale
+from tests.generators import assert_not_stale, load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "packages" / "contract" / "src" / "execpods" / "v1"
 
 
 def _gen_proto() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "tools" / "gen_proto.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gen_proto.py")
 
 
 def test_generated_code_has_not_drifted_from_the_proto() -> None:

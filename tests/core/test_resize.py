@@ -1,17 +1,22 @@
 """In-place memory resize as Spark 4.3's `ExecutorResizeDriverPlugin.checkAndIncreaseMemory`
 decides it (read in its bytecode): usage > limit x threshold gives limit x (1 + factor), both
-limit and request, whole bytes; a failed resize is logged and the others go on."""
+limit and request, whole bytes; a failed resize is logged and the others go on. The feature is
+plugged by the composition root from its settings slice and runs on the features' scheduler every
+interval (as the plugin's own scheduled thread), from the first allocation round until stop."""
 
 from __future__ import annotations
 
 import pytest
-from execpods.core import PodForbidden, SettingsError
-from execpods.core.resize import (
-    ExecutorResizer,
+from execpods.core import (
+    DeterministicScheduler,
+    FeatureSettings,
+    ManualClock,
     MemoryUse,
-    ResizeSettings,
-    memory_resizes,
+    PodForbidden,
+    SettingsError,
 )
+from execpods.core.resize import ExecutorResize, ResizeSettings, memory_resizes
+from execpods.core.testing import Composed, compose_deterministic
 
 GIB = 1024**3
 
@@ -72,11 +77,59 @@ class _Cluster:
                                    usage_bytes=use.usage_bytes)  # fmt: skip
 
 
+ON = FeatureSettings(resize=ResizeSettings(enabled=True))  # every 60 s, Spark's default
+
+
+def _composed(
+    cluster: _Cluster, features: FeatureSettings = ON
+) -> tuple[Composed, DeterministicScheduler]:
+    scheduler = DeterministicScheduler(ManualClock())
+    composed = compose_deterministic(
+        clock=scheduler.clock, request_scheduler=scheduler, resize=cluster, features=features
+    )
+    return composed, scheduler
+
+
 def test_each_round_resizes_what_is_over_and_a_refusal_does_not_stop_the_others() -> None:
     cluster = _Cluster([_use("a", int(GIB * 0.99)), _use("b", int(GIB * 0.95)), _use("c", 1)])
     cluster.refuse.add("a")
-    resizer = ExecutorResizer(settings=ResizeSettings(), operations=cluster, app_id="app")
-    assert [r.pod for r in resizer.run_once()] == ["b"]
+    composed, _ = _composed(cluster)
+    resize = composed.feature(ExecutorResize)
+    assert [r.pod for r in resize.run_once()] == ["b"]
     assert cluster.resized == [("b", int(GIB * 1.1))]
-    assert resizer.run_once() == [], "b is under its new limit; a still refused"
-    assert resizer.resized == 1
+    assert resize.run_once() == [], "b is under its new limit; a still refused"
+    assert cluster.resized == [("b", int(GIB * 1.1))]
+
+
+def test_rounds_run_every_interval_from_the_first_allocation_round_until_stop() -> None:
+    cluster = _Cluster([_use("a", int(GIB * 0.95))])
+    composed, scheduler = _composed(cluster)
+    scheduler.tick(120.0)
+    assert cluster.resized == [], "not before the backend's first allocation round"
+    composed.backend.start(initial_executors=0)
+    composed.store.notify_subscribers()  # the first allocation round: the task starts
+    composed.store.notify_subscribers()  # later rounds do not start another
+    scheduler.tick(59.0)
+    assert cluster.resized == [], "the first round one interval later, as Spark's plugin"
+    scheduler.tick(1.0)
+    assert cluster.resized == [("a", int(GIB * 1.1))]
+    cluster.uses["a"] = _use("a", int(GIB * 1.1 * 0.95), limit=int(GIB * 1.1))  # it grew again
+    scheduler.tick(60.0)
+    assert [pod for pod, _ in cluster.resized] == ["a", "a"], "one round per interval"
+    composed.backend.stop()
+    cluster.uses["a"] = _use("a", int(GIB * 2), limit=int(GIB * 1.21))
+    scheduler.tick(600.0)
+    assert len(cluster.resized) == 2, "stopping the backend cancels the task"
+
+
+def test_off_unless_enabled_and_given_the_resize_calls() -> None:
+    for features in (FeatureSettings(), FeatureSettings(resize=ResizeSettings(
+        enabled=True, interval=0.0
+    ))):  # fmt: skip
+        with pytest.raises(LookupError):
+            _composed(_Cluster([]), features)[0].feature(ExecutorResize)
+    scheduler = DeterministicScheduler(ManualClock())
+    composed = compose_deterministic(clock=scheduler.clock, request_scheduler=scheduler,
+                                     features=ON)  # fmt: skip
+    with pytest.raises(LookupError):
+        composed.feature(ExecutorResize)

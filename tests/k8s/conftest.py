@@ -17,6 +17,7 @@ from execpods.core import (
     ExecutorPodsSnapshot,
     PodClassifier,
 )
+from execpods.core.ports import ListMark
 from execpods.core.store import ScheduledSnapshotsStore
 from execpods.core.testing import composed_store
 from execpods.k8s import (
@@ -51,9 +52,11 @@ class RecordingStore(ScheduledSnapshotsStore):
             self.updates.append(pod)
             self._cond.notify_all()
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
         listed = list(pods)
-        super().replace_snapshot(listed)
+        super().replace_snapshot(listed, since=since)
         with self._cond:
             self.replacements.append(listed)
             self._cond.notify_all()

@@ -76,9 +76,11 @@ def pod_body(
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """The conformance modules run on kubesim and on the real API server (``[real]``), unless a
-    test is marked ``kubesim_only`` with the reason (docs/kubesim.md's fidelity table)."""
+    test is marked ``kubesim_only`` with the reason (docs/kubesim.md's fidelity table). A test
+    that starts a simulator of its own says so by using ``server_kind``."""
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    if "sim" not in metafunc.fixturenames or not module.startswith("test_conformance_"):
+    on_a_server = {"sim", "server_kind"} & set(metafunc.fixturenames)
+    if not on_a_server or not module.startswith("test_conformance_"):
         return
     only = metafunc.definition.get_closest_marker("kubesim_only")
     real = pytest.param("real", marks=pytest.mark.real_server)  # one worker runs these
@@ -92,11 +94,12 @@ def server_kind(request: pytest.FixtureRequest) -> str:
     return kind
 
 
-@pytest.fixture
-def sim(server_kind: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
-    cfg = ClusterConfig(
-        nodes=2, pods_per_node=3, start_latency=1.0, start_jitter=0.5, stop_latency=0.5, seed=7
-    )
+@contextlib.contextmanager
+def cluster_on(
+    server_kind: str, request: pytest.FixtureRequest, cfg: ClusterConfig
+) -> Iterator[KubeSim]:
+    """Nodes shaped by ``cfg`` on the server ``server_kind`` names: a deterministic KubeSim, or
+    the session's real API server with simulated nodes on a virtual clock."""
     if server_kind == "real":
         from execpods.devtools.realserver.harness import real_cluster
 
@@ -108,13 +111,29 @@ def sim(server_kind: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def api_client(sim: KubeSim) -> Iterator[ClientApi]:
+def sim(server_kind: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
+    cfg = ClusterConfig(
+        nodes=2, pods_per_node=3, start_latency=1.0, start_jitter=0.5, stop_latency=0.5, seed=7
+    )
+    with cluster_on(server_kind, request, cfg) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def client_of(sim: KubeSim) -> Iterator[ClientApi]:
+    """The official client through the server's kubeconfig (TLS and token on a real one)."""
     loader: Any = config.new_client_from_config
     c = loader(config_file=str(sim.kubeconfig_path))
     try:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def api_client(sim: KubeSim) -> Iterator[ClientApi]:
+    with client_of(sim) as c:
+        yield c
 
 
 @pytest.fixture

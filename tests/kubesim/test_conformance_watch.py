@@ -116,6 +116,11 @@ def test_watch_from_compacted_rv_gets_410_error_event(sim: KubeSim, core: CoreAp
     assert status_of(exact.value)["reason"] == "Expired"
 
 
+@pytest.mark.kubesim_only(
+    reason="a window of 3 events is kubesim's setting; kube-apiserver sizes its watch cache "
+    "itself (hundreds of events and more), so a handful of creates never expires a version"
+)
+@pytest.mark.usefixtures("server_kind")
 def test_bounded_event_window_expires_old_versions() -> None:
     with KubeSim(deterministic=True, event_window=3) as small, core_for(small) as core:
         rv = core.list_namespaced_pod(NS).metadata.resource_version
@@ -178,6 +183,11 @@ def test_bookmarks_when_allowed(sim: KubeSim, core: CoreApi) -> None:
     assert [e["type"] for e in plain] == ["ADDED"]
 
 
+@pytest.mark.kubesim_only(
+    reason="a bookmark every 0.2 s is kubesim's setting; kube-apiserver sends them about once a "
+    "minute and before a watch's timeout, which no test of seconds can wait for"
+)
+@pytest.mark.usefixtures("server_kind")
 def test_periodic_bookmarks_and_timeout_closes_stream() -> None:
     with KubeSim(deterministic=True, bookmark_interval=0.2) as s, core_for(s) as core:
         started = time.monotonic()

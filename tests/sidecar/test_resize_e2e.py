@@ -1,6 +1,7 @@
 """In-place resize through the sidecar (issue 33 item 4), over real HTTP to kubesim: Spark's
 ExecutorResizePlugin cannot run through the execpods plugin, so the sidecar does its job, with
-its settings, for any driver (here a gRPC one)."""
+its settings, for any driver (here a gRPC one). The resize is a feature of the backend, over the
+counted resize calls: it is in `execpods_pods_resized_total` (issue 28)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from execpods.k8s.resize import quantity_bytes
 from execpods.kubesim import KubeSim
 
 from tests.sidecar.conftest import SidecarFactory, app_pods, running_ids, wait_for
+from tests.sidecar.test_observability import METRICS_CONF, scrape, value
 
 EXECUTOR = "spark-kubernetes-executor"
 
@@ -31,6 +33,7 @@ def test_an_executor_over_the_threshold_is_resized_in_place(
             "execpods.executor.resize.enabled": "true",
             "spark.kubernetes.executor.resizeInterval": "200ms",
             "spark.executor.memory": "1g",
+            **METRICS_CONF,
         },
     )
     with AllocatorClient(sidecar.address) as client:
@@ -56,6 +59,8 @@ def test_an_executor_over_the_threshold_is_resized_in_place(
         assert pod["status"]["phase"] == "Running", "in place: the executor kept running"
         other: Any = sim.pod(pods["2"]["metadata"]["name"])
         assert _memory(other, "limits") == limit, "under the threshold: untouched"
+        counted = value(scrape(sidecar.server.ops.metrics_address), "execpods_pods_resized_total")
+        assert counted == 1, "the resize went through the counted operations"
     resizes = [r for r in sim.requests() if r.path.endswith("/resize")]
     assert len(resizes) == 1, "once: at its new limit it is under the threshold"
     assert resizes[0].verb == "patch"

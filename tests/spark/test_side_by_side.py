@@ -63,7 +63,7 @@ def test_an_executor_that_never_registers_is_replaced_through_the_plugin(
     app = "registration-timeout"
     conf = {
         **realistic_defaults(app, work),
-        "spark.execpods.executor.registrationTimeout": "2s",
+        "spark.execpods.executor.registrationTimeout": "6s",
         "spark.execpods.registrations.intervalMs": "200",
     }
     run = ScenarioRun(

@@ -138,7 +138,7 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
         )["items"]  # fmt: skip
         (driver,) = [p for p in pods if p["metadata"]["labels"].get("spark-role") == "driver"]
         spark = logs / f"spark_{driver['metadata']['name']}" / "spark-kubernetes-driver.log"
-        assert driver["status"]["phase"] == "Succeeded", spark.read_text()[-3000:]
+        assert driver["status"]["phase"] == "Succeeded", _driver_story(driver, spark, submit)
         assert [p for p in pods if p["metadata"]["labels"].get("spark-role") == "executor"] == []
         assert '"executorsRunning": true' in spark.read_text()
     finally:  # the server is shared: leave it as found
@@ -146,3 +146,14 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
             [kubectl_path(), "delete", "namespace", "spark", "--wait=false"],
             env=env, capture_output=True, check=False, timeout=60,
         )  # fmt: skip
+
+
+def _driver_story(
+    driver: dict[str, object], log: Path, submit: subprocess.CompletedProcess[str]
+) -> str:
+    """What a failed rehearsal needs to be understood: the driver pod's status, the end of its
+    log when the local kubelet copied one (it does when the pod's containers exit), and the end
+    of what spark-submit printed."""
+    told = log.read_text()[-3000:] if log.exists() else f"(no driver log at {log})"
+    status = json.dumps(driver.get("status"), indent=1)[-2000:]
+    return f"driver status: {status}\ndriver log: {told}\nspark-submit: {submit.stdout[-1500:]}"

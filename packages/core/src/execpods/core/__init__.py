@@ -71,10 +71,12 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    MemoryUse,
     NeededClaim,
     PodDecisions,
     PodOperations,
     PodSelector,
+    ResizeOperations,
     RoundObserver,
     Scheduler,
     SnapshotsCallback,
@@ -93,7 +95,6 @@ from execpods.core.progress import (
 )
 from execpods.core.readiness import wait_for_driver_ready
 from execpods.core.removals import InvalidPosition, NumberedRemoval, Position
-from execpods.core.resize import ExecutorResizer, MemoryUse, ResizeSettings
 from execpods.core.scheduling import DeterministicScheduler, ThreadScheduler
 from execpods.core.settings import CoreSettings
 from execpods.core.snapshot import ExecutorPodsSnapshot
@@ -134,7 +135,6 @@ __all__ = [
     "ExecutorPodsBackend",
     "ExecutorPodsSnapshot",
     "ExecutorRemoval",
-    "ExecutorResizer",
     "ExecutorState",
     "FeatureSettings",
     "InvalidPosition",
@@ -167,7 +167,7 @@ __all__ = [
     "QuotaExceeded",
     "ProgressChange",
     "ProgressMonitor",
-    "ResizeSettings",
+    "ResizeOperations",
     "ResourceProfile",
     "ResourceProfiles",
     "RoundHook",

@@ -11,8 +11,9 @@ one `ExecutorPodsBackend`, not yet started. What is built here, and only here:
   classifies pods alike;
 - the sources (watch, poll), made by `sources` over the store's write side;
 - the one `NoticeHub` and every feature (`_features`: one line each, `features.py` says how a
-  feature plugs in), each handed the backend's own pod operations, so what a feature does to the
-  cluster is counted as everything else;
+  feature plugs in), each handed the backend's own pod operations and the ports' claim and
+  resize calls, so what a feature does to the cluster is counted as everything else, and the
+  features' scheduler for work on a schedule of its own;
 - the allocator and the lifecycle manager over the store's read side, sharing one
   `ExecutorFailureTracker` (refused creations and failed pods both count), each round reported to
   `on_round` when given;
@@ -39,6 +40,7 @@ from execpods.core import (
     pendingtimeout,
     quota,
     registration,
+    resize,
 )
 from execpods.core import ids as idbudget
 from execpods.core.adaptive import API_RATE_CEILING
@@ -63,6 +65,7 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     LifecycleObserver,
     PodOperations,
+    ResizeOperations,
     RoundObserver,
     Scheduler,
     SnapshotsCallback,
@@ -77,6 +80,7 @@ from execpods.core.progress import ProgressMonitor
 from execpods.core.quota import QuotaSettings
 from execpods.core.registration import RegistrationSettings
 from execpods.core.removals import RemovalChannel
+from execpods.core.resize import ResizeSettings
 from execpods.core.scheduling import ThreadScheduler
 from execpods.core.settingkit import SettingsBase
 from execpods.core.settings import CoreSettings
@@ -142,6 +146,8 @@ class Ports:
     claims: ClaimOperations | None = None
     """The executors' claim calls: with them, creates also make the executors' OnDemand claims,
     and stop deletes the application's claims."""
+    resize: ResizeOperations | None = None
+    """In-place resize calls (the memory resize feature's, `resize.py`); None: never resized."""
     profiles: ResourceProfiles | None = None
     """The declared resource profiles (shared with the pod builder)."""
     close: Callable[[], None] | None = None
@@ -160,6 +166,9 @@ class Machinery:
     """Makes the snapshot store (by default `scheduled_store()`: two worker threads)."""
     request_scheduler: Scheduler | None = None
     """Runs the driver's requests (by default one worker thread, as in production)."""
+    feature_scheduler: Scheduler | None = None
+    """Runs features' periodic work (by default one worker thread, started by the first task
+    and shut down when the backend stops; one given here is its giver's to shut down)."""
     concurrent_creates: bool = False
     """A round's creates on up to `execpods.allocation.batch.concurrency` threads (else one after
     another, or through `runner`)."""
@@ -183,6 +192,7 @@ class FeatureSettings:
     quota: QuotaSettings = field(default_factory=QuotaSettings)
     pending_timeout: PendingTimeoutSettings = field(default_factory=PendingTimeoutSettings)
     crash_loop: CrashLoopSettings = field(default_factory=CrashLoopSettings)
+    resize: ResizeSettings = field(default_factory=ResizeSettings)
 
     @classmethod
     def slices(cls) -> tuple[type[SettingsBase], ...]:
@@ -221,6 +231,7 @@ def _features(slices: FeatureSettings, parts: FeatureParts) -> tuple[Feature | N
         quota.plug(slices.quota, parts),
         pendingtimeout.plug(slices.pending_timeout, parts),
         crashloop.plug(slices.crash_loop, parts),
+        resize.plug(slices.resize, parts),
     )
 
 
@@ -236,10 +247,10 @@ def compose_backend(
     run = machinery if machinery is not None else Machinery()
     clock = run.clock if run.clock is not None else SystemClock()
     snapshots = _store(run, settings, clock)
-    parts, reasons = _parts(app_id, settings, ports, clock)
+    parts, reasons, release = _parts(app_id, settings, ports, run, clock)
     ids = idbudget.plug(parts, ports.id_ledger)
     plugged = FeatureSet((ids, *_features(features or FeatureSettings(), parts)))
-    runner, close = _runner(run, settings, then=_then(plugged.close, ports.close))
+    runner, close = _runner(run, settings, then=_then(plugged.close, _then(release, ports.close)))
     failures = ExecutorFailureTracker.from_settings(settings, clock)
     removals = RemovalChannel(
         window=run.removal_window,
@@ -285,11 +296,13 @@ def compose_backend(
 
 
 def _parts(
-    app_id: str, settings: CoreSettings, ports: Ports, clock: Clock
-) -> tuple[FeatureParts, RemovalReasons]:
+    app_id: str, settings: CoreSettings, ports: Ports, run: Machinery, clock: Clock
+) -> tuple[FeatureParts, RemovalReasons, Callable[[], None]]:
     """What the backend and its features share: one notice hub, one progress monitor, the
-    backend's pod operations; and the reasons features give the lifecycle manager."""
+    backend's pod operations, the features' scheduler; the reasons features give the lifecycle
+    manager; and what releases the scheduler when the backend made it."""
     reasons = RemovalReasons()
+    scheduler, release = _feature_scheduler(run)
     parts = FeatureParts(
         app_id=app_id,
         settings=settings,
@@ -299,9 +312,20 @@ def _parts(
         driver=ports.driver,
         expect_removal=reasons.expect,
         progress=ProgressMonitor(clock=clock),
+        scheduler=scheduler,
         claims=ports.claims,
+        resize=ports.resize,
     )
-    return parts, reasons
+    return parts, reasons, release
+
+
+def _feature_scheduler(run: Machinery) -> tuple[Scheduler, Callable[[], None]]:
+    """The features' scheduler, and its release: the backend shuts down only the one it made
+    (a thread only once a feature schedules something)."""
+    if run.feature_scheduler is not None:
+        return run.feature_scheduler, lambda: None
+    made = ThreadScheduler(workers=1, name="execpods-features")
+    return made, made.shutdown
 
 
 def _store(run: Machinery, settings: CoreSettings, clock: Clock) -> SnapshotsStore:

@@ -31,7 +31,10 @@ The hooks, in the order of an allocation round (and the thread each runs on):
 - `close()`: the backend stops, after the executor pods were deleted (the stopping thread).
 
 A feature speaks to the driver only through the `NoticeHub` in its parts, and touches the cluster
-only through the parts' `PodOperations` (the backend's: counted by whoever composed them).
+only through the parts' ports (`PodOperations`, the claim and resize calls: the composer's,
+counted by whoever composed them). Work a feature does on its own schedule, not the round's (the
+in-place resize, every minute), runs on the parts' `scheduler`, so a slow API call there never
+holds an allocation round back.
 A hook that raises is logged and the round goes on (a failing `cap` holds that profile back for
 the round); `shape` and `created` raise into the create, which is then classified as any failed
 create.
@@ -63,6 +66,8 @@ from execpods.core.ports import (
     PodDecisions,
     PodOperations,
     PodSelector,
+    ResizeOperations,
+    Scheduler,
 )
 from execpods.core.progress import ProgressMonitor
 from execpods.core.settings import CoreSettings
@@ -137,8 +142,15 @@ class FeatureParts:
     progress: ProgressMonitor
     """The backend's one account of whether allocation can progress: a feature that finds it
     cannot says so here (`stall`/`resume`), and the driver and health hear it."""
+    scheduler: Scheduler
+    """Runs a feature's periodic work off the allocation's threads (a task of its own, as Spark's
+    driver plugins have): schedule it from the first `observe` (the backend has started) and
+    cancel it in `close`."""
     claims: ClaimOperations | None = None
     """The adapter's claim calls (None: the composer gave none, so no claims are made)."""
+    resize: ResizeOperations | None = None
+    """The adapter's in-place resize calls (the sidecar's are counted in its metrics; None: the
+    composer gave none, so no executor is resized)."""
 
 
 class Feature(Protocol):

@@ -309,6 +309,29 @@ class ClaimOperations(Protocol):
         """Delete every claim of the application; returns how many."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryUse:
+    """One executor container's memory limit and use (bytes), from the metrics API."""
+
+    pod: str
+    container: str
+    limit_bytes: int
+    usage_bytes: int
+
+
+class ResizeOperations(Protocol):
+    """In-place resize of executors' memory over the API (the adapter's `KubernetesResizer`).
+
+    Failures raise `PodOperationError`s."""
+
+    def memory_uses(self, app_id: str) -> list[MemoryUse]:
+        """The executor containers (of pods not labelled inactive) with a memory limit and a
+        reported use; raises `PodOperationError` when they cannot be read."""
+
+    def resize_memory(self, pod: str, container: str, memory_bytes: int) -> None:
+        """Set the container's memory limit and request through the `resize` subresource."""
+
+
 # Time and threads.
 
 
@@ -354,14 +377,39 @@ class Subscription(Protocol):
         """Stop deliveries to this subscriber (a delivery in progress finishes)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ListMark:
+    """How many writes a store had applied when a source was about to ask for a full list.
+
+    A list is answered as of some moment after it was asked for, and reaches the store later
+    still: updates the store applied after the mark may be newer than the list. Counting the
+    store's own writes tells which, for any API server; comparing resourceVersions would not,
+    as the API makes them opaque strings.
+    """
+
+    writes: int
+
+
 class SnapshotsWriter(Protocol):
     """The store as the sources (the watch, the poll) see it: they only push pods in."""
 
     def update_pod(self, pod: ExecutorPod) -> None:
         """Apply one observed pod state (a watch event) to the current snapshot: a delta."""
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        """Replace the current snapshot with a full list of the application's executor pods."""
+    def begin_list(self) -> ListMark:
+        """The mark to take just before asking for a full list, for `replace_snapshot(since=)`."""
+
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
+        """Replace the current snapshot with a full list of the application's executor pods.
+
+        `since` is the mark taken before the list was asked for, by a source whose list runs
+        beside another source's updates (the poll beside the watch). The list may then be older
+        than those updates, so each executor updated after the mark keeps its updated state (a
+        pod the watch added stays, one it deleted stays deleted), and a list overtaken by another
+        full list applied after the mark is not applied at all. Without `since` the list replaces
+        everything: for a source that lists and updates in turn (the watch)."""
 
 
 class SnapshotsReader(Protocol):

@@ -1,4 +1,4 @@
-"""In-place resize of executors' memory (Spark 4.2+'s `ExecutorResizeDriverPlugin`), as a policy.
+"""In-place resize of executors' memory (Spark 4.2+'s `ExecutorResizeDriverPlugin`), as a feature.
 
 Spark's plugin, every `spark.kubernetes.executor.resizeInterval`, lists the application's executor
 pods and their memory use (the metrics API, `kubectl top`), and for each executor container that
@@ -6,10 +6,19 @@ uses more than `spark.kubernetes.executor.resizeThreshold` of its memory limit r
 limit and request, together, to limit x (1 + `spark.kubernetes.executor.resizeFactor`), through
 the pods' `resize` subresource (the container keeps running). It refuses to start unless Spark's
 own allocator is in use (`spark.kubernetes.allocation.pods.allocator=direct`), so it never runs
-through the execpods plugin: the sidecar does its job instead, with the same settings, for any
+through the execpods plugin: the backend does its job instead, with the same settings, for any
 driver, once `execpods.executor.resize.enabled` is set (the counterpart of putting the plugin in
-`spark.plugins`). Here is the decision, over a port (`ResizeOperations`) the adapter implements;
-the sidecar runs `ExecutorResizer.run_once` every interval.
+`spark.plugins`).
+
+`ExecutorResize` is a feature (`features.py`) that `compose_backend` plugs from `ResizeSettings`
+(a slice of `FeatureSettings`). It reads and resizes over the parts' `ResizeOperations` (the
+adapter's `KubernetesResizer`; the sidecar counts each resize in `execpods_pods_resized_total`).
+As Spark's plugin runs on a scheduled thread of its own, the rounds run on the parts' scheduler,
+not in the allocation round: listing the pods and the metrics API once a minute must not hold an
+allocation back. The task starts with the first allocation round (the backend has started; the
+first resize round one interval later, as Spark's `scheduleAtFixedRate(interval, interval)`), and
+is cancelled when the backend stops. The interval is counted from the end of a round (a fixed
+delay, not Spark's fixed rate: a round slower than the interval does not pile up rounds).
 
 Not here: `ExecutorPVCResizeDriverPlugin`, which grows claims from disk use the executors report to
 the driver over Spark's plugin messages, which no sidecar sees (docs/configuration.md).
@@ -18,11 +27,13 @@ the driver over Spark's plugin messages, which no sidecar sees (docs/configurati
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from execpods.core.errors import PodOperationError
+from execpods.core.features import Feature, FeatureParts, RoundFacts
+from execpods.core.ports import Cancellable, MemoryUse, ResizeOperations, Scheduler
 from execpods.core.settingkit import (
     SettingsBase,
     duration_setting,
@@ -32,12 +43,11 @@ from execpods.core.settingkit import (
 )
 
 __all__ = [
-    "ExecutorResizer",
+    "ExecutorResize",
     "MemoryResize",
-    "MemoryUse",
-    "ResizeOperations",
     "ResizeSettings",
     "memory_resizes",
+    "plug",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,7 +67,7 @@ def _half_open_unit(value: float) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResizeSettings(SettingsBase):
-    """Spark's ExecutorResizePlugin settings, applied by the sidecar when enabled."""
+    """Spark's ExecutorResizePlugin settings, applied by the backend when enabled."""
 
     enabled: bool = setting(
         "execpods.executor.resize.enabled",
@@ -97,16 +107,6 @@ class ResizeSettings(SettingsBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryUse:
-    """One executor container's memory limit and use (bytes), from the metrics API."""
-
-    pod: str
-    container: str
-    limit_bytes: int
-    usage_bytes: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryResize:
     pod: str
     container: str
@@ -136,29 +136,67 @@ def memory_resizes(
     return resizes
 
 
-class ResizeOperations(Protocol):
-    """What the resizer needs of the cluster (the adapter's `KubernetesResizer`)."""
+def plug(settings: ResizeSettings, parts: FeatureParts) -> ExecutorResize | None:
+    """The resize feature when enabled (and its interval not 0), over the parts' resize calls."""
+    if not settings.active:
+        return None
+    if parts.resize is None:
+        logger.warning(
+            "execpods.executor.resize.enabled is set but this backend has no resize calls: "
+            "executors are not resized."
+        )
+        return None
+    return ExecutorResize(
+        settings=settings, operations=parts.resize, app_id=parts.app_id, scheduler=parts.scheduler
+    )
 
-    def memory_uses(self, app_id: str) -> list[MemoryUse]:
-        """The executor containers (of pods not labelled inactive) with a memory limit and a
-        reported use; raises `PodOperationError` when they cannot be read."""
 
-    def resize_memory(self, pod: str, container: str, memory_bytes: int) -> None:
-        """Set the container's memory limit and request through the `resize` subresource."""
-
-
-class ExecutorResizer:
-    """One resize round over the application's executors; a failure is logged, never raised."""
+class ExecutorResize(Feature):
+    """Resize rounds over the application's executors, every interval on the parts' scheduler,
+    from the first allocation round until the backend stops; a failure is logged, never raised."""
 
     def __init__(
-        self, *, settings: ResizeSettings, operations: ResizeOperations, app_id: str
+        self,
+        *,
+        settings: ResizeSettings,
+        operations: ResizeOperations,
+        app_id: str,
+        scheduler: Scheduler,
     ) -> None:
-        self.settings = settings
+        self._settings = settings
         self._operations = operations
         self._app_id = app_id
-        self.resized = 0
+        self._scheduler = scheduler
+        self._lock = threading.Lock()
+        self._task: Cancellable | None = None
+        self._closed = False
+
+    def observe(self, facts: RoundFacts) -> None:
+        """The first allocation round starts the periodic task (later ones only look)."""
+        with self._lock:
+            if self._task is not None or self._closed:
+                return
+            interval = self._settings.interval
+            self._task = self._scheduler.schedule_with_fixed_delay(interval, interval, self._tick)
+        logger.info(
+            "Resizing executors' memory in place every %gs (threshold %g, factor %g).",
+            interval,
+            self._settings.threshold,
+            self._settings.factor,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+
+    def _tick(self) -> None:
+        self.run_once()
 
     def run_once(self) -> list[MemoryResize]:
+        """One resize round: what it resized."""
         try:
             uses = self._operations.memory_uses(self._app_id)
         except PodOperationError as error:
@@ -166,7 +204,7 @@ class ExecutorResizer:
             return []
         done = []
         for resize in memory_resizes(
-            uses, threshold=self.settings.threshold, factor=self.settings.factor
+            uses, threshold=self._settings.threshold, factor=self._settings.factor
         ):
             logger.info(
                 "Increase executor pod %s container %s memory from %d to %d as usage %d "
@@ -182,6 +220,5 @@ class ExecutorResizer:
             except PodOperationError as error:
                 logger.info("Failed to update %s: %s", resize.pod, error)
                 continue
-            self.resized += 1
             done.append(resize)
         return done

@@ -15,11 +15,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from execpods.core.clock import SystemClock
+from execpods.core.freshness import WriteLog
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.pods import ExecutorPod
 from execpods.core.ports import (
     Cancellable,
     Clock,
+    ListMark,
     Scheduler,
     SnapshotsCallback,
     SnapshotsReader,
@@ -82,6 +84,7 @@ class ScheduledSnapshotsStore:
         self._classifier = classifier
         self._lock = threading.Lock()
         self._current = ExecutorPodsSnapshot(labels=labels, classifier=classifier)
+        self._writes = WriteLog()
         self._subscribers: list[_Subscriber] = []
         self._stopped = False
 
@@ -119,17 +122,26 @@ class ScheduledSnapshotsStore:
         with self._lock:
             updated = self._current.with_update(pod)
             if updated is not self._current:
+                self._writes.updated(updated.changed_ids or ())
                 self._publish(updated)
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        snapshot = ExecutorPodsSnapshot.from_pods(
+    def begin_list(self) -> ListMark:
+        with self._lock:
+            return self._writes.mark()
+
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
+        listed = ExecutorPodsSnapshot.from_pods(
             pods,
             full_snapshot_ts=self._clock.time(),
             labels=self._labels,
             classifier=self._classifier,
         )
         with self._lock:
-            self._publish(snapshot)
+            snapshot = self._writes.full_list(listed, self._current, since)
+            if snapshot is not None:
+                self._publish(snapshot)
 
     def _publish(self, snapshot: ExecutorPodsSnapshot) -> None:
         self._current = snapshot

@@ -24,6 +24,7 @@ from execpods.core.compose import FeatureSettings, Machinery, Ports, compose_bac
 from execpods.core.creation import CreateRunner
 from execpods.core.errors import LedgerMarkInvalid, PodConflict, PodOperationError
 from execpods.core.features import FeatureSet
+from execpods.core.freshness import WriteLog
 from execpods.core.labels import SPARK_LABELS, ExecutorLabels
 from execpods.core.lifecycle import ExecutorPodsLifecycleManager
 from execpods.core.pods import (
@@ -44,9 +45,11 @@ from execpods.core.ports import (
     ExecutorPodBuilder,
     ExecutorRemoval,
     LifecycleObserver,
+    ListMark,
     PodDecisions,
     PodOperations,
     PodSelector,
+    ResizeOperations,
     Scheduler,
     SnapshotSource,
     SnapshotsStore,
@@ -89,6 +92,7 @@ class DeterministicSnapshotsStore:
         self._subscribers: list[SnapshotsCallback] = []
         self._buffer: list[ExecutorPodsSnapshot] = []
         self._current = ExecutorPodsSnapshot(labels=labels, classifier=classifier)
+        self._writes = WriteLog()
         self.full_snapshot_time = clock_time
         self.stopped = False
 
@@ -103,11 +107,17 @@ class DeterministicSnapshotsStore:
     def update_pod(self, pod: ExecutorPod) -> None:
         updated = self._current.with_update(pod)
         if updated is not self._current:
+            self._writes.updated(updated.changed_ids or ())
             self._current = updated
             self._buffer.append(updated)
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        self._current = ExecutorPodsSnapshot.from_pods(
+    def begin_list(self) -> ListMark:
+        return self._writes.mark()
+
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
+        listed = ExecutorPodsSnapshot.from_pods(
             pods,
             full_snapshot_ts=(
                 self.full_snapshot_time if self._clock is None else self._clock.time()
@@ -115,7 +125,10 @@ class DeterministicSnapshotsStore:
             labels=self._labels,
             classifier=self._classifier,
         )
-        self._buffer.append(self._current)
+        snapshot = self._writes.full_list(listed, self._current, since)
+        if snapshot is not None:
+            self._current = snapshot
+            self._buffer.append(snapshot)
 
     def notify_subscribers(self) -> None:
         batch, self._buffer = self._buffer, []
@@ -518,13 +531,18 @@ def compose_deterministic(
     id_ledger: ExecutorIdLedger | None = None,
     features: FeatureSettings | None = None,
     claims: ClaimOperations | None = None,
+    resize: ResizeOperations | None = None,
     api_rate_ceiling: float = API_RATE_CEILING,
 ) -> Composed:
     """`compose_backend` over a `DeterministicSnapshotsStore` (deliveries on
-    `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler:
-    the same assembly as production, with every part a test needs in reach."""
+    `notify_subscribers()`), in-memory ports by default and a deterministic request scheduler,
+    which also runs the features' periodic work: the same assembly as production, with every part
+    a test needs in reach."""
     clock = clock if clock is not None else ManualClock()
     manual = clock if isinstance(clock, ManualClock) else None
+    scheduler = (
+        request_scheduler if request_scheduler is not None else DeterministicScheduler(manual)
+    )
     stores: list[DeterministicSnapshotsStore] = []
 
     def store(
@@ -546,6 +564,7 @@ def compose_deterministic(
             id_ledger=id_ledger,
             profiles=profiles,
             claims=claims,
+            resize=resize,
             api_rate_ceiling=api_rate_ceiling,
         ),
         features=features,
@@ -553,11 +572,8 @@ def compose_deterministic(
             observers=observers,
             clock=clock,
             store=store,
-            request_scheduler=(
-                request_scheduler
-                if request_scheduler is not None
-                else DeterministicScheduler(manual)
-            ),
+            request_scheduler=scheduler,
+            feature_scheduler=scheduler,
             runner=runner,
             rng=rng,
         ),

@@ -15,6 +15,13 @@ time): the poll lists again at once without the cache, a quorum read, which is n
 A quorum list older than that newest version means the API server itself went back in time (its
 state restored from a backup, etcd replaced): it is applied, and the watch is told to list again
 (`on_went_back`) instead of waiting, silent, for the server's versions to pass the old ones.
+
+The watch runs on its own thread and may apply events newer than a list while the list is in
+flight (the ADDED of a pod created just after the server read the list). The poll therefore takes
+the store's mark before each list and hands it back with the list: pods the watch wrote after the
+mark keep the watch's state, the list supplies the rest, and a list overtaken by the watch's own
+re-list is dropped (core `freshness`). Applied whole, the list would hide those pods, and the
+allocator would create them again.
 Pods labelled `spark-exec-inactive=true` are left out, as Spark does: they are finished and
 reported, and kept only for inspection. With `warnings`, each poll also reads the pods'
 FailedMount warnings (`warnings.py`), which both sources attach to pods.
@@ -107,6 +114,8 @@ class PollSource:
         # Before the list: a quorum list taken after it is at least this new, unless the
         # server went back (the watch may pass the list's version meanwhile, legitimately).
         newest = self._newest()
+        # Before the list too: the store's updates after this mark may be newer than the list.
+        mark = self._store.begin_list()
         listed = self._list(selector, from_cache=self._from_cache)
         if listed is None:
             return
@@ -119,6 +128,7 @@ class PollSource:
                 version,
                 newest,
             )
+            mark = self._store.begin_list()
             listed = self._list(selector, from_cache=False)
             if listed is None:
                 return
@@ -137,7 +147,9 @@ class PollSource:
         self._last_version = _number(version)
         if self._warnings is not None:
             pods = self._warnings.annotate_all(pods)
-        self._store.replace_snapshot(pods)
+        # The watch may have applied newer events while this list was in flight: the store
+        # keeps those pods' watched states rather than this list's (see core `freshness`).
+        self._store.replace_snapshot(pods, since=mark)
 
     def _list(
         self, selector: str, *, from_cache: bool

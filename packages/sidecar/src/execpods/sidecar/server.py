@@ -107,8 +107,6 @@ class SidecarServer:
         await self._server.start()
         await self.ops.start()
         await asyncio.to_thread(self.runtime.backend.start)
-        if self.runtime.resizer is not None:
-            self.runtime.resizer.start()
         await self.ops.running()
         logger.info(
             "Serving %s for application %s on %s (%s).",
@@ -152,8 +150,6 @@ class SidecarServer:
             self.service.close_streams()
             await self._server.stop(grace)
         finally:
-            if self.runtime.resizer is not None:
-                await asyncio.to_thread(self.runtime.resizer.stop)
             contact = self.runtime.contact
             hopeless = contact.never_answered if contact is not None else (lambda: None)
             self.shutdown_report = await asyncio.to_thread(

@@ -19,11 +19,11 @@ from execpods.core import (
     ExecutorIdLedger,
     ExecutorPodBuilder,
     ExecutorPodsBackend,
-    ExecutorResizer,
     Machinery,
     PodOperations,
     PodSelector,
     Ports,
+    ResizeOperations,
     ResourceProfile,
     ResourceProfiles,
     Scheduler,
@@ -62,9 +62,12 @@ from execpods.sidecar.guard.permissions import (
     cluster_probe,
 )
 from execpods.sidecar.guard.templatepolicy import TemplatePolicy
-from execpods.sidecar.resizing import PeriodicResizer
 from execpods.sidecar.telemetry.contact import ApiContact, CredentialsWatch, refused_credential
-from execpods.sidecar.telemetry.hub import CountedPodOperations, Telemetry
+from execpods.sidecar.telemetry.hub import (
+    CountedPodOperations,
+    CountedResizeOperations,
+    Telemetry,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +87,6 @@ class Runtime:
     before_start: Callable[[], None] | None = None
     """Runs before the backend starts: the wait for the driver pod's readiness, if any."""
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
-    resizer: PeriodicResizer | None = None
-    """In-place resize of executors' memory, when on (execpods.executor.resize.enabled)."""
     """What RequestTotal's pod templates may ask for (the namespace the API client resolved)."""
     contact: ApiContact | None = None
     """Whether the API server ever answered (None without an API): stopping need not retry
@@ -113,13 +114,15 @@ def assemble(
     telemetry: Telemetry | None = None,
     id_ledger: ExecutorIdLedger | None = None,
     claims: ClaimOperations | None = None,
+    resize: ResizeOperations | None = None,
 ) -> Runtime:
     """The backend over these ports (through the core's composition root), not yet started.
 
     The driver view is the backend's `DriverView`, and hears each lifecycle round before its
     decisions (a round observer); the backend numbers the removals streams resume from.
     `id_ledger` keeps the highest executor id ever reserved beyond the process (`connect` passes
-    the cluster's, `execpods.k8s.ClusterIdLedger`).
+    the cluster's, `execpods.k8s.ClusterIdLedger`); `resize` are the in-place resize calls (the
+    adapter's `KubernetesResizer`), counted like the pod operations.
     """
     view = InferredDriverView(clock=clock)
     telemetry = telemetry if telemetry is not None else Telemetry()
@@ -134,6 +137,7 @@ def assemble(
             sources=sources,
             id_ledger=id_ledger,
             claims=claims,
+            resize=None if resize is None else CountedResizeOperations(resize, telemetry),
             profiles=profiles,
             close=close_client,
             api_rate_ceiling=settings.api_rate.peak_qps,
@@ -275,20 +279,14 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         rate_limiter=limiter,
         telemetry=telemetry,
         id_ledger=id_ledger,
+        # Spark's ExecutorResizeDriverPlugin cannot run through the plugin (it wants Spark's own
+        # allocator): the backend's resize feature does its job when enabled, over these calls.
+        resize=KubernetesResizer(
+            gateway,
+            container_name=settings.core.executor_container_name,
+            labels=settings.core.labels,
+        ),
     )
-    resizer = None
-    if settings.resize.active:  # Spark's ExecutorResizeDriverPlugin, which cannot run through
-        resizer = PeriodicResizer(  # the plugin (it wants Spark's own allocator)
-            ExecutorResizer(
-                settings=settings.resize,
-                operations=KubernetesResizer(
-                    gateway,
-                    container_name=settings.core.executor_container_name,
-                    labels=settings.core.labels,
-                ),
-                app_id=settings.sidecar.app_id,
-            )
-        )
     # A 401 from any call: NOT_SERVING and a notice on every stream until the API accepts it.
     telemetry.add(CredentialsWatch(runtime.backend.progress, access))
     return dataclasses.replace(
@@ -297,7 +295,6 @@ def connect(settings: Settings, *, clock: Clock | None = None) -> Runtime:
         probe=cluster_probe(gateway, selector=selector),
         before_start=driver_readiness_wait(k8s, operations, clock=clock),
         template_policy=template_policy_of(settings, namespace),
-        resizer=resizer,
         profile_check=lambda profile: builder.check(profile, app_id=settings.sidecar.app_id),
     )
 

@@ -35,6 +35,7 @@ from execpods.core import (
     PodSelector,
 )
 from execpods.core.compose import scheduled_store
+from execpods.core.ports import ListMark
 from execpods.core.testing import composed_store
 from execpods.k8s.builder import ExecutorPodTemplateBuilder
 from execpods.k8s.cluster import connect
@@ -78,8 +79,13 @@ class CountingStore:
     def release(self) -> None:
         self._released.set()
 
-    def replace_snapshot(self, pods: Iterable[ExecutorPod]) -> None:
-        self._store.replace_snapshot(pods)
+    def begin_list(self) -> ListMark:
+        return self._store.begin_list()
+
+    def replace_snapshot(
+        self, pods: Iterable[ExecutorPod], *, since: ListMark | None = None
+    ) -> None:
+        self._store.replace_snapshot(pods, since=since)
         self.listed.set()
 
     def update_pod(self, pod: ExecutorPod) -> None:

@@ -2,13 +2,17 @@
 
 build [NAME...]     build (or reuse) the programs, default the real server's; print records
 path NAME           print the cached binary's path, building it first if missing
-start [-- CMD...]   start the server, print its URL and kubeconfig path; run CMD against it
-                    (KUBECONFIG set) and return its exit code, or run until SIGINT/SIGTERM
+start [--nodes N] [-- CMD...]
+                    start the server, print its URL and kubeconfig path; run CMD against it
+                    (KUBECONFIG set) and return its exit code, or run until SIGINT/SIGTERM;
+                    with --nodes, N simulated nodes (kubesim's node simulation, as kwok's)
+                    schedule and run the pods of every namespace
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -18,6 +22,8 @@ import threading
 
 from execpods.devtools.realserver import gobuild
 from execpods.devtools.realserver.server import RealServer, ServerOptions
+from execpods.kubesim.nodes import ClusterConfig
+from execpods.kubesim.nodesim import NodeSimulator
 
 
 def _build(names: list[str]) -> int:
@@ -42,7 +48,7 @@ def _start(args: argparse.Namespace) -> int:
         max_mutating_requests_inflight=args.max_mutating_requests_inflight,
         controllers=not args.no_controllers,
     )
-    with RealServer(options=options) as server:
+    with RealServer(options=options) as server, _nodes(server, args.nodes):
         print(server.url, flush=True)
         print(server.kubeconfig_path, flush=True)
         command = [c for c in args.command if c != "--"]
@@ -54,6 +60,18 @@ def _start(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
         stop.wait()
     return 0
+
+
+def _nodes(server: RealServer, count: int) -> contextlib.AbstractContextManager[object]:
+    """``count`` simulated nodes running every namespace's pods on the wall clock (none: 0)."""
+    if count <= 0:
+        return contextlib.nullcontext()
+    return NodeSimulator(
+        url=server.url,
+        token=server.token,
+        ca_file=str(server.ca_path),
+        config=ClusterConfig(nodes=count, node_prefix="sim-node-"),
+    )
 
 
 def main() -> int:
@@ -73,6 +91,12 @@ def main() -> int:
         default=defaults.max_mutating_requests_inflight,
     )
     start.add_argument("--no-controllers", action="store_true", help="no controller manager")
+    start.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="simulated nodes that schedule and run every namespace's pods (default: none)",
+    )
     start.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.verb == "build":

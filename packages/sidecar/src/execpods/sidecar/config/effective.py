@@ -31,7 +31,6 @@ def _instances(settings: Settings) -> dict[type[SettingsBase], SettingsBase]:
         settings.health,
         settings.metrics,
         *settings.features.values(),
-        settings.resize,
     ]
     return {type(part): part for part in parts}
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from execpods.core import CoreSettings, FeatureSettings, ResizeSettings, SettingsError
+from execpods.core import CoreSettings, FeatureSettings, SettingsError
 from execpods.core.settingkit import (
     FamilySpec,
     SettingsBase,
@@ -121,7 +121,6 @@ class SidecarSettings(SettingsBase):
 SETTINGS_CLASSES: tuple[type[SettingsBase], ...] = (
     CoreSettings,
     *FeatureSettings.slices(),
-    ResizeSettings,
     KubernetesSettings,
     ApiRateSettings,
     SidecarSettings,
@@ -261,9 +260,8 @@ class Settings:
     health: HealthSettings = field(default_factory=HealthSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
-    """Every allocation feature's own slice (bad nodes, claims, the registration timeout...)."""
-    resize: ResizeSettings = field(default_factory=ResizeSettings)
-    """In-place resize of executors' memory (Spark's ExecutorResizePlugin's settings)."""
+    """Every allocation feature's own slice (bad nodes, claims, the registration timeout, the
+    in-place resize...)."""
 
     def __post_init__(self) -> None:
         check_listener(self.sidecar.listen, self.security)
@@ -294,5 +292,4 @@ class Settings:
             health=HealthSettings.from_properties(properties),
             metrics=MetricsSettings.from_properties(properties),
             features=FeatureSettings.from_properties(properties),
-            resize=ResizeSettings.from_properties(properties),
         )

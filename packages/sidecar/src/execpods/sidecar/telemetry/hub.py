@@ -1,11 +1,12 @@
 """Observation points of a running sidecar, fanned out to whoever listens (metrics, health).
 
 The core stays pure and the adapter knows nothing of Prometheus: the gateway reports each API
-call to one callback, the pod operations the reconcilers use are wrapped to report pods created,
-deleted and refused, and the composition root reports each reconciler round to `round_finished`
-(its `on_round` hook). Everything reports to one `Telemetry` hub; a listener overrides the
-methods it cares about. Listeners run on the reporting thread and must be quick and never raise
-(a failing listener is logged and skipped, so telemetry can never break allocation).
+call to one callback, the pod operations the reconcilers and features use are wrapped to report
+pods created, deleted and refused, the resize calls to report pods resized in place, and the
+composition root reports each reconciler round to `round_finished` (its `on_round` hook).
+Everything reports to one `Telemetry` hub; a listener overrides the methods it cares about.
+Listeners run on the reporting thread and must be quick and never raise (a failing listener is
+logged and skipped, so telemetry can never break allocation).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from execpods.core import (
     ApiThrottled,
     ExecutorPod,
     ExecutorPodsSnapshot,
+    MemoryUse,
     PodAdmissionRejected,
     PodForbidden,
     PodInvalid,
@@ -26,6 +28,7 @@ from execpods.core import (
     PodOperationError,
     PodOperations,
     PodSelector,
+    ResizeOperations,
     SnapshotsCallback,
 )
 from execpods.k8s import ApiCall
@@ -47,6 +50,9 @@ class TelemetryListener:
 
     def pods_deleted(self, count: int) -> None:
         """Executor pods the API said it deleted."""
+
+    def pods_resized(self, count: int) -> None:
+        """Executor pods the API resized in place (their `resize` subresource)."""
 
     def pod_refused(self, reason: str) -> None:
         """A create the API refused (403, 422, 429...): `reason` is the error's type name."""
@@ -96,6 +102,10 @@ class Telemetry(TelemetryListener):
     def pods_deleted(self, count: int) -> None:
         for listener in self._each():
             _safely(listener.pods_deleted, count)
+
+    def pods_resized(self, count: int) -> None:
+        for listener in self._each():
+            _safely(listener.pods_resized, count)
 
     def pod_refused(self, reason: str) -> None:
         for listener in self._each():
@@ -208,3 +218,18 @@ class CountedPodOperations:
 
     def list(self, selector: PodSelector) -> list[ExecutorPod]:
         return self._inner.list(selector)
+
+
+class CountedResizeOperations:
+    """`ResizeOperations` that report each in-place resize the API accepted to `telemetry`."""
+
+    def __init__(self, inner: ResizeOperations, telemetry: TelemetryListener) -> None:
+        self._inner = inner
+        self._telemetry = telemetry
+
+    def memory_uses(self, app_id: str) -> list[MemoryUse]:
+        return self._inner.memory_uses(app_id)
+
+    def resize_memory(self, pod: str, container: str, memory_bytes: int) -> None:
+        self._inner.resize_memory(pod, container, memory_bytes)
+        self._telemetry.pods_resized(1)

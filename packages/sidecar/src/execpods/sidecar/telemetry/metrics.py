@@ -241,6 +241,11 @@ class SidecarMetrics(TelemetryListener):
         self.deleted = Counter(
             "execpods_pods_deleted", "Executor pods the API said it deleted.", registry=registry
         )
+        self.resized = Counter(
+            "execpods_pods_resized",
+            "Executor pods the API resized in place (memory, execpods.executor.resize.enabled).",
+            registry=registry,
+        )
         self.refused = Counter(
             "execpods_pods_refused",
             "Executor pod creates the API refused, by error.",
@@ -361,6 +366,9 @@ class SidecarMetrics(TelemetryListener):
 
     def pods_deleted(self, count: int) -> None:
         self.deleted.inc(count)
+
+    def pods_resized(self, count: int) -> None:
+        self.resized.inc(count)
 
     def pod_refused(self, reason: str) -> None:
         self.refused.labels(reason).inc()
