@@ -14,6 +14,7 @@ import pytest
 from execpods.core import (
     ApiUnavailable,
     PodForbidden,
+    PodOperationError,
 )
 from execpods.k8s import ApiGateway, KubernetesApiClient, KubernetesPodOperations, connect
 from execpods.k8s.transport import IDLE_LIMIT, CreateTransport
@@ -42,9 +43,13 @@ RBAC: list[dict[str, object]] = [
 def test_a_dry_run_create_says_so_on_the_lean_path(
     sim: KubeSim, api_client: KubernetesApiClient
 ) -> None:
+    """The lean create path passes `dryRun=All` on; kubesim, which serves no dry runs, refuses
+    it with a 400 naming it (so nothing is written), which the caller sees as it is."""
     gateway = ApiGateway(api_client, namespace="default", request_timeout=5, create_pool=2)
-    gateway.create_pod("dry", executor_pod(7), dry_run=True)
+    with pytest.raises(PodOperationError, match="dryRun=All"):
+        gateway.create_pod("dry", executor_pod(7), dry_run=True)
     assert sim.requests()[-1].query.get("dryRun") == "All"
+    assert sim.pod("dry") is None, "a dry run wrote nothing"
     gateway.close()
 
 
