@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from execpods.devtools.localkubelet import LocalKubelet, missing_tools
 from execpods.devtools.localkubelet.apiclient import Api
+from execpods.devtools.localkubelet.images import ImageCatalogue
 from execpods.devtools.localkubelet.kubelet import LOGS_ENV
 from execpods.kubesim.nodesim import NodeSimulator
 
@@ -84,7 +85,10 @@ def test_spark_submit_cluster_mode_runs_the_shipped_overlay_through_execpods(
 
 @pytest.mark.timeout(480)  # the same two JVMs, on a loaded machine
 def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    plugin_jar: Path,
 ) -> None:
     """The same rehearsal against kube-apiserver (the real-server tier), with its RBAC,
     admission and service-account tokens: the overlay applied by kubectl, spark-submit run as the
@@ -119,7 +123,12 @@ def test_cluster_mode_on_the_real_api_server_with_simulated_nodes(
         simulator = NodeSimulator(
             url=server.url, token=server.token, ca_file=str(server.ca_path), namespaces=("spark",)
         )
-        with simulator, LocalKubelet(Api(kubeconfig=kubeconfig), namespace="spark"):
+        # The images carry the run's plugin jar (tests/spark/conftest.py), not whatever
+        # integrations/spark/build holds: in a fresh clone that is nothing until the other
+        # rehearsal's docs block builds it, and the init container's cp then fails.
+        images = ImageCatalogue(plugin_jar=plugin_jar)
+        kubelet = LocalKubelet(Api(kubeconfig=kubeconfig), namespace="spark", images=images)
+        with simulator, kubelet:
             submit = subprocess.run(
                 [str(ROOT / ".venv" / "bin" / "spark-submit"), "--master", f"k8s://{server.url}",
                  "--deploy-mode", "cluster", *SUBMIT_CONF,
