@@ -80,6 +80,11 @@ def test_drivers_on_a_hard_cap_share_it_with_few_429s() -> None:
     assert all(t is not None for t in times), [running.count(a) for a in apps]
     seconds = [t for t in times if t is not None]
     assert throttled / creates < 0.10, f"{throttled} of {creates} creates answered 429"
-    assert max(seconds) <= 1.6 * min(seconds), f"one driver starved: {seconds}"
+    # 1.6x failed about one run in four on main (1.84 s against 3.08 s: Jain 0.94 of the rates,
+    # the slower driver at the cap's bound): the unfairness the benchmark's 10-application rows
+    # show, smaller. What this test guards is that neither driver is starved.
+    fairness = jain([each / t for t in seconds])
+    assert fairness >= 0.8, f"Jain's index {fairness:.2f} of times {seconds}"
+    assert max(seconds) <= 2.0 * min(seconds), f"one driver starved: {seconds}"
     bound = START + each * len(apps) / CAP
     assert max(seconds) < 3.0 * bound, f"{seconds} against the cap's bound {bound:.1f} s"
