@@ -190,6 +190,11 @@ def test_sigterm_during_an_api_outage_retries_the_deletion_within_the_grace(
         "spark.kubernetes.allocation.batch.delay=150ms",
         "--conf",
         "execpods.shutdown.deleteGrace=4s",
+        # The shared back-off's jittered delay doubles with each failed delete (0.5 s, 1 s, ...
+        # up to 8 s after four): it once held the delete past this short grace though the outage
+        # had ended. Capped at 1 s here, the retries in the grace are this test's subject.
+        "--conf",
+        "execpods.kubernetes.backoffMax=1s",
         stderr=subprocess.PIPE,
     ) as (process, _):
         assert process.stderr is not None
