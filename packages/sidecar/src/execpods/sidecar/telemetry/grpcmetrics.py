@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["GrpcServerMetrics", "go_code"]
+__all__ = ["GrpcServerMetrics", "call_status", "go_code"]
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Prometheus' default buckets (go-grpc-prometheus' default), with three below 5 ms: most of
@@ -63,8 +63,14 @@ def go_code(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
 
 
-def _status(context: Any, error: BaseException | None) -> grpc.StatusCode:
-    if isinstance(error, asyncio.CancelledError):
+def call_status(context: Any, error: BaseException | None) -> grpc.StatusCode:
+    # A client's cancel reaches a streaming handler as CancelledError where it awaits, or as
+    # GeneratorExit where it yields (grpc.aio closes the generator): which one is a race, and
+    # both are the client's cancel (go-grpc-prometheus counts Canceled).
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        return grpc.StatusCode.CANCELLED
+    cancelled = getattr(context, "cancelled", None)
+    if error is not None and callable(cancelled) and cancelled():
         return grpc.StatusCode.CANCELLED
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, grpc.StatusCode):
@@ -157,7 +163,7 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
         self, labels: Labels, started: float, context: Any, error: BaseException | None
     ) -> None:
         self.handling.labels(*labels).observe(time.perf_counter() - started)
-        self.handled.labels(*labels, go_code(_status(context, error))).inc()
+        self.handled.labels(*labels, go_code(call_status(context, error))).inc()
 
     def _unary(self, labels: Labels, behaviour: Any) -> Any:
         async def timed(request: Any, context: Any) -> Any:
@@ -173,7 +179,7 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
                 raise
             finally:
                 self._ended(labels, started, context, error)
-            if _status(context, None) is grpc.StatusCode.OK:
+            if call_status(context, None) is grpc.StatusCode.OK:
                 self.sent.labels(*labels).inc()  # the response went out
             return response
 
