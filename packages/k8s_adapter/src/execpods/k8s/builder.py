@@ -8,17 +8,11 @@ configured, so Kubernetes garbage-collects the executors when the driver goes aw
 
 from __future__ import annotations
 
-import copy
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import orjson
-import yaml
 from execpods.core import (
     DEFAULT_RESOURCE_PROFILE_ID,
     EXECUTOR_CONTAINER_NAME,
@@ -44,286 +38,41 @@ from execpods.k8s.errors import DriverPodNotFound
 from execpods.k8s.gateway import ApiGateway, pod_problem
 from execpods.k8s.mounts import on_demand_volumes, with_mounts
 from execpods.k8s.operations import KubernetesPodOperations
+from execpods.k8s.podshape import (
+    PER_EXECUTOR_ENV,
+    app_id_prefix_problem,
+    avoid_nodes,
+    ensure_section,
+    escalation_problem,
+    executor_hostname,
+    executor_pod_name,
+    fresh_copy,
+    merge_env,
+    owner_reference,
+    sanitize_prefix,
+    substituted,
+)
+from execpods.k8s.podtemplate import check_template, load_template, parse_pod_template
 from execpods.k8s.settings import (
     MEMORY_OVERHEAD_FACTOR,
     MEMORY_OVERHEAD_MIN_MIB,
     KubernetesSettings,
 )
 
-MAX_POD_NAME_LENGTH = 63
+__all__ = [
+    "ExecutorPodTemplateBuilder",
+    "app_id_prefix_problem",
+    "builder_claims",
+    "executor_pod_name",
+    "load_template",
+    "parse_pod_template",
+    "sanitize_prefix",
+]
+
 CHECK_EXECUTOR_ID = 2**31 - 1
 """The executor id of the pod a declared profile is built into once, to check it."""
-MAX_APP_ID_PREFIX = 47
-"""The longest application id that prefixes pod names as it is (Spark's rule for a pod name
-prefix): `<app id>-exec-<id>` then fits a 63-character label for every id up to ten digits."""
-
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 NO_DECISIONS = PodDecisions()
-
-
-def sanitize_prefix(raw: str) -> str:
-    """A DNS-1123 label prefix from any string (an app id may hold `_`, `.` or capitals)."""
-    lowered = re.sub(r"[^a-z0-9-]+", "-", raw.lower())
-    collapsed = re.sub(r"-{2,}", "-", lowered).strip("-")
-    return collapsed or "spark"
-
-
-def app_id_prefix_problem(app_id: str) -> str | None:
-    """Why `app_id` cannot prefix executor pod names as it is (None when it can).
-
-    The prefix must be the id itself: two ids that sanitize alike (`My_App`, `my-app`) or share
-    their first 56 characters would name their executors alike, and each application's creates
-    would collide with the other's pods (409, ids skipped)."""
-    if sanitize_prefix(app_id) != app_id:
-        return (
-            "cannot prefix executor pod names as it is (lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit)"
-        )
-    if len(app_id) > MAX_APP_ID_PREFIX:
-        return (
-            f"is too long to prefix executor pod names ({len(app_id)} characters; at most "
-            f"{MAX_APP_ID_PREFIX}, so that <app id>-exec-<id> fits 63)"
-        )
-    return None
-
-
-def executor_pod_name(prefix: str, executor_id: int) -> str:
-    """`<prefix>-exec-<id>`, the prefix cut so the name stays a valid 63-character label."""
-    suffix = f"-exec-{executor_id}"
-    cut = prefix[: MAX_POD_NAME_LENGTH - len(suffix)].rstrip("-")
-    return f"{cut}{suffix}"
-
-
-def executor_hostname(pod_name: str) -> str:
-    """The executor's hostname from its pod name, as Spark's `BasicExecutorFeatureStep` derives
-    it (the last 63 characters, leading non-word characters dropped), except that a character
-    Spark turns into `_` becomes `-`: the API server refuses `_` in `spec.hostname` (a DNS-1123
-    label), so Spark's own pods with a dotted podNamePrefix would not be created."""
-    tail = pod_name[max(0, len(pod_name) - MAX_POD_NAME_LENGTH) :]
-    tail = re.sub(r"^[^\w]+", "", tail)
-    return re.sub(r"[^a-z0-9-]+", "-", tail).strip("-")
-
-
-def _substituted(values: Mapping[str, str], ids: Mapping[str, str]) -> dict[str, str]:
-    """`{{APP_ID}}` and `{{EXECUTOR_ID}}` in each value replaced, as Spark does."""
-    replaced = {}
-    for key, value in values.items():
-        text = value
-        for placeholder, actual in ids.items():
-            text = text.replace(placeholder, actual)
-        replaced[key] = text
-    return replaced
-
-
-def load_template(path: str | Path) -> PodManifest:
-    """A pod template from a YAML file; a missing or non-pod file is a `SettingsError`."""
-    key = "spark.kubernetes.executor.podTemplateFile"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise SettingsError(f"{key}: cannot read {str(path)!r}: {error.strerror}") from None
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise SettingsError(f"{key}: {str(path)!r} is not valid YAML: {error}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
-        raise SettingsError(f"{key}: {str(path)!r} is not a Pod manifest")
-    return loaded
-
-
-MAX_TEMPLATE_BYTES = 256 * 1024
-"""Largest pod template a caller may send: Spark's executor pod is a few KiB; a megabyte-sized
-template costs the sidecar per create and is no pod anybody means."""
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """YAML without anchors' aliases: a few hundred bytes of nested aliases expand into gigabytes
-    (the "billion laughs"), and no pod template needs them."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.events.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                "YAML aliases (*name) are not allowed in a pod template",
-                event.start_mark,
-            )
-        return super().compose_node(parent, index)
-
-
-def _load_untrusted(text: str) -> object:
-    """JSON (what the Spark plugin sends, parsed fast) or alias-free YAML."""
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass  # YAML's flow style also starts with "{": let the YAML parser judge it
-    return yaml.load(text, Loader=_NoAliasLoader)
-
-
-MAX_TEMPLATE_DEPTH = 64
-"""The deepest a pod template may nest (a Pod's deepest field is about 15 levels down): deeper
-ones would exhaust the interpreter's stack in whatever walks them later, on another thread."""
-
-
-def nesting_depth(value: object, limit: int = MAX_TEMPLATE_DEPTH) -> int:
-    """How deep `value` nests lists and mappings, counted without recursion, up to `limit` + 1."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        )
-        if not children:
-            continue
-        deepest = max(deepest, depth)
-        if depth > limit:
-            return depth
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def parse_pod_template(text: str, *, what: str) -> PodManifest:
-    """A pod template given as a JSON or YAML string (a resource profile's own template).
-
-    The text comes from a gRPC caller, so it is bounded (`MAX_TEMPLATE_BYTES`, nested at most
-    `MAX_TEMPLATE_DEPTH` deep) and parsed without YAML aliases."""
-    size = len(text.encode("utf-8"))
-    if size > MAX_TEMPLATE_BYTES:
-        raise SettingsError(
-            f"{what}: the pod template is {size} bytes, more than the {MAX_TEMPLATE_BYTES} allowed"
-        )
-    too_deep = SettingsError(
-        f"{what}: the pod template nests deeper than {MAX_TEMPLATE_DEPTH} levels; no Pod does"
-    )
-    try:
-        loaded = _load_untrusted(text)
-    except yaml.YAMLError as error:
-        raise SettingsError(
-            f"{what}: the pod template is not valid JSON or YAML: {error}"
-        ) from None
-    except RecursionError:  # the parsers recurse: a template nested thousands deep
-        raise too_deep from None
-    if nesting_depth(loaded) > MAX_TEMPLATE_DEPTH:
-        raise too_deep
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict) or loaded.get("kind", "Pod") != "Pod":
-        raise SettingsError(f"{what}: the pod template is not a Pod manifest")
-    _check_template(loaded, key=what)
-    take_claim_templates(copy.deepcopy(loaded), what=what)  # refuse a bad claims annotation now
-    return loaded
-
-
-def _fresh_copy(template: PodManifest) -> dict[str, Any]:
-    """A deep copy of a template, through JSON: about 3x faster than `copy.deepcopy` on Spark's
-    4 KB executor pod (the plugin's template), which every create of 1,000 copies. A template
-    with values JSON cannot hold (a YAML date) is copied the slow way."""
-    try:
-        copied: dict[str, Any] = orjson.loads(
-            orjson.dumps(template, option=orjson.OPT_NON_STR_KEYS)
-        )
-    except TypeError:
-        return copy.deepcopy(dict(template))
-    return copied
-
-
-def owner_reference(driver_pod: Mapping[str, Any]) -> dict[str, object]:
-    """An owner reference to the driver pod (controller, so GC removes executors with it)."""
-    metadata = driver_pod.get("metadata") or {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": metadata.get("name"),
-        "uid": metadata.get("uid"),
-        "controller": True,
-    }
-
-
-def _section(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = {}
-        parent[key] = value
-    return value
-
-
-_PER_EXECUTOR_ENV = frozenset({"SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_POD_NAME"})
-"""What a pod Spark built for executor 0 says of that executor: replaced for each executor."""
-
-
-def _merge_env(
-    existing: object,
-    extra: Mapping[str, str],
-    *,
-    keep_template: bool = False,
-    forced: frozenset[str] = _PER_EXECUTOR_ENV,
-) -> list[dict[str, Any]]:
-    """The template's env entries with `extra` set on top (same name: ours wins). With
-    ``keep_template`` (a pod Spark's own builder made, from the driver's configuration) the
-    template's entries win, except those ``forced`` (the executor's own id, recovery mode's
-    cores) and a literal pod name: Spark's `SPARK_EXECUTOR_POD_NAME` reads the pod's name
-    (`fieldRef`), and is kept as it is."""
-    entries = [e for e in existing if isinstance(e, dict)] if isinstance(existing, list) else []
-
-    def ours(entry: Mapping[str, Any]) -> bool:
-        name = entry.get("name")
-        if name not in extra:
-            return False
-        if not keep_template:
-            return True
-        return name in forced and "valueFrom" not in entry
-
-    kept = [e for e in entries if not ours(e)]
-    names = {e.get("name") for e in kept}
-    return [*kept, *({"name": k, "value": v} for k, v in extra.items() if k not in names)]
-
-
-def _avoid_nodes(spec: dict[str, Any], nodes: frozenset[str]) -> None:
-    """Require that the pod run on none of `nodes`: a `NotIn` on the hostname label, added to
-    every node selector term the pod already has (or in a term of its own)."""
-    if not nodes:
-        return
-    expression = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(nodes)}
-    affinity = _section(spec, "affinity")
-    node_affinity = _section(affinity, "nodeAffinity")
-    required = _section(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
-    terms = required.get("nodeSelectorTerms")
-    if not isinstance(terms, list) or not terms:
-        terms = [{"matchExpressions": []}]
-        required["nodeSelectorTerms"] = terms
-    for term in terms:
-        if isinstance(term, dict):
-            expressions = term.get("matchExpressions")
-            if not isinstance(expressions, list):
-                expressions = []
-                term["matchExpressions"] = expressions
-            expressions.append(dict(expression))
-
-
-def _check_template(
-    template: Mapping[str, Any], *, key: str = "spark.kubernetes.executor.podTemplateFile"
-) -> None:
-    """Refuse at start-up a template whose shape `build` could not work on."""
-    for section in ("metadata", "spec"):
-        if template.get(section) is not None and not isinstance(template[section], dict):
-            raise SettingsError(f"{key}: the template's {section} is not a mapping")
-    spec = template.get("spec") or {}
-    containers = spec.get("containers")
-    if containers is not None and (
-        not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers)
-    ):
-        raise SettingsError(f"{key}: the template's spec.containers is not a list of mappings")
-    for container in containers or []:
-        if container.get("env") is not None and not isinstance(container["env"], list):
-            raise SettingsError(
-                f"{key}: the env of container {container.get('name')!r} is not a list"
-            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,7 +99,7 @@ class ExecutorPodTemplateBuilder:
     """The OnDemand claim volumes of the settings, by volume name."""
 
     def __post_init__(self) -> None:
-        _check_template(self.template)
+        check_template(self.template)
         reserved = {self.labels.app_id, self.labels.role, self.labels.executor_id}
         reserved.add(self.labels.resource_profile_id)
         clashes = sorted(reserved & set(self.settings.executor_labels))
@@ -406,7 +155,7 @@ class ExecutorPodTemplateBuilder:
         )
 
     def _template_image(self) -> str | None:
-        """The first container's image (`_check_template` made containers a list of mappings)."""
+        """The first container's image (`check_template` made containers a list of mappings)."""
         containers = (self.template.get("spec") or {}).get("containers") or []
         image = containers[0].get("image") if containers else None
         return image if isinstance(image, str) else None
@@ -423,7 +172,7 @@ class ExecutorPodTemplateBuilder:
         feature steps set them (a template's own service account is kept)."""
         settings = self.settings
         if settings.node_selectors:
-            _section(spec, "nodeSelector").update(settings.node_selectors)
+            ensure_section(spec, "nodeSelector").update(settings.node_selectors)
         if settings.executor_scheduler is not None:
             spec["schedulerName"] = settings.executor_scheduler
         has_account = spec.get("serviceAccountName") or spec.get("serviceAccount")
@@ -456,7 +205,7 @@ class ExecutorPodTemplateBuilder:
         """The executor's pod, with what the core decided written: its announced cores, the
         nodes it avoids, the claims it reuses."""
         profile = self.profiles.get(resource_profile_id) if self.profiles is not None else None
-        pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
+        pod: dict[str, Any] = fresh_copy(self._template_of(profile))
         claims = take_claim_templates(pod, what=f"resource profile {resource_profile_id}")
         if claims:  # a Spark-built template's claims, for `claims.KubernetesClaims`
             self.claim_templates[resource_profile_id] = claims
@@ -476,7 +225,7 @@ class ExecutorPodTemplateBuilder:
         at every create (where each failure would spend an id and count toward
         spark.executor.maxNumFailures)."""
         profile_id = DEFAULT_RESOURCE_PROFILE_ID if profile is None else profile.id
-        pod: dict[str, Any] = _fresh_copy(self._template_of(profile))
+        pod: dict[str, Any] = fresh_copy(self._template_of(profile))
         what = f"resource profile {profile_id}"
         take_claim_templates(pod, what=what)
         trial = self._shape(
@@ -487,7 +236,7 @@ class ExecutorPodTemplateBuilder:
             profile=profile,
             decisions=NO_DECISIONS,
         )
-        problem = pod_problem(trial) or _escalation_problem(trial)
+        problem = pod_problem(trial) or escalation_problem(trial)
         if problem is not None:
             raise SettingsError(
                 f"{what}: the executor pod built from it would be refused by the Kubernetes "
@@ -508,29 +257,29 @@ class ExecutorPodTemplateBuilder:
         pod["apiVersion"] = "v1"
         pod["kind"] = "Pod"
         name = self.pod_name(executor_id=executor_id, app_id=app_id)
-        metadata = _section(pod, "metadata")
+        metadata = ensure_section(pod, "metadata")
         metadata["name"] = name
         metadata["namespace"] = self.namespace
         metadata.pop("resourceVersion", None)
         metadata.pop("uid", None)
         ids = {"{{APP_ID}}": app_id, "{{EXECUTOR_ID}}": str(executor_id)}
-        labels = _section(metadata, "labels")
-        labels.update(_substituted(self.settings.executor_labels, ids))
+        labels = ensure_section(metadata, "labels")
+        labels.update(substituted(self.settings.executor_labels, ids))
         labels.update(self.labels.for_executor(app_id, executor_id))
         if self.settings.executor_annotations:
-            annotations = _section(metadata, "annotations")
-            annotations.update(_substituted(self.settings.executor_annotations, ids))
+            annotations = ensure_section(metadata, "annotations")
+            annotations.update(substituted(self.settings.executor_annotations, ids))
         labels[self.labels.resource_profile_id] = str(resource_profile_id)
         if self.owner is not None:
             metadata["ownerReferences"] = [dict(self.owner)]
-        spec = _section(pod, "spec")
+        spec = ensure_section(pod, "spec")
         spec["restartPolicy"] = "Never"
         if "hostname" in spec:  # a template built by Spark names the executor's host after it
             spec["hostname"] = executor_hostname(name)
         name_claims(pod, pod_name=name, executor_id=executor_id, on_demand=self.on_demand)
         rename_claims(pod, decisions.claims)
         self._set_scheduling(spec)
-        _avoid_nodes(spec, decisions.avoid_nodes)
+        avoid_nodes(spec, decisions.avoid_nodes)
         containers = spec.get("containers")
         if not isinstance(containers, list) or not containers:
             containers = [{"name": self.container_name}]
@@ -543,14 +292,16 @@ class ExecutorPodTemplateBuilder:
             container["image"] = self.settings.image
         built_by_spark = profile is not None and profile.pod_template is not None
         env = self._env(executor_id, app_id, name, profile)
-        forced = set(_PER_EXECUTOR_ENV)
+        forced = set(PER_EXECUTOR_ENV)
         if decisions.cores is not None:  # OOM recovery mode: one task at a time
             env["SPARK_EXECUTOR_CORES"] = str(decisions.cores)
             forced.add("SPARK_EXECUTOR_CORES")  # over Spark's own pod's too
-        container["env"] = _merge_env(
+        container["env"] = merge_env(
             container.get("env"), env, keep_template=built_by_spark, forced=frozenset(forced)
         )
-        self._set_resources(_section(container, "resources"), profile, keep_template=built_by_spark)
+        self._set_resources(
+            ensure_section(container, "resources"), profile, keep_template=built_by_spark
+        )
         self._set_termination(spec, container, keep_template=built_by_spark)
         return pod
 
@@ -567,7 +318,7 @@ class ExecutorPodTemplateBuilder:
         values: list[tuple[dict[str, Any], str, object]] = [
             (spec, "terminationGracePeriodSeconds", settings.termination_grace_period_seconds),
             (
-                _section(container, "securityContext"),
+                ensure_section(container, "securityContext"),
                 "allowPrivilegeEscalation",
                 settings.executor_privilege_escalation,
             ),
@@ -575,7 +326,7 @@ class ExecutorPodTemplateBuilder:
         if settings.decommission_enabled:
             values.append(
                 (
-                    _section(container, "lifecycle"),
+                    ensure_section(container, "lifecycle"),
                     "preStop",
                     {"exec": {"command": [settings.decommission_script]}},
                 )
@@ -646,8 +397,8 @@ class ExecutorPodTemplateBuilder:
                 cpu = str(profile.cores)
             extra = profile.extra_resources
         memory = f"{memory_mib}Mi"
-        requests = _section(resources, "requests")
-        limits = _section(resources, "limits")
+        requests = ensure_section(resources, "requests")
+        limits = ensure_section(resources, "limits")
         values: list[tuple[dict[str, Any], str, str]] = [
             (requests, "cpu", cpu),
             (requests, "memory", memory),
@@ -662,22 +413,6 @@ class ExecutorPodTemplateBuilder:
                 section.setdefault(key, value)
             else:
                 section[key] = value
-
-
-def _escalation_problem(pod: PodManifest) -> str | None:
-    """A privileged container with `allowPrivilegeEscalation: false` (the sidecar's setting):
-    the API server refuses the pair (a privileged container always escalates)."""
-    spec = pod.get("spec") or {}
-    for index, container in enumerate(spec.get("containers") or []):
-        context = container.get("securityContext") or {}
-        if context.get("privileged") is True and context.get("allowPrivilegeEscalation") is False:
-            return (
-                f"spec.containers.{index}.securityContext: privileged is true while "
-                "allowPrivilegeEscalation is false (the sidecar's "
-                "spark.kubernetes.securityContext.allowPrivilegeEscalation): a privileged "
-                "container always escalates"
-            )
-    return None
 
 
 def builder_claims(
