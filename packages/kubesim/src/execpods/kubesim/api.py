@@ -2,6 +2,10 @@
 
 Tests start a simulator with ``with KubeSim(deterministic=True) as sim:``; it serves real HTTP on a
 free loopback port, writes a kubeconfig, and on exit ends every connection and joins every thread.
+
+This module builds the simulator and owns its lifecycle, its clock and what it reports; the
+scripting verbs :class:`KubeSim` inherits live in :mod:`execpods.kubesim.podcontrols` (pods and
+nodes) and :mod:`execpods.kubesim.faultcontrols` (faults and RBAC).
 """
 
 from __future__ import annotations
@@ -12,30 +16,29 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from execpods.kubesim.affinity import fits_node
 from execpods.kubesim.apf import ApfConfig, FairQueues
-from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi, namespace_not_found
-from execpods.kubesim.bodies import JsonObject, Pod, as_pod
+from execpods.kubesim.applykinds import APPLY_KINDS, NamespaceApi
 from execpods.kubesim.claims import ClaimBinding
 from execpods.kubesim.clock import Clock, RealClock, Timer, VirtualClock
-from execpods.kubesim.cluster import Cluster, ClusterConfig, NodeInfo
+from execpods.kubesim.cluster import Cluster, ClusterConfig
 from execpods.kubesim.control import make_control
-from execpods.kubesim.disruptions import disrupt
-from execpods.kubesim.errors import ApiError
+from execpods.kubesim.faultcontrols import FaultControls
 from execpods.kubesim.faults import Faults, RequestLog, RequestRecord
-from execpods.kubesim.limits import CreateRateLimit, Distribution, check_latency
+from execpods.kubesim.limits import CreateRateLimit
 from execpods.kubesim.mounts import served_mounts
 from execpods.kubesim.objects import KINDS, GarbageCollector, ObjectApi
+from execpods.kubesim.podcontrols import PodControls
 from execpods.kubesim.pods import rfc3339
 from execpods.kubesim.quota import ResourceQuotas
 from execpods.kubesim.resources import PodApi
 from execpods.kubesim.server import ApiServer, ServerContext
-from execpods.kubesim.store import Obj, PodStore, SavedState, copy_obj
+from execpods.kubesim.store import PodStore, SavedState
 
 __all__ = ["KubeSim"]
 
@@ -50,7 +53,7 @@ class Backup:
     objects: Mapping[str, SavedState]
 
 
-class KubeSim:
+class KubeSim(PodControls, FaultControls):
     """An embedded Kubernetes API server for core/v1 pods over a simulated cluster.
 
     ``deterministic=True`` uses a virtual clock: nothing happens in the cluster until the caller
@@ -317,264 +320,6 @@ class KubeSim:
     def run_until_idle(self, max_seconds: float = 3600.0) -> int:
         """Run cluster actions until none is pending (at most ``max_seconds`` of virtual time)."""
         return self._virtual().run_until_idle(max_seconds)
-
-    # -- pods and nodes ------------------------------------------------------------------------
-
-    @property
-    def resource_version(self) -> str:
-        return str(self.store.resource_version)
-
-    def pods(self, namespace: str | None = None) -> list[Pod]:
-        """Copies of the stored pods (all namespaces by default)."""
-        items, _ = self.store.list(namespace)
-        return [as_pod(copy_obj(p)) for p in items]
-
-    def pod(self, name: str, namespace: str = "default") -> Pod | None:
-        obj = self.store.find(namespace, name)
-        return None if obj is None else as_pod(copy_obj(obj))
-
-    def objects(self, plural: str, namespace: str | None = None) -> list[Obj]:
-        """Copies of the stored ConfigMaps, Services, PersistentVolumeClaims or Secrets."""
-        api = self.object_apis.get(plural)
-        if api is None:
-            raise ValueError(f"kubesim serves no {plural!r}; it serves {sorted(self.object_apis)}")
-        items, _ = api.store.list(namespace)
-        return [copy_obj(o) for o in items]
-
-    def create_pod(self, body: JsonObject, namespace: str = "default") -> Pod:
-        """Create a pod in process, with the same admission as a POST (test set-up: it is not an
-        API request, so the create-rate cap does not apply).
-
-        The body is copied first: admission keeps its nested maps in the stored pod, which must
-        not change when the caller reuses the body (over HTTP every body is freshly parsed).
-        As over HTTP, the namespace must exist (`create_namespace`).
-        """
-        if not self.namespaces.exists(namespace):
-            raise namespace_not_found(namespace)
-        return copy_obj(self.api.create(namespace, copy_obj(body), limited=False))
-
-    def create_namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> Obj:
-        """Create a namespace in process (test set-up, as `kubectl create namespace`); one that
-        exists already is left as it is and returned."""
-        if self.namespaces.exists(name):
-            return self.namespaces.get(name)
-        meta: dict[str, object] = {"name": name}
-        if labels:
-            meta["labels"] = dict(labels)
-        return self.namespaces.create({"metadata": meta})
-
-    def delete_pod(
-        self, name: str, namespace: str = "default", *, grace_period: int | None = None
-    ) -> Pod:
-        return self._must(self.cluster.delete(namespace, name, grace_period=grace_period), name)
-
-    def _must(self, pod: Obj | None, name: str) -> Pod:
-        if pod is None:
-            raise ApiError.not_found(name)
-        return as_pod(copy_obj(pod))
-
-    def fail_pod(
-        self,
-        name: str,
-        namespace: str = "default",
-        *,
-        exit_code: int = 1,
-        reason: str = "Error",
-        message: str = "",
-    ) -> Pod:
-        """Make the pod's containers exit (a crash); the restart policy decides what follows."""
-        pod = self.cluster.terminate(
-            namespace, name, exit_code=exit_code, reason=reason, message=message
-        )
-        return self._must(pod, name)
-
-    def succeed_pod(self, name: str, namespace: str = "default") -> Pod:
-        pod = self.cluster.terminate(namespace, name, exit_code=0, reason="Completed")
-        return self._must(pod, name)
-
-    def oom_kill(self, name: str, namespace: str = "default") -> Pod:
-        """OOMKilled, exit code 137."""
-        return self._must(self.cluster.oom_kill(namespace, name), name)
-
-    def evict(
-        self, name: str, namespace: str = "default", *, message: str = "", cause: str = "Evicted"
-    ) -> Pod:
-        """Disrupt the pod as Kubernetes does (see `execpods.kubesim.disruptions`): condition
-        ``DisruptionTarget`` with the cause's reason, then ``Evicted`` (the kubelet: the pod
-        fails with reason ``Evicted``, whatever its restart policy), or ``Preempted``,
-        ``DeletionByTaintManager`` or ``EvictionByEvictionAPI`` (a graceful delete)."""
-        return as_pod(copy_obj(disrupt(self.cluster, namespace, name, cause, message)))
-
-    def lose_node(self, node: str) -> list[Pod]:
-        """The node goes away; its pods fail with reason ``NodeLost``."""
-        return [as_pod(copy_obj(p)) for p in self.cluster.lose_node(node)]
-
-    def restore_node(self, node: str) -> None:
-        self.cluster.restore_node(node)
-
-    def add_node(self, name: str | None = None) -> str:
-        return self.cluster.add_node(name)
-
-    def nodes(self) -> list[NodeInfo]:
-        return self.cluster.nodes()
-
-    def crash_pods_on(self, node: str, *, crashing: bool = True) -> None:
-        """Make ``node`` a bad node: every pod its kubelet starts from now on fails at once with
-        exit code 1 (``crashing=False`` heals it)."""
-        if crashing:
-            self.cluster.crashing_nodes.add(node)
-        else:
-            self.cluster.crashing_nodes.discard(node)
-
-    def pause_kubelet(self) -> None:
-        """Hold back every kubelet action (starts, exits, graceful-deletion finishes)."""
-        self.cluster.pause_kubelet()
-
-    def resume_kubelet(self) -> None:
-        self.cluster.resume_kubelet()
-
-    def set_start_latency(
-        self, mean: float, spread: float = 0.0, *, distribution: Distribution = "uniform"
-    ) -> None:
-        """Change how long containers take to start from now on (pods already waiting keep
-        their drawn latency); see :class:`ClusterConfig` for the distributions."""
-        check_latency(distribution, mean, spread)
-        self.config = dataclasses.replace(
-            self.config, start_latency=mean, start_jitter=spread, start_distribution=distribution
-        )
-        self.cluster.config = self.config
-
-    def set_create_rate(self, per_second: float, *, burst: int = 0) -> None:
-        """Cap API pod creates at ``per_second`` (0 lifts the cap), ``burst`` at once (0: one
-        second's worth); beyond it creates get 429 with ``Retry-After``. The bucket starts full."""
-        self.create_limit.configure(per_second, burst)
-        self.config = dataclasses.replace(self.config, create_rate=per_second, create_burst=burst)
-        self.cluster.config = self.config
-
-    def compact(self) -> str:
-        """Forget the event window: watches and exact lists from older versions get 410."""
-        return str(self.store.compact())
-
-    # -- faults --------------------------------------------------------------------------------
-
-    def expire_next(self, count: int = 1, *, seconds: float | None = None) -> None:
-        """The next ``count`` list or watch requests get 410 Gone; with ``seconds``, every list
-        and watch for that long of clock time (a storm of 410s)."""
-        self.faults.expire_next(count, seconds=seconds)
-
-    def expire_watches(self) -> int:
-        """Send an ERROR 410 to every open watch and end it (a 410 mid-watch)."""
-        return self.store.close_watchers(error=ApiError.gone().status())
-
-    def drop_watches(self, *, abrupt: bool = True) -> int:
-        """End every open watch: ``abrupt`` cuts the connection, otherwise the stream ends."""
-        return self.store.close_watchers(abrupt=abrupt)
-
-    def fail_requests(
-        self, code: int = 503, *, seconds: float | None = None, count: int | None = None
-    ) -> None:
-        """Answer API requests with 500 or 503 for a period of clock time or a count."""
-        self.faults.fail_requests(code, seconds=seconds, count=count)
-
-    def throttle(
-        self, count: int = 1, *, retry_after: int = 1, seconds: float | None = None
-    ) -> None:
-        """Answer the next ``count`` API requests with 429 and ``Retry-After``; with
-        ``seconds``, every API request for that long of clock time."""
-        self.faults.throttle(count, retry_after=retry_after, seconds=seconds)
-
-    def drop_watches_every(self, seconds: float, *, abrupt: bool = True) -> None:
-        """Cut every open watch every ``seconds`` of clock time from now on (0 stops it), as a
-        flaky load balancer does. On the virtual clock the drops are timers like the kubelet's,
-        so ``run_until_idle`` runs until its ``max_seconds`` while this is on."""
-        with self._lifecycle:
-            self._stop_dropping()
-            if seconds <= 0:
-                return
-
-            def tick() -> None:
-                self.store.close_watchers(abrupt=abrupt)
-                with self._lifecycle:
-                    if self._dropper is timer:
-                        self._arm_dropper(seconds, tick)
-
-            timer = self._arm_dropper(seconds, tick)
-
-    def _arm_dropper(self, seconds: float, tick: Callable[[], None]) -> Timer:
-        self._dropper = self.clock.call_later(seconds, tick)
-        return self._dropper
-
-    def _stop_dropping(self) -> None:
-        dropper, self._dropper = self._dropper, None
-        if dropper is not None:
-            dropper.cancel()
-
-    def set_failures(self, rate: float, *, after: float = 10.0) -> None:
-        """From now on, a share ``rate`` of the pods that start fail (exit 1) after an
-        exponentially distributed run time with mean ``after`` seconds (0: as they start)."""
-        self.config = dataclasses.replace(self.config, failure_rate=rate, failure_after=after)
-        self.cluster.config = self.config
-
-    def set_latency(self, seconds: float) -> None:
-        """Add this much (real) time to every API request."""
-        self.faults.set_latency(seconds)
-
-    def reject_creates(self, code: int = 403, *, count: int = 1, message: str = "") -> None:
-        """Fail the next ``count`` creates in admission: 403 forbidden or 422 quota exceeded."""
-        self.faults.reject_creates(code, count=count, message=message)
-
-    def forbid(self, plural: str, *verbs: str) -> None:
-        """Answer `verbs` (get, create, patch) on `plural` (configmaps...) with 403 from now on,
-        as when a Role loses them; no verbs: allow all again. Pods have RBAC (`enable_rbac`)."""
-        self.object_apis[plural].forbidden = frozenset(verbs)
-
-    def configure_apf(self, config: ApfConfig) -> None:
-        """Set API Priority and Fairness: seats, queues, other tenants (``seats=0``: off)."""
-        self.apf.configure(config)
-
-    def deny_deletes(
-        self,
-        labels: Mapping[str, str],
-        *,
-        code: int = 403,
-        message: str = "",
-        count: int | None = None,
-    ) -> None:
-        """Deny deletes of the pods whose labels include ``labels``, as an admission webhook
-        (403) or a policy (400, 422) would, until the faults are cleared (or ``count`` times)."""
-        self.faults.deny_deletes(labels, code=code, message=message, count=count)
-
-    def clear_faults(self) -> None:
-        """Disarm every fault, the periodic watch drops and forbidden verbs included."""
-        self.faults.clear()
-        for api in self.object_apis.values():
-            api.forbidden = frozenset()
-        with self._lifecycle:
-            self._stop_dropping()
-
-    # -- RBAC ----------------------------------------------------------------------------------
-
-    def enable_rbac(self, manifests: Iterable[Mapping[str, object]]) -> None:
-        """Enforce RBAC from these manifests (parsed ServiceAccounts, Roles, ClusterRoles,
-        RoleBindings, ClusterRoleBindings, or a List of them), replacing any earlier policy.
-
-        Every API request must then carry a bearer token (:meth:`token_for`); a request no rule
-        allows gets kube-apiserver's 403. The admin token (:attr:`admin_token`, in the kubeconfig
-        the simulator writes) is never refused; in-process calls are not checked.
-        """
-        self.api.authorizer.enable(manifests)
-
-    def disable_rbac(self) -> None:
-        self.api.authorizer.disable()
-
-    def token_for(self, name: str, namespace: str = "default", *, token: str | None = None) -> str:
-        """A bearer token that authenticates as the service account ``namespace/name``
-        (``token`` chooses the string, as a CLI or a mounted secret would)."""
-        return self.api.authorizer.token_for(namespace, name, token)
-
-    @property
-    def admin_token(self) -> str:
-        return self.api.authorizer.admin_token
 
     # -- observation ---------------------------------------------------------------------------
 
