@@ -162,7 +162,8 @@ def test_the_core_exports_what_a_user_needs_not_the_roots_parts() -> None:
 
 # --- features: built only by their module's `plug`, plugged only by the composition root --------
 
-CORE_MODULES = sorted((ROOT / "packages/core/src/execpods/core").glob("*.py"))
+CORE = ROOT / "packages/core/src/execpods/core"
+CORE_MODULES = sorted(CORE.rglob("*.py"))
 
 
 def _feature_classes() -> dict[str, Path]:
@@ -285,9 +286,10 @@ VALUE_BASES = {
 """A core class deriving from one of these is a value or an error, not a policy; so is a
 dataclass, and a port (a `Protocol` itself, though a class implementing one, as every feature
 implements `Feature`, is a policy)."""
-MACHINERY = {"clock.py", "scheduling.py", "profiles.py", "testing.py"}
+MACHINERY = {"clock.py", "scheduling.py", "profiles.py", "testing"}
 """Core modules whose classes callers do build: what `Ports` and `Machinery` take (clocks,
-schedulers, the declared profiles) and the in-memory doubles of `execpods.core.testing`."""
+schedulers, the declared profiles) and the in-memory doubles of `execpods.core.testing`; a
+module is named by its path below core's folder, a package by its folder."""
 PART_ALONE = {("packages/devtools/src/execpods/devtools/bench/sidecar.py", "RemovalChannel")}
 """A benchmark of one part alone (the removal window's memory), as core's unit tests do."""
 
@@ -300,9 +302,12 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
 
 def core_policies(trees: dict[Path, ast.Module]) -> dict[str, str]:
     """Core's public classes with behaviour (not dataclasses, ports, enums, errors or settings),
-    by name, with their module's file name; bases followed to a fixed point."""
+    by name, with their module's path below core's folder; bases followed to a fixed point."""
     classes = {
-        node.name: (path.name, node)
+        node.name: (
+            path.relative_to(CORE).as_posix() if path.is_relative_to(CORE) else path.name,
+            node,
+        )
         for path, tree in trees.items()
         for node in tree.body
         if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
@@ -329,7 +334,7 @@ def policy_offences(tree: ast.Module, where: str, policies: dict[str, str]) -> l
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and (name := _name(node.func)) in policies
-        and policies[name] not in MACHINERY
+        and policies[name].split("/")[0] not in MACHINERY
         and name not in STORES | PARTS  # the root's own parts: the checks above
         and (where, name) not in PART_ALONE
     ]
