@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from typing import Any
 
 
@@ -89,5 +91,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run() -> None:
+    """`main`, and an end that never waits on a dead JVM: when Spark's JVM exits on its own (the
+    sidecar failed the application: `System.exit(11)`), pyspark's call raises and the
+    interpreter's shutdown can then wait on py4j's connections to the gone gateway for minutes
+    (once over a test's 60 s on a loaded machine). The traceback is printed and the process
+    leaves at once, with 1."""
+    try:
+        code = main()
+    except SystemExit:
+        raise  # argparse's own ends (--help, a bad argument)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _run()
