@@ -42,7 +42,14 @@ def test_the_contract_is_wire_compatible_with_the_last_release(buf: str) -> None
         ["git", "rev-parse", "--verify", "--quiet", f"refs/tags/{last}"], cwd=ROOT, check=False
     )
     ref = f"tag={last}" if has_tag.returncode == 0 else f"ref={tags[last]}"
-    done = _run(buf, "breaking", "--against", f".git#{ref},subdir=proto")
+    # buf clones the repository 50 commits deep unless told: a release further back than that
+    # was not found ("pathspec ... did not match") once main had grown past it.
+    count = subprocess.run(
+        ["git", "rev-list", "--count", "HEAD"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    depth = max(50, int(count.stdout.strip()))
+    done = _run(buf, "breaking", "--against", f".git#{ref},subdir=proto,depth={depth}")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
