@@ -67,7 +67,13 @@ def test_sigkill_mid_scale_up_then_a_restart_ends_with_the_target_and_every_id_o
             "spec": {"containers": [{"name": "c", "image": "busybox"}]},
         }
     )
-    with sidecar(sim, app_id, properties) as (first, _):
+    with sidecar(sim, app_id, properties) as (first, first_address):
+        # The driver streams from the first sidecar, as Spark does, and resumes from where it
+        # stood: a removal decided before its new stream opens (the restarted sidecar's first
+        # round can beat the driver's reconnect) is then sent, not lost to that race.
+        with AllocatorClient(first_address) as client, client.stream_snapshots() as stream:
+            position = next(iter(stream)).position
+        assert position is not None
         wait_for(lambda: len(app_pods(sim, app_id)) >= killed_after, what="a scale-up under way")
         first.send_signal(signal.SIGKILL)
         assert first.wait(30) == -signal.SIGKILL
@@ -80,7 +86,10 @@ def test_sigkill_mid_scale_up_then_a_restart_ends_with_the_target_and_every_id_o
     sim.clear_requests()
     with sidecar(sim, app_id, properties) as (second, address):
         removals: list[int] = []
-        with AllocatorClient(address) as client, client.stream_snapshots() as stream:
+        with (
+            AllocatorClient(address) as client,
+            client.stream_snapshots(resume_from=position) as stream,
+        ):
             for update in stream:
                 removals.extend(r.executor_id for r in update.removed)
                 latest = update.latest
