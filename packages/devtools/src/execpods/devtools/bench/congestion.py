@@ -38,6 +38,7 @@ from pathlib import Path
 
 from execpods.devtools.bench.congestion_run import (
     ADAPTIVE,
+    BENCH_APF,
     SPARK,
     STATIC,
     Driver,
@@ -57,7 +58,7 @@ from execpods.kubesim.apf import ApfConfig
 from matplotlib.figure import Figure
 
 START = 1.0
-CAPPED = ApfConfig(seats=10, service_time=0.02, slowdown=1.0, queue_length=8, max_wait=2.0)
+CAPPED = BENCH_APF
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

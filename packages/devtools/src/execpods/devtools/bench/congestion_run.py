@@ -44,6 +44,9 @@ class Policy:
     """The `execpods-sidecar` that runs it (another checkout's, to compare code side by side)."""
 
 
+BENCH_APF = ApfConfig(seats=10, service_time=0.02, slowdown=1.0, queue_length=8, max_wait=2.0)
+"""The benchmarks' APF server: 10 seats of 20-40 ms (about 250 calls a second when full), 8
+requests queued a flow; one value so that `congestion` and `servers` measure the same server."""
 STATIC = Policy(name="static bucket", properties={"execpods.kubernetes.api.ratePolicy": "static"})
 ADAPTIVE = Policy(name="congestion control", properties={})
 SPARK = Policy(

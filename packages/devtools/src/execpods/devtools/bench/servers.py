@@ -46,6 +46,7 @@ from pathlib import Path
 from execpods.devtools.bench import realmodel
 from execpods.devtools.bench.congestion_run import (
     ADAPTIVE,
+    BENCH_APF,
     SPARK,
     STATIC,
     Policy,
@@ -64,7 +65,7 @@ from execpods.kubesim.apf import ApfConfig
 from matplotlib.figure import Figure
 
 START = 1.0
-APF = ApfConfig(seats=10, service_time=0.02, slowdown=1.0, queue_length=8, max_wait=2.0)
+APF = BENCH_APF
 SPARK_SECONDS = 60.0
 """Spark's defaults run only where 20 creates a second finish within this."""
 
